@@ -1,0 +1,102 @@
+/* SPDX-License-Identifier: MIT */
+/**
+ * @file cpu.h
+ * @brief Emulated CPUs: attach and detach, emulated interrupts, IPIs.
+ *
+ * An emulated CPU is a thread. Most calls take the CPU handle and must be made
+ * by the thread attached as that CPU; they return -EPERM otherwise.
+ *
+ * Interrupts: each CPU has an interrupts-off flag (a per-CPU variable, not
+ * sigprocmask). An IPI that arrives while it is set is recorded as pending
+ * and handled when sd_irq_enable() turns interrupts back on.
+ *
+ * RCU: CPUs are liburcu QSBR readers. A CPU passes a quiescent state at
+ * every context switch, idle entry, and address-space operation, and goes
+ * offline while it waits, so grace periods end without help from callers.
+ */
+#ifndef SHOOTDOWN_CPU_H
+#define SHOOTDOWN_CPU_H
+
+#include "export.h"
+#include "machine.h"
+
+SD_BEGIN_DECLS
+
+/**
+ * sd_cpu_attach() - make the calling thread emulated CPU @id of @m.
+ *
+ * Binds the thread to the CPU's PU (unpinned if that is impossible and the
+ * machine is not strict), registers it with RCU and sets its thread-local
+ * CPU. The CPU starts with no address space loaded and interrupts on.
+ *
+ * Return: 0; -EINVAL if @id is out of range or an argument is NULL; -EBUSY if
+ * this thread is already a CPU (of any machine) or CPU @id already has a
+ * thread; -ENOSYS/-EPERM if strict pinning fails. Any thread.
+ */
+SD_EXPORT int sd_cpu_attach(struct sd_machine *m, unsigned id, struct sd_cpu **out);
+
+/**
+ * sd_cpu_detach() - end the calling thread's life as @cpu.
+ *
+ * Switches the CPU to no address space, unregisters from RCU and restores
+ * the thread's previous binding. IPIs still queued are answered first.
+ *
+ * Return: 0; -EPERM if the caller is not attached as @cpu; -EBUSY if
+ * interrupts are off. Called by the attached thread.
+ */
+SD_EXPORT int sd_cpu_detach(struct sd_cpu *cpu);
+
+/** sd_cpu_self() - the calling thread's CPU, or NULL. Any thread; async-signal-safe. */
+SD_EXPORT struct sd_cpu *sd_cpu_self(void);
+
+/** sd_cpu_id() - the id of @cpu. Any thread. */
+SD_EXPORT unsigned sd_cpu_id(const struct sd_cpu *cpu);
+
+/** sd_cpu_machine() - the machine @cpu belongs to. Any thread. */
+SD_EXPORT struct sd_machine *sd_cpu_machine(const struct sd_cpu *cpu);
+
+/**
+ * sd_irq_disable() - set the emulated interrupts-off flag.
+ * Nests: each call must be paired with sd_irq_enable(). No syscall.
+ * Called by the attached thread only (not checked: it is a hot path).
+ */
+SD_EXPORT void sd_irq_disable(struct sd_cpu *cpu);
+
+/**
+ * sd_irq_enable() - drop one level of interrupts-off; at level zero, run any
+ * IPI that arrived meanwhile. Called by the attached thread only.
+ */
+SD_EXPORT void sd_irq_enable(struct sd_cpu *cpu);
+
+/** sd_irqs_disabled() - whether @cpu runs with emulated interrupts off. */
+SD_EXPORT int sd_irqs_disabled(const struct sd_cpu *cpu);
+
+/**
+ * sd_cpu_quiescent() - announce an RCU quiescent state for @cpu. Call it
+ * from long loops that do no address-space operations. Attached thread only;
+ * not with interrupts off.
+ */
+SD_EXPORT void sd_cpu_quiescent(struct sd_cpu *cpu);
+
+/** A function run on a target CPU by an IPI, in its signal handler, with interrupts off. */
+typedef void (*sd_ipi_fn)(struct sd_cpu *target, void *arg);
+
+/**
+ * sd_ipi_call() - run @fn(@target, @arg) on CPU @target and wait for it.
+ *
+ * The request goes on the target's lock-free request queue and a real signal
+ * (tgkill) interrupts its thread; the handler runs every queued request. If
+ * the target runs with interrupts off, the request waits until they are on
+ * again. The caller spins briefly, then yields, then sleeps until the ack.
+ * @fn must be async-signal-safe and must not wait on other CPUs.
+ *
+ * Return: 0; -EINVAL if @target is out of range, is the caller itself, or
+ * has no attached thread; -EPERM if the caller is not attached as @from;
+ * -EDEADLK if the caller has interrupts off (it could never ack a cross IPI).
+ * Attached thread only.
+ */
+SD_EXPORT int sd_ipi_call(struct sd_cpu *from, unsigned target, sd_ipi_fn fn, void *arg);
+
+SD_END_DECLS
+
+#endif

@@ -1,0 +1,195 @@
+/* SPDX-License-Identifier: MIT */
+/**
+ * @file machine.h
+ * @brief The emulated machine: topology, placement, CPUs, and its strategy.
+ *
+ * A machine owns a set of emulated CPUs. Each CPU is an OS thread bound to
+ * one processing unit (PU) with hwloc, and holds a software TLB. All address
+ * spaces created on a machine are flushed with the machine's strategy.
+ *
+ * Lifecycle: sd_machine_create() -> sd_machine_run() or sd_cpu_attach() /
+ * sd_cpu_detach() from your own threads -> sd_machine_destroy().
+ */
+#ifndef SHOOTDOWN_MACHINE_H
+#define SHOOTDOWN_MACHINE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include "export.h"
+
+SD_BEGIN_DECLS
+
+struct sd_machine;
+struct sd_cpu;
+
+/** How emulated CPUs are placed on processing units. */
+enum sd_placement {
+	/** CPU i on the i-th PU in hwloc's logical order (default). */
+	SD_PLACE_COMPACT = 0,
+	/** Spread over packages, then cores, then PUs (hwloc_distrib). */
+	SD_PLACE_SCATTER = 1,
+	/** CPU i on PU pu_list[i % pu_list_len] (OS indexes). */
+	SD_PLACE_LIST = 2,
+};
+
+/** Flags for sd_machine_config.flags. The default (0) is lenient. */
+enum sd_machine_flags {
+	/** Fail with -ENOSYS/-EPERM instead of running unpinned. */
+	SD_MACHINE_STRICT_PIN = 1u << 0,
+};
+
+/** Oracle mode for sd_machine_config.oracle. */
+enum sd_oracle_mode {
+	/** From the environment: SD_ORACLE=1 checks, anything else does not. */
+	SD_ORACLE_DEFAULT = 0,
+	SD_ORACLE_OFF = 1,
+	SD_ORACLE_CHECKED = 2,
+};
+
+/**
+ * struct sd_machine_config - everything a machine can be told.
+ *
+ * Start from SD_MACHINE_CONFIG_INIT (or sd_machine_config_init()): every field
+ * left at zero takes its default, so new fields never break old callers.
+ */
+struct sd_machine_config {
+	/** sizeof(struct sd_machine_config) as the caller compiled it. */
+	size_t size;
+	/** Emulated CPUs; 0 = number of PUs. May exceed the PUs (oversubscribed). Max 4096. */
+	unsigned nr_cpus;
+	/** Placement policy; SD_PLACE_COMPACT by default. */
+	enum sd_placement placement;
+	/** For SD_PLACE_LIST: OS indexes of PUs. */
+	const unsigned *pu_list;
+	/** Entries in pu_list. */
+	unsigned pu_list_len;
+	/** enum sd_machine_flags. */
+	unsigned flags;
+	/** Strategy spec "name[:key=value[,key=value]]"; NULL = "broadcast". */
+	const char *strategy;
+	/** L2 TLB sets, a power of two; 0 = 256. */
+	unsigned tlb_sets;
+	/** L2 TLB ways, a power of two; 0 = 8 (so 2048 entries by default). */
+	unsigned tlb_ways;
+	/** Direct-mapped L1 TLB entries, a power of two; 0 = 64. */
+	unsigned tlb_l1_entries;
+	/** IPI signal; 0 = SIGRTMIN+4. Must be SIGUSR1, SIGUSR2 or in SIGRTMIN..SIGRTMAX. */
+	int ipi_signal;
+	/** ASID width in bits, 4..16; 0 = 16. Small widths force rollovers. */
+	unsigned asid_bits;
+	/** Oracle mode; see enum sd_oracle_mode. */
+	enum sd_oracle_mode oracle;
+	/** Fake physical frames; 0 = 1 << 20 (4 GiB). At most 1 << 24. */
+	uint64_t nr_frames;
+};
+
+/** Initialiser for struct sd_machine_config: all defaults. */
+#define SD_MACHINE_CONFIG_INIT { sizeof(struct sd_machine_config), 0, SD_PLACE_COMPACT, 0, 0, 0, 0, 0, 0, 0, 0, 0, SD_ORACLE_DEFAULT, 0 }
+
+/**
+ * sd_machine_config_init() - fill @cfg with defaults (same as SD_MACHINE_CONFIG_INIT).
+ * Any thread.
+ */
+SD_EXPORT void sd_machine_config_init(struct sd_machine_config *cfg);
+
+/**
+ * sd_machine_create() - discover the topology and build a machine.
+ * @cfg: configuration, or NULL for all defaults.
+ * @out: receives the machine.
+ *
+ * The environment variable SD_TOPOLOGY, if set, is a hwloc synthetic
+ * topology description ("pack:2 core:8 pu:2") used instead of the real one;
+ * threads then run unpinned (there are no such PUs to bind to).
+ *
+ * Return: 0; -EINVAL for a bad field (zero or unknown size, nr_cpus = 0 with
+ * a topology of no PUs or above 4096, a TLB geometry that is not a power of
+ * two, a bad signal, asid_bits out of range or too small for nr_cpus, a bad
+ * PU list, a bad synthetic topology); -ENOENT for an unknown strategy or
+ * option; -ENOMEM. Nothing is left allocated on failure. Any thread that is
+ * not an attached CPU.
+ */
+SD_EXPORT int sd_machine_create(const struct sd_machine_config *cfg,
+				struct sd_machine **out);
+
+/**
+ * sd_machine_destroy() - free a machine.
+ *
+ * Return: 0; -EBUSY if a CPU is still attached or an address space still
+ * exists (the machine is left intact). Any thread that is not one of its CPUs.
+ */
+SD_EXPORT int sd_machine_destroy(struct sd_machine *m);
+
+/** The body run on each CPU by sd_machine_run(). */
+typedef void (*sd_cpu_fn)(struct sd_cpu *cpu, void *arg);
+
+/**
+ * sd_machine_run() - start one thread per CPU, run @fn on each, join them.
+ *
+ * Each thread is bound to its PU, attached as its CPU, runs @fn(cpu, @arg),
+ * then keeps answering IPIs until every CPU's @fn has returned, so a late
+ * shootdown never waits on a CPU that has gone. Blocks until all are done.
+ *
+ * Return: 0; -EBUSY if any CPU is already attached; -EAGAIN if threads could
+ * not be created (none are left running); -ENOSYS/-EPERM with
+ * SD_MACHINE_STRICT_PIN when binding fails. Any thread that is not a CPU.
+ */
+SD_EXPORT int sd_machine_run(struct sd_machine *m, sd_cpu_fn fn, void *arg);
+
+/** Per-CPU facts reported by sd_machine_cpu_info(). */
+struct sd_cpu_info {
+	unsigned cpu;      /**< emulated CPU id */
+	int pu_os_index;   /**< PU it is placed on (OS index) */
+	int core;          /**< logical index of that PU's core, -1 if unknown */
+	int package;       /**< logical index of its package, -1 if unknown */
+	int numa_node;     /**< logical index of its NUMA node, -1 if unknown */
+	int pinned;        /**< 1 pinned, 0 ran unpinned, -1 never attached */
+	int attached;      /**< 1 while a thread is attached */
+};
+
+/** Machine facts reported by sd_machine_info(). */
+struct sd_machine_info {
+	unsigned nr_cpus;       /**< emulated CPUs */
+	unsigned nr_pus;        /**< processing units in the topology */
+	unsigned nr_cores;      /**< cores in the topology */
+	unsigned nr_packages;   /**< packages in the topology */
+	unsigned nr_numa_nodes; /**< NUMA nodes in the topology */
+	int oversubscribed;     /**< nr_cpus > nr_pus */
+	int synthetic;          /**< topology came from SD_TOPOLOGY */
+	int all_pinned;         /**< every CPU that attached so far was pinned */
+	enum sd_placement placement; /**< placement in use */
+	enum sd_oracle_mode oracle;  /**< SD_ORACLE_OFF or SD_ORACLE_CHECKED */
+	unsigned tlb_sets, tlb_ways, tlb_l1_entries; /**< TLB geometry */
+	unsigned asid_bits;     /**< ASID width */
+	int ipi_signal;         /**< signal number used for IPIs */
+	size_t bytes_per_cpu;   /**< memory of one CPU's state, TLB included */
+	char strategy[64];      /**< strategy spec as parsed, e.g. "broadcast" */
+	char topology[128];     /**< short summary such as "1 pack, 2 cores, 2 PUs" */
+	char pin_note[128];     /**< why CPUs run unpinned, or "" */
+};
+
+/**
+ * sd_machine_info() - describe the machine.
+ * Return: 0; -EINVAL if an argument is NULL. Any thread.
+ */
+SD_EXPORT int sd_machine_info(const struct sd_machine *m, struct sd_machine_info *info);
+
+/**
+ * sd_machine_cpu_info() - describe one CPU.
+ * Return: 0; -EINVAL for a NULL argument or a CPU id out of range. Any thread.
+ */
+SD_EXPORT int sd_machine_cpu_info(const struct sd_machine *m, unsigned cpu,
+				  struct sd_cpu_info *info);
+
+/**
+ * sd_machine_print_info() - write sd_machine_info() and each CPU's placement
+ * to @f in human-readable form. Any thread.
+ */
+SD_EXPORT void sd_machine_print_info(const struct sd_machine *m, FILE *f);
+
+/** sd_machine_nr_cpus() - number of emulated CPUs. Any thread. */
+SD_EXPORT unsigned sd_machine_nr_cpus(const struct sd_machine *m);
+
+SD_END_DECLS
+
+#endif

@@ -1,0 +1,142 @@
+/* SPDX-License-Identifier: MIT */
+/**
+ * @file mm.h
+ * @brief Address spaces: page tables, mapping changes, accesses, context switch.
+ *
+ * An address space (mm) has a 4-level radix page table over a 48-bit virtual
+ * address space with 4 KiB pages, in shared memory. A mapping change edits
+ * PTEs under the mm's lock, asks the machine's strategy to flush the changed
+ * range with the calling CPU as initiator, then returns: when it returns, no
+ * CPU can use a translation older than the change (DESIGN invariant 1).
+ *
+ * Mappings are populated on first access from a pool of fake physical frames.
+ * A frame freed by an unmap is reused only after its flush; a page-table page
+ * is freed only after the flush and an RCU grace period.
+ */
+#ifndef SHOOTDOWN_MM_H
+#define SHOOTDOWN_MM_H
+
+#include <stdint.h>
+#include "export.h"
+#include "machine.h"
+
+SD_BEGIN_DECLS
+
+struct sd_mm;
+
+#define SD_PAGE_SHIFT 12
+#define SD_PAGE_SIZE (UINT64_C(1) << SD_PAGE_SHIFT)
+#define SD_VA_BITS 48
+/** First address past the emulated virtual address space. */
+#define SD_VA_END (UINT64_C(1) << SD_VA_BITS)
+
+/** Protection bits for sd_mmap() and sd_mprotect(). */
+enum sd_prot {
+	SD_PROT_NONE = 0,
+	SD_PROT_READ = 1u << 0,
+	SD_PROT_WRITE = 1u << 1,
+};
+
+/** The kind of an access. */
+enum sd_access_kind {
+	SD_READ = 0,
+	SD_WRITE = 1,
+};
+
+/**
+ * sd_mm_create() - create an empty address space on @m.
+ * Return: 0; -EINVAL for NULL arguments; -ENOMEM. Any thread.
+ */
+SD_EXPORT int sd_mm_create(struct sd_machine *m, struct sd_mm **out);
+
+/**
+ * sd_mm_destroy() - tear an address space down and free its frames and tables.
+ * Return: 0; -EBUSY if a CPU still has it loaded, lazily or not (nothing is
+ * freed). Any thread; waits for an RCU grace period.
+ */
+SD_EXPORT int sd_mm_destroy(struct sd_mm *mm);
+
+/** sd_mm_id() - a number that names @mm for its whole life, never reused. */
+SD_EXPORT uint64_t sd_mm_id(const struct sd_mm *mm);
+
+/**
+ * sd_mmap() - map [@va, @va + @len) with @prot (MAP_FIXED_NOREPLACE).
+ *
+ * Pages are populated on first access. No flush is needed (nothing was
+ * mapped), so none is sent.
+ *
+ * Return: 0; -EINVAL if @len is 0, @va or @len is not page aligned, the range
+ * overflows or leaves the 48-bit space, or @prot has unknown bits; -EEXIST if
+ * any page of the range is already mapped (nothing is mapped then); -EPERM if
+ * the caller is not attached as @cpu; -ENOMEM. Attached thread, interrupts on.
+ */
+SD_EXPORT int sd_mmap(struct sd_cpu *cpu, struct sd_mm *mm, uint64_t va,
+		      uint64_t len, unsigned prot);
+
+/**
+ * sd_munmap() - unmap [@va, @va + @len), flush, then free the frames, and
+ * free emptied page-table pages after an RCU grace period. Unmapped holes in
+ * the range are allowed, as with munmap(2).
+ * Return: 0; errors as sd_mmap() except -EEXIST. Attached thread, interrupts on.
+ */
+SD_EXPORT int sd_munmap(struct sd_cpu *cpu, struct sd_mm *mm, uint64_t va, uint64_t len);
+
+/**
+ * sd_mprotect() - change the protection of every mapped page in the range and
+ * flush it (leaf entries only: no table is freed).
+ * Return: 0; errors as sd_mmap() except -EEXIST; -ENOMEM (ENOMEM as mprotect(2))
+ * if part of the range is not mapped, in which case nothing is changed.
+ * Attached thread, interrupts on.
+ */
+SD_EXPORT int sd_mprotect(struct sd_cpu *cpu, struct sd_mm *mm, uint64_t va,
+			  uint64_t len, unsigned prot);
+
+/**
+ * sd_madvise_dontneed() - drop the frames of populated pages in the range,
+ * keeping the mapping (the next access populates a fresh frame), and flush.
+ * Return: 0; errors as sd_munmap(). Attached thread, interrupts on.
+ */
+SD_EXPORT int sd_madvise_dontneed(struct sd_cpu *cpu, struct sd_mm *mm,
+				  uint64_t va, uint64_t len);
+
+/**
+ * sd_access() - access @va in the address space loaded on @cpu.
+ *
+ * Looks the page up in the CPU's TLB with its current ASID; on a miss walks
+ * the page table locklessly (RCU read side, interrupts off), populating the
+ * page on first touch, and fills the TLB. In checked mode the oracle counts
+ * any hit on a translation older than the last completed flush of the page.
+ *
+ * Return: 0 and the frame number in *@pfn (if @pfn is not NULL); -EFAULT if
+ * @va is not mapped or outside the VA space; -EACCES if the mapping forbids
+ * @kind; -ESRCH if no address space is loaded or the CPU is idle; -ENOMEM if
+ * no frame is left; -EPERM if the caller is not attached as @cpu.
+ * Attached thread, interrupts on or off.
+ */
+SD_EXPORT int sd_access(struct sd_cpu *cpu, uint64_t va, enum sd_access_kind kind,
+			uint64_t *pfn);
+
+/**
+ * sd_switch_mm() - context switch @cpu to @next (NULL: no user address space).
+ *
+ * Runs the strategy's switch hook (ASIDs, cpumasks, deferred flushes) with
+ * interrupts off, leaves lazy mode, and passes an RCU quiescent state.
+ * Return: 0; -EPERM if the caller is not attached as @cpu; -EINVAL if @next
+ * belongs to another machine. Attached thread, interrupts on.
+ */
+SD_EXPORT int sd_switch_mm(struct sd_cpu *cpu, struct sd_mm *next);
+
+/**
+ * sd_cpu_idle() - enter idle: the CPU keeps its address space loaded but in
+ * lazy TLB mode (as a kernel thread would) until the next sd_switch_mm().
+ * Passes an RCU quiescent state. Return: 0; -EPERM if the caller is not
+ * attached as @cpu. Attached thread, interrupts on.
+ */
+SD_EXPORT int sd_cpu_idle(struct sd_cpu *cpu);
+
+/** sd_cpu_current_mm() - the mm loaded on @cpu (lazily or not), or NULL. */
+SD_EXPORT struct sd_mm *sd_cpu_current_mm(const struct sd_cpu *cpu);
+
+SD_END_DECLS
+
+#endif

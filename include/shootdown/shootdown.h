@@ -1,0 +1,19 @@
+/* SPDX-License-Identifier: MIT */
+/**
+ * @file shootdown.h
+ * @brief libshootdown: the kernel's TLB shootdown algorithms over real threads.
+ *
+ * Include this one header for the whole API.
+ */
+#ifndef SHOOTDOWN_SHOOTDOWN_H
+#define SHOOTDOWN_SHOOTDOWN_H
+
+#include "export.h"
+#include "error.h"
+#include "machine.h"
+#include "cpu.h"
+#include "mm.h"
+#include "stats.h"
+#include "oracle.h"
+
+#endif

@@ -1,0 +1,39 @@
+/* SPDX-License-Identifier: MIT */
+#ifndef SD_CORE_BACKOFF_H
+#define SD_CORE_BACKOFF_H
+
+#include "compiler.h"
+
+/*
+ * Every wait in the library goes through sd_backoff (DESIGN invariant 6):
+ * spin briefly, then yield, then sleep. On this class of machine two threads
+ * spinning on one core cost a whole scheduler tick (~4 ms) per hand-off, so
+ * with more emulated CPUs than PUs the waiter must get off the core for the
+ * thread it waits on to run at all.
+ *
+ * SD_BACKOFF_SPINS pauses cover a signal round trip between two idle cores
+ * (~3-6 us measured), so an unloaded IPI ack is caught while spinning.
+ */
+#define SD_BACKOFF_SPINS 512
+#define SD_BACKOFF_YIELDS 64
+#define SD_BACKOFF_SLEEP_NS 50000
+
+struct sd_backoff {
+	unsigned n;
+};
+
+#define SD_BACKOFF_INIT { 0 }
+
+void sd_backoff_slow(struct sd_backoff *b);
+
+static inline void sd_backoff_wait(struct sd_backoff *b)
+{
+	if (likely(b->n < SD_BACKOFF_SPINS)) {
+		b->n++;
+		sd_cpu_relax();
+		return;
+	}
+	sd_backoff_slow(b);
+}
+
+#endif

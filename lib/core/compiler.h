@@ -1,0 +1,58 @@
+/* SPDX-License-Identifier: MIT */
+/* Small helpers shared by every layer. */
+#ifndef SD_CORE_COMPILER_H
+#define SD_CORE_COMPILER_H
+
+#include <stdalign.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define SD_CACHELINE 64
+#define sd_cacheline_aligned alignas(SD_CACHELINE)
+
+#define likely(x) __builtin_expect(!!(x), 1)
+#define unlikely(x) __builtin_expect(!!(x), 0)
+
+#define SD_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+
+static inline void sd_cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_ia32_pause();
+#elif defined(__aarch64__)
+	__asm__ __volatile__("yield" ::: "memory");
+#else
+	atomic_signal_fence(memory_order_seq_cst);
+#endif
+}
+
+/* Full barrier: the emulator's smp_mb(). */
+static inline void sd_smp_mb(void)
+{
+	atomic_thread_fence(memory_order_seq_cst);
+}
+
+static inline bool sd_is_pow2(uint64_t x)
+{
+	return x && !(x & (x - 1));
+}
+
+static inline unsigned sd_ilog2(uint64_t x)
+{
+	return 63u - (unsigned)__builtin_clzll(x);
+}
+
+/*
+ * Owner-written counters that other threads may read: a relaxed load and
+ * store, never a locked read-modify-write, so a bump costs a plain add on a
+ * private line.
+ */
+static inline void sd_counter_add(_Atomic uint64_t *c, uint64_t n)
+{
+	atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + n,
+			      memory_order_relaxed);
+}
+
+#endif

@@ -1,0 +1,120 @@
+/* SPDX-License-Identifier: MIT */
+#ifndef SD_CPU_CPU_H
+#define SD_CPU_CPU_H
+
+#include <signal.h>
+#include <urcu/compiler.h>
+#include <urcu/lfstack.h>
+
+#include <shootdown/cpu.h>
+#include <shootdown/stats.h>
+
+#include "../core/compiler.h"
+#include "../mm/frame.h"
+#include "../tlb/tlb.h"
+#include "../topology/topology.h"
+
+struct sd_mm;
+
+/* Counters of one CPU: written by it alone (plain relaxed stores), read by
+ * snapshots. Their own lines, away from anything another CPU writes. */
+struct sd_cpu_stats {
+	sd_cacheline_aligned _Atomic uint64_t counter[SD_STAT_NR];
+	_Atomic uint64_t flush_ns_hist[SD_STAT_HIST_BUCKETS];
+	_Atomic uint64_t flush_ns_total;
+};
+
+/*
+ * The per-CPU area: one allocation on the CPU's NUMA node, page aligned,
+ * with the TLB arrays after it. Groups that other CPUs write are on lines
+ * of their own, so the owner's private state never bounces.
+ */
+struct sd_cpu {
+	/* Read-mostly identity. */
+	unsigned id;
+	struct sd_machine *m;
+	size_t alloc_size;
+
+	/* IPI endpoint: written by senders (sd_ipi_call). */
+	sd_cacheline_aligned struct __cds_lfs_stack ipi_queue;
+	_Atomic int ipi_kick;          /* a signal is on its way; don't send another */
+	_Atomic int tid;               /* kernel thread id, 0 while detached */
+	_Atomic int attached;
+
+	/* Loaded address space: owner writes, others may read. */
+	sd_cacheline_aligned _Atomic(struct sd_mm *) mm;
+	_Atomic int lazy;
+
+	/* Owner-private. The IPI handler runs on the owner's thread, so these
+	 * need compiler (signal) fences only, never atomics. */
+	sd_cacheline_aligned volatile sig_atomic_t irq_depth;
+	volatile sig_atomic_t ipi_pending;
+	uint16_t asid;                 /* the ASID register */
+	int pinned;                    /* -1 never attached, 0 unpinned, 1 pinned */
+	unsigned ops_since_qs;         /* accesses since the last quiescent state */
+	struct sd_topology_binding binding;
+	struct sd_frame_cache frames;
+
+	struct sd_cpu_stats stats;
+	struct sd_tlb tlb;
+};
+
+extern _Thread_local struct sd_cpu *sd_this_cpu;
+
+static inline void sd_stat_add(struct sd_cpu *c, enum sd_stat id, uint64_t n)
+{
+	sd_counter_add(&c->stats.counter[id], n);
+}
+
+static inline void sd_stat_inc(struct sd_cpu *c, enum sd_stat id)
+{
+	sd_stat_add(c, id, 1);
+}
+
+void sd_stat_flush_latency(struct sd_cpu *c, uint64_t ns);
+
+/* Emulated interrupts, inline for the access path. */
+static inline void sd_irq_off(struct sd_cpu *c)
+{
+	c->irq_depth++;
+	atomic_signal_fence(memory_order_seq_cst);
+}
+
+void sd_irq_run_pending(struct sd_cpu *c);
+
+static inline void sd_irq_on(struct sd_cpu *c)
+{
+	atomic_signal_fence(memory_order_seq_cst);
+	if (--c->irq_depth == 0) {
+		/* A signal landing after the decrement runs its IPIs itself;
+		 * one that landed before left ipi_pending for us. */
+		atomic_signal_fence(memory_order_seq_cst);
+		if (unlikely(c->ipi_pending))
+			sd_irq_run_pending(c);
+	}
+}
+
+/* -EPERM unless the calling thread is attached as @c. */
+static inline int sd_cpu_check_self(const struct sd_cpu *c)
+{
+	return likely(c && c == sd_this_cpu) ? 0 : -EPERM;
+}
+
+int sd_cpu_check_self_slow(const struct sd_cpu *c);
+
+/* Per-CPU area lifecycle, called by the machine. */
+size_t sd_cpu_area_size(unsigned l1, unsigned sets, unsigned ways);
+void sd_cpu_area_init(struct sd_cpu *c, struct sd_machine *m, unsigned id, size_t size,
+		      unsigned l1, unsigned sets, unsigned ways);
+
+/* IPI endpoint: install/remove the process-wide handler for @sig. */
+int sd_ipi_install(int sig);
+void sd_ipi_uninstall(int sig);
+
+/* Answer every queued IPI now (detach, shutdown). Owner only. */
+void sd_ipi_drain(struct sd_cpu *c);
+
+/* Pass an RCU quiescent state (owner, interrupts on). */
+void sd_cpu_qs(struct sd_cpu *c);
+
+#endif

@@ -1,0 +1,197 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The `broadcast` strategy: arm64 TLBI ...IS. Every flush invalidates the
+ * mm's ASID in every CPU's TLB, whether or not the mm runs there, and the
+ * initiator waits for all of it (the DSB ISH) before returning. Ranges are
+ * per-page operations (VALE1IS, or VAE1IS when tables were freed), with one
+ * ASIDE1IS from MAX_TLBI_OPS pages on (__flush_tlb_range()).
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../core/error.h"
+#include "../machine/machine.h"
+#include "../mm/mm.h"
+#include "broadcast.h"
+#include "strategy.h"
+
+static inline struct sd_broadcast *bcast_of(struct sd_machine *m)
+{
+	return m->strategy;
+}
+
+int sd_broadcast_machine_init(struct sd_machine *m, struct sd_broadcast *b)
+{
+	sd_spin_init(&b->dvm);
+	b->max_tlbi_ops = SD_MAX_TLBI_OPS;
+	return sd_arm64_asid_init(&b->asid, m->cfg.asid_bits, m->nr_cpus);
+}
+
+int sd_broadcast_machine_create(struct sd_machine *m, const char *name,
+				const struct sd_strategy_opt *opts, unsigned nr_opts, void **priv)
+{
+	struct sd_broadcast *b = aligned_alloc(SD_CACHELINE, sizeof(*b));
+	int err;
+
+	if (!b)
+		return -ENOMEM;
+	err = sd_broadcast_machine_init(m, b);
+	for (unsigned i = 0; !err && i < nr_opts; i++) {
+		if (!strcmp(opts[i].key, "max_tlbi_ops"))
+			err = sd_strategy_opt_uint(name, &opts[i], 1, UINT64_C(1) << 21,
+						   &b->max_tlbi_ops);
+		else
+			err = sd_strategy_unknown_opt(name, &opts[i]);
+	}
+	if (err) {
+		sd_arm64_asid_fini(&b->asid);
+		free(b);
+		return err;
+	}
+	*priv = b;
+	return 0;
+}
+
+static int bcast_machine_init(struct sd_machine *m, const struct sd_strategy_opt *opts,
+			      unsigned nr_opts, void **priv)
+{
+	return sd_broadcast_machine_create(m, "broadcast", opts, nr_opts, priv);
+}
+
+void sd_broadcast_machine_fini(struct sd_machine *m, void *priv)
+{
+	struct sd_broadcast *b = priv;
+
+	(void)m;
+	sd_arm64_asid_fini(&b->asid);
+	free(b);
+}
+
+int sd_broadcast_mm_init(struct sd_machine *m, struct sd_mm *mm, void **mm_priv)
+{
+	struct sd_broadcast_mm *bm = aligned_alloc(SD_CACHELINE, sizeof(*bm));
+
+	(void)m;
+	(void)mm;
+	if (!bm)
+		return -ENOMEM;
+	atomic_init(&bm->ctx_id, 0);
+	*mm_priv = bm;
+	return 0;
+}
+
+void sd_broadcast_mm_fini(struct sd_machine *m, struct sd_mm *mm, void *mm_priv)
+{
+	(void)m;
+	(void)mm;
+	free(mm_priv);
+}
+
+void sd_broadcast_switch(struct sd_cpu *cpu, struct sd_mm *prev, struct sd_mm *next)
+{
+	struct sd_broadcast *b = bcast_of(cpu->m);
+	struct sd_arm64_switch sw;
+
+	(void)prev;
+	if (!next) {
+		cpu->asid = 0;         /* the reserved TTBR0: no user entries */
+		return;
+	}
+	sd_arm64_asid_switch(&b->asid, cpu->id, &((struct sd_broadcast_mm *)next->strategy)->ctx_id,
+			     &sw);
+	if (sw.allocated)
+		sd_stat_inc(cpu, SD_STAT_ASID_ALLOC);
+	if (sw.rolled_over)
+		sd_stat_inc(cpu, SD_STAT_ASID_ROLLOVER);
+	if (sw.flush_local_all) {
+		/* local_flush_tlb_all(): vmalle1, non-shareable. */
+		struct sd_tlb_inval all = { .kind = SD_TLB_INVAL_ALL };
+		sd_tlb_invalidate(&cpu->tlb, &all);
+		sd_stat_inc(cpu, SD_STAT_LOCAL_FLUSH_ALL);
+	}
+	cpu->asid = sw.asid;
+}
+
+void sd_broadcast_tlbi(struct sd_cpu *cpu, const struct sd_tlb_inval *op)
+{
+	struct sd_machine *m = cpu->m;
+	struct sd_broadcast *b = bcast_of(m);
+
+	sd_spin_lock(&b->dvm);
+	for (unsigned i = 0; i < m->nr_cpus; i++)
+		sd_tlb_invalidate(&m->cpus[i]->tlb, op);
+	sd_spin_unlock(&b->dvm);
+	sd_stat_inc(cpu, SD_STAT_TLBI_OP);
+	if (op->kind != SD_TLB_INVAL_RANGE)
+		sd_stat_inc(cpu, SD_STAT_TLBI_ASID_OP);
+	sd_stat_add(cpu, SD_STAT_REMOTE_INVAL, m->nr_cpus - 1);
+}
+
+bool sd_broadcast_mm_asid(struct sd_cpu *cpu, struct sd_mm *mm, uint16_t *asid)
+{
+	struct sd_broadcast *b = bcast_of(cpu->m);
+	uint64_t id = atomic_load_explicit(&((struct sd_broadcast_mm *)mm->strategy)->ctx_id,
+					   memory_order_relaxed);
+
+	/* An mm that never ran has no entries anywhere. One that ran in an
+	 * older generation may still be live under its reserved number, so
+	 * its number is flushed as it stands. */
+	if (!id)
+		return false;
+	*asid = sd_arm64_asid_of(&b->asid, id);
+	return true;
+}
+
+static void bcast_flush_mm(struct sd_cpu *cpu, struct sd_mm *mm)
+{
+	struct sd_tlb_inval op = { .kind = SD_TLB_INVAL_ASID };
+
+	if (!sd_broadcast_mm_asid(cpu, mm, &op.asid))
+		return;
+	sd_broadcast_tlbi(cpu, &op);
+	sd_stat_inc(cpu, SD_STAT_REMOTE_FLUSH);
+}
+
+static void bcast_flush_range(struct sd_cpu *cpu, const struct sd_flush_req *req)
+{
+	struct sd_broadcast *b = bcast_of(cpu->m);
+	struct sd_tlb_inval op = {
+		.kind = SD_TLB_INVAL_RANGE,
+		.leaf_only = !req->freed_tables,
+		.nr = 1,
+	};
+
+	if (req->nr >= b->max_tlbi_ops) {
+		bcast_flush_mm(cpu, req->mm);
+		return;
+	}
+	if (!sd_broadcast_mm_asid(cpu, req->mm, &op.asid))
+		return;
+	for (uint64_t i = 0; i < req->nr; i++) {
+		op.vpn = req->vpn + i;
+		sd_broadcast_tlbi(cpu, &op);
+	}
+	sd_stat_inc(cpu, SD_STAT_REMOTE_FLUSH);
+}
+
+static void bcast_enter_lazy(struct sd_cpu *cpu, struct sd_mm *mm)
+{
+	/* arm64 leaves the ASID loaded in TTBR0 of a lazy CPU; broadcasts
+	 * reach it anyway, so there is nothing to do. */
+	(void)cpu;
+	(void)mm;
+}
+
+const struct sd_strategy_ops sd_broadcast_ops = {
+	.name = "broadcast",
+	.summary = "arm64 TLBI ...IS: every flush reaches every CPU's TLB",
+	.machine_init = bcast_machine_init,
+	.machine_fini = sd_broadcast_machine_fini,
+	.mm_init = sd_broadcast_mm_init,
+	.mm_fini = sd_broadcast_mm_fini,
+	.flush_range = bcast_flush_range,
+	.flush_mm = bcast_flush_mm,
+	.switch_mm = sd_broadcast_switch,
+	.enter_lazy = bcast_enter_lazy,
+};

@@ -1,0 +1,47 @@
+/* SPDX-License-Identifier: MIT */
+#ifndef SD_FLUSH_BROADCAST_H
+#define SD_FLUSH_BROADCAST_H
+
+#include "../asid/arm64_asid.h"
+#include "../core/spinlock.h"
+#include "../tlb/tlb.h"
+
+struct sd_cpu;
+struct sd_mm;
+struct sd_machine;
+
+/* arm64 MAX_TLBI_OPS (PTRS_PER_PTE for 4 KiB pages): from this many pages on,
+ * one ASID flush replaces per-page operations. */
+#define SD_MAX_TLBI_OPS 512
+
+/* Machine-wide state of the broadcast strategy (and of those built on it). */
+struct sd_broadcast {
+	struct sd_arm64_asid asid;
+	/* The interconnect: one broadcast message in flight at a time, as DVM
+	 * messages serialise, so concurrent initiators really contend. */
+	sd_cacheline_aligned struct sd_spinlock dvm;
+	uint64_t max_tlbi_ops;
+};
+
+/* Per-mm state: the arm64 context id (generation | ASID). */
+struct sd_broadcast_mm {
+	sd_cacheline_aligned _Atomic uint64_t ctx_id;
+};
+
+struct sd_strategy_opt;
+
+/* Building blocks for strategies layered on broadcast (local, none). */
+int sd_broadcast_machine_init(struct sd_machine *m, struct sd_broadcast *b);
+/* Allocate and init, taking broadcast's options (max_tlbi_ops=); errors name @name. */
+int sd_broadcast_machine_create(struct sd_machine *m, const char *name,
+				const struct sd_strategy_opt *opts, unsigned nr_opts, void **priv);
+void sd_broadcast_machine_fini(struct sd_machine *m, void *priv);
+int sd_broadcast_mm_init(struct sd_machine *m, struct sd_mm *mm, void **mm_priv);
+void sd_broadcast_mm_fini(struct sd_machine *m, struct sd_mm *mm, void *mm_priv);
+void sd_broadcast_switch(struct sd_cpu *cpu, struct sd_mm *prev, struct sd_mm *next);
+/* TLBI ... IS: one message, applied to every CPU's TLB. */
+void sd_broadcast_tlbi(struct sd_cpu *cpu, const struct sd_tlb_inval *op);
+/* The ASID @mm runs with now; 0 if it never ran (nothing to flush). */
+bool sd_broadcast_mm_asid(struct sd_cpu *cpu, struct sd_mm *mm, uint16_t *asid);
+
+#endif

@@ -1,0 +1,62 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The test-only `none` strategy: broken on purpose. It keeps the arm64 ASIDs
+ * of `broadcast` but flushes only the initiator's own TLB, so any other CPU
+ * that cached a changed page keeps using it. It exists so that tests can
+ * show the oracle catching a strategy that breaks invariant 1.
+ */
+#include "../machine/machine.h"
+#include "../mm/mm.h"
+#include "broadcast.h"
+#include "strategy.h"
+
+static void none_flush_local(struct sd_cpu *cpu, struct sd_mm *mm, const struct sd_tlb_inval *op)
+{
+	struct sd_tlb_inval local = *op;
+
+	if (!sd_broadcast_mm_asid(cpu, mm, &local.asid))
+		return;
+	sd_tlb_invalidate(&cpu->tlb, &local);
+	sd_stat_inc(cpu, op->kind == SD_TLB_INVAL_ASID ? SD_STAT_LOCAL_FLUSH_ASID
+						       : SD_STAT_LOCAL_FLUSH_RANGE);
+}
+
+static void none_flush_range(struct sd_cpu *cpu, const struct sd_flush_req *req)
+{
+	struct sd_tlb_inval op = {
+		.kind = SD_TLB_INVAL_RANGE,
+		.leaf_only = !req->freed_tables,
+		.vpn = req->vpn,
+		.nr = req->nr,
+	};
+
+	none_flush_local(cpu, req->mm, &op);
+}
+
+static void none_flush_mm(struct sd_cpu *cpu, struct sd_mm *mm)
+{
+	struct sd_tlb_inval op = { .kind = SD_TLB_INVAL_ASID };
+
+	none_flush_local(cpu, mm, &op);
+}
+
+static int none_machine_init(struct sd_machine *m, const struct sd_strategy_opt *opts,
+			     unsigned nr_opts, void **priv)
+{
+	if (nr_opts)
+		return sd_strategy_unknown_opt("none", &opts[0]);
+	return sd_broadcast_machine_create(m, "none", opts, 0, priv);
+}
+
+const struct sd_strategy_ops sd_none_ops = {
+	.name = "none",
+	.summary = "TEST ONLY, broken on purpose: flushes the initiator's TLB alone",
+	.machine_init = none_machine_init,
+	.machine_fini = sd_broadcast_machine_fini,
+	.mm_init = sd_broadcast_mm_init,
+	.mm_fini = sd_broadcast_mm_fini,
+	.flush_range = none_flush_range,
+	.flush_mm = none_flush_mm,
+	.switch_mm = sd_broadcast_switch,
+	.enter_lazy = NULL,
+};

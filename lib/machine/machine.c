@@ -1,0 +1,396 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The machine: configuration, topology, per-CPU areas, the strategy, and
+ * sd_machine_run(). Everything it builds is undone in reverse on failure.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <urcu-qsbr.h>
+
+#include <shootdown/mm.h>
+
+#include "../core/backoff.h"
+#include "../core/error.h"
+#include "../tlb/pte.h"
+#include "machine.h"
+
+#define SD_DEFAULT_STRATEGY "broadcast"
+#define SD_DEFAULT_TLB_SETS 256
+#define SD_DEFAULT_TLB_WAYS 8
+#define SD_DEFAULT_TLB_L1 64
+#define SD_DEFAULT_ASID_BITS 16
+#define SD_DEFAULT_FRAMES (UINT64_C(1) << 20)
+#define SD_CPU_THREAD_STACK (256 * 1024)
+
+void sd_machine_config_init(struct sd_machine_config *cfg)
+{
+	static const struct sd_machine_config defaults = SD_MACHINE_CONFIG_INIT;
+
+	*cfg = defaults;
+}
+
+static int check_pow2(const char *what, unsigned v, unsigned max)
+{
+	if (!sd_is_pow2(v) || v > max)
+		return sd_fail(-EINVAL, "%s = %u: must be a power of two <= %u", what, v, max);
+	return 0;
+}
+
+/* Copy the caller's config (any size we know) and fill in the defaults. */
+static int normalise(const struct sd_machine_config *in, struct sd_machine_config *cfg)
+{
+	int err;
+
+	sd_machine_config_init(cfg);
+	if (in) {
+		if (in->size == 0 || in->size > sizeof(*cfg))
+			return sd_fail(-EINVAL, "config size %zu unknown (expected %zu): start from "
+				       "SD_MACHINE_CONFIG_INIT", in->size, sizeof(*cfg));
+		memcpy(cfg, in, in->size);
+		cfg->size = sizeof(*cfg);
+	}
+	if (!cfg->strategy)
+		cfg->strategy = SD_DEFAULT_STRATEGY;
+	if (!cfg->tlb_sets)
+		cfg->tlb_sets = SD_DEFAULT_TLB_SETS;
+	if (!cfg->tlb_ways)
+		cfg->tlb_ways = SD_DEFAULT_TLB_WAYS;
+	if (!cfg->tlb_l1_entries)
+		cfg->tlb_l1_entries = SD_DEFAULT_TLB_L1;
+	if (!cfg->asid_bits)
+		cfg->asid_bits = SD_DEFAULT_ASID_BITS;
+	if (!cfg->nr_frames)
+		cfg->nr_frames = SD_DEFAULT_FRAMES;
+	if (!cfg->ipi_signal)
+		cfg->ipi_signal = SIGRTMIN + 4;
+
+	if ((err = check_pow2("tlb_sets", cfg->tlb_sets, 1u << 16)) ||
+	    (err = check_pow2("tlb_ways", cfg->tlb_ways, 64)) ||
+	    (err = check_pow2("tlb_l1_entries", cfg->tlb_l1_entries, 1u << 12)))
+		return err;
+	if (cfg->ipi_signal != SIGUSR1 && cfg->ipi_signal != SIGUSR2 &&
+	    (cfg->ipi_signal < SIGRTMIN || cfg->ipi_signal > SIGRTMAX))
+		return sd_fail(-EINVAL, "ipi_signal %d: must be SIGUSR1, SIGUSR2 or in %d..%d",
+			       cfg->ipi_signal, SIGRTMIN, SIGRTMAX);
+	if (cfg->asid_bits < 4 || cfg->asid_bits > 16)
+		return sd_fail(-EINVAL, "asid_bits %u: must be 4..16", cfg->asid_bits);
+	if (cfg->nr_frames > SD_PFN_MAX)
+		return sd_fail(-EINVAL, "nr_frames %llu: at most %llu",
+			       (unsigned long long)cfg->nr_frames, (unsigned long long)SD_PFN_MAX);
+	if (cfg->oracle > SD_ORACLE_CHECKED)
+		return sd_fail(-EINVAL, "oracle mode %d unknown", (int)cfg->oracle);
+	return 0;
+}
+
+static bool oracle_checked(enum sd_oracle_mode mode)
+{
+	const char *env;
+
+	if (mode != SD_ORACLE_DEFAULT)
+		return mode == SD_ORACLE_CHECKED;
+	env = getenv("SD_ORACLE");
+	return env && !strcmp(env, "1");
+}
+
+static void free_cpus(struct sd_machine *m)
+{
+	if (!m->cpus)
+		return;
+	for (unsigned i = 0; i < m->nr_cpus; i++)
+		sd_topology_free_local(&m->topo, m->cpus[i], m->cpu_area_size);
+	free(m->cpus);
+	m->cpus = NULL;
+}
+
+static int alloc_cpus(struct sd_machine *m)
+{
+	const struct sd_machine_config *cfg = &m->cfg;
+
+	m->cpu_area_size = sd_cpu_area_size(cfg->tlb_l1_entries, cfg->tlb_sets, cfg->tlb_ways);
+	m->cpus = calloc(m->nr_cpus, sizeof(*m->cpus));
+	if (!m->cpus)
+		return -ENOMEM;
+	for (unsigned i = 0; i < m->nr_cpus; i++) {
+		/* On the CPU's own NUMA node, page (so line) aligned. */
+		m->cpus[i] = sd_topology_alloc_local(&m->topo, i, m->cpu_area_size);
+		if (!m->cpus[i])
+			return -ENOMEM;
+		sd_cpu_area_init(m->cpus[i], m, i, m->cpu_area_size, cfg->tlb_l1_entries,
+				 cfg->tlb_sets, cfg->tlb_ways);
+	}
+	return 0;
+}
+
+int sd_machine_create(const struct sd_machine_config *in, struct sd_machine **out)
+{
+	struct sd_strategy_opt opts[SD_STRATEGY_MAX_OPTS];
+	unsigned nr_opts;
+	struct sd_machine *m;
+	int err;
+
+	if (!out)
+		return sd_fail(-EINVAL, "sd_machine_create: NULL out");
+	m = aligned_alloc(SD_CACHELINE, sizeof(*m));
+	if (!m)
+		return -ENOMEM;
+	memset(m, 0, sizeof(*m));
+	err = normalise(in, &m->cfg);
+	if (!err)
+		err = sd_strategy_lookup(m->cfg.strategy, &m->ops, opts, &nr_opts);
+	if (err) {
+		free(m);
+		return err;
+	}
+	snprintf(m->strategy_spec, sizeof(m->strategy_spec), "%s", m->cfg.strategy);
+	m->cfg.strategy = m->strategy_spec;
+	m->checked = oracle_checked(m->cfg.oracle);
+	m->cfg.oracle = m->checked ? SD_ORACLE_CHECKED : SD_ORACLE_OFF;
+	pthread_mutex_init(&m->pin_note_lock, NULL);
+	sd_oracle_init(&m->oracle);
+
+	err = sd_topology_init(&m->topo, &m->cfg, &m->nr_cpus);
+	if (err)
+		goto fail_topo;
+	m->cfg.nr_cpus = m->nr_cpus;
+	m->cfg.pu_list = NULL;         /* resolved into the placement; not ours to keep */
+	err = alloc_cpus(m);
+	if (err)
+		goto fail_cpus;
+	err = sd_frame_pool_init(&m->frames, m->cfg.nr_frames);
+	if (err)
+		goto fail_cpus;
+	err = m->ops->machine_init(m, opts, nr_opts, &m->strategy);
+	if (err)
+		goto fail_frames;
+	err = sd_ipi_install(m->cfg.ipi_signal);
+	if (err)
+		goto fail_strategy;
+	*out = m;
+	return 0;
+
+fail_strategy:
+	m->ops->machine_fini(m, m->strategy);
+fail_frames:
+	sd_frame_pool_fini(&m->frames);
+fail_cpus:
+	free_cpus(m);
+	sd_topology_fini(&m->topo);
+fail_topo:
+	sd_oracle_fini(&m->oracle);
+	pthread_mutex_destroy(&m->pin_note_lock);
+	free(m);
+	return err;
+}
+
+int sd_machine_destroy(struct sd_machine *m)
+{
+	if (!m)
+		return sd_fail(-EINVAL, "sd_machine_destroy: NULL machine");
+	if (atomic_load(&m->nr_attached))
+		return sd_fail(-EBUSY, "%u CPU(s) still attached", atomic_load(&m->nr_attached));
+	if (atomic_load(&m->nr_mms))
+		return sd_fail(-EBUSY, "%u address space(s) still exist", atomic_load(&m->nr_mms));
+	/* Deferred page-table frees may still be queued. */
+	urcu_qsbr_barrier();
+	sd_ipi_uninstall(m->cfg.ipi_signal);
+	m->ops->machine_fini(m, m->strategy);
+	sd_frame_pool_fini(&m->frames);
+	free_cpus(m);
+	sd_topology_fini(&m->topo);
+	sd_oracle_fini(&m->oracle);
+	pthread_mutex_destroy(&m->pin_note_lock);
+	free(m);
+	return 0;
+}
+
+unsigned sd_machine_nr_cpus(const struct sd_machine *m)
+{
+	return m->nr_cpus;
+}
+
+/* ---- sd_machine_run ---- */
+
+struct run_state {
+	struct sd_machine *m;
+	sd_cpu_fn fn;
+	void *arg;
+	_Atomic unsigned attached;     /* threads past attach (ok or not) */
+	_Atomic int error;
+	_Atomic unsigned running;      /* fns not yet returned */
+};
+
+struct run_thread {
+	struct run_state *rs;
+	unsigned id;
+};
+
+static void wait_for_zero(_Atomic unsigned *v)
+{
+	struct sd_backoff b = SD_BACKOFF_INIT;
+
+	while (atomic_load(v))
+		sd_backoff_wait(&b);
+}
+
+static void *cpu_thread(void *p)
+{
+	struct run_thread *t = p;
+	struct run_state *rs = t->rs;
+	struct sd_cpu *c = NULL;
+	int err = sd_cpu_attach(rs->m, t->id, &c);
+	struct sd_backoff b = SD_BACKOFF_INIT;
+
+	if (err)
+		atomic_store(&rs->error, err);
+	atomic_fetch_add(&rs->attached, 1);
+	/* Start together: every CPU has a thread (and a tid for IPIs) before
+	 * any fn runs. */
+	while (atomic_load(&rs->attached) < rs->m->nr_cpus)
+		sd_backoff_wait(&b);
+	if (!atomic_load(&rs->error) && c)
+		rs->fn(c, rs->arg);
+	atomic_fetch_sub(&rs->running, 1);
+	if (c) {
+		/* Stay a CPU, idle, answering IPIs, until every fn returned:
+		 * a late shootdown must never wait on a thread that is gone. */
+		sd_cpu_idle(c);
+		wait_for_zero(&rs->running);
+		sd_cpu_detach(c);
+	}
+	return NULL;
+}
+
+int sd_machine_run(struct sd_machine *m, sd_cpu_fn fn, void *arg)
+{
+	struct run_state rs;
+	struct run_thread *threads;
+	pthread_t *tids;
+	pthread_attr_t attr;
+	unsigned started = 0;
+	int err = 0;
+
+	if (!m || !fn)
+		return sd_fail(-EINVAL, "sd_machine_run: NULL argument");
+	if (sd_this_cpu)
+		return sd_fail(-EBUSY, "sd_machine_run: the caller is itself a CPU");
+	if (atomic_load(&m->nr_attached))
+		return sd_fail(-EBUSY, "sd_machine_run: %u CPU(s) already attached",
+			       atomic_load(&m->nr_attached));
+	threads = calloc(m->nr_cpus, sizeof(*threads));
+	tids = calloc(m->nr_cpus, sizeof(*tids));
+	if (!threads || !tids) {
+		free(threads);
+		free(tids);
+		return -ENOMEM;
+	}
+	rs.m = m;
+	rs.fn = fn;
+	rs.arg = arg;
+	atomic_init(&rs.attached, 0);
+	atomic_init(&rs.error, 0);
+	atomic_init(&rs.running, m->nr_cpus);
+	pthread_attr_init(&attr);
+	pthread_attr_setstacksize(&attr, SD_CPU_THREAD_STACK);
+	for (; started < m->nr_cpus; started++) {
+		threads[started].rs = &rs;
+		threads[started].id = started;
+		if (pthread_create(&tids[started], &attr, cpu_thread, &threads[started])) {
+			err = sd_fail(-EAGAIN, "sd_machine_run: could not create thread %u", started);
+			break;
+		}
+	}
+	pthread_attr_destroy(&attr);
+	if (err) {
+		/* Release the ones that started: they see the error and leave. */
+		atomic_store(&rs.error, err);
+		atomic_fetch_sub(&rs.running, m->nr_cpus - started);
+		atomic_fetch_add(&rs.attached, m->nr_cpus - started);
+	}
+	for (unsigned i = 0; i < started; i++)
+		pthread_join(tids[i], NULL);
+	free(threads);
+	free(tids);
+	return err ? err : atomic_load(&rs.error);
+}
+
+/* ---- info ---- */
+
+int sd_machine_info(const struct sd_machine *m, struct sd_machine_info *info)
+{
+	if (!m || !info)
+		return sd_fail(-EINVAL, "sd_machine_info: NULL argument");
+	memset(info, 0, sizeof(*info));
+	info->nr_cpus = m->nr_cpus;
+	info->nr_pus = m->topo.nr_pus;
+	info->nr_cores = m->topo.nr_cores;
+	info->nr_packages = m->topo.nr_packages;
+	info->nr_numa_nodes = m->topo.nr_nodes;
+	info->oversubscribed = m->nr_cpus > m->topo.nr_pus;
+	info->synthetic = m->topo.synthetic;
+	info->all_pinned = !atomic_load(&m->any_unpinned);
+	info->placement = m->cfg.placement;
+	info->oracle = m->cfg.oracle;
+	info->tlb_sets = m->cfg.tlb_sets;
+	info->tlb_ways = m->cfg.tlb_ways;
+	info->tlb_l1_entries = m->cfg.tlb_l1_entries;
+	info->asid_bits = m->cfg.asid_bits;
+	info->ipi_signal = m->cfg.ipi_signal;
+	info->bytes_per_cpu = m->cpu_area_size;
+	snprintf(info->strategy, sizeof(info->strategy), "%s", m->strategy_spec);
+	snprintf(info->topology, sizeof(info->topology), "%s", m->topo.summary);
+	pthread_mutex_lock((pthread_mutex_t *)&m->pin_note_lock);
+	snprintf(info->pin_note, sizeof(info->pin_note), "%s", m->pin_note);
+	pthread_mutex_unlock((pthread_mutex_t *)&m->pin_note_lock);
+	return 0;
+}
+
+int sd_machine_cpu_info(const struct sd_machine *m, unsigned cpu, struct sd_cpu_info *info)
+{
+	if (!m || !info || cpu >= m->nr_cpus)
+		return sd_fail(-EINVAL, "sd_machine_cpu_info: NULL argument or CPU out of range");
+	memset(info, 0, sizeof(*info));
+	sd_topology_cpu_info(&m->topo, cpu, info);
+	info->pinned = m->cpus[cpu]->pinned;
+	info->attached = atomic_load(&m->cpus[cpu]->attached);
+	return 0;
+}
+
+static const char *placement_name(enum sd_placement p)
+{
+	switch (p) {
+	case SD_PLACE_COMPACT:
+		return "compact";
+	case SD_PLACE_SCATTER:
+		return "scatter";
+	case SD_PLACE_LIST:
+		return "list";
+	}
+	return "?";
+}
+
+void sd_machine_print_info(const struct sd_machine *m, FILE *f)
+{
+	struct sd_machine_info info;
+
+	if (sd_machine_info(m, &info))
+		return;
+	fprintf(f, "machine: %u CPUs on %s%s, placement %s, strategy %s, oracle %s\n",
+		info.nr_cpus, info.topology, info.oversubscribed ? " (oversubscribed)" : "",
+		placement_name(info.placement), info.strategy,
+		info.oracle == SD_ORACLE_CHECKED ? "checked" : "off");
+	fprintf(f, "tlb: L1 %u direct-mapped + L2 %u sets x %u ways, %u-bit ASIDs, %zu bytes per CPU\n",
+		info.tlb_l1_entries, info.tlb_sets, info.tlb_ways, info.asid_bits,
+		info.bytes_per_cpu);
+	if (info.pin_note[0])
+		fprintf(f, "pinning: unpinned: %s\n", info.pin_note);
+	for (unsigned i = 0; i < info.nr_cpus; i++) {
+		struct sd_cpu_info ci;
+		sd_machine_cpu_info(m, i, &ci);
+		fprintf(f, "  cpu %u -> PU %d (core %d, package %d, node %d) %s\n", i,
+			ci.pu_os_index, ci.core, ci.package, ci.numa_node,
+			ci.pinned == 1 ? "pinned" : ci.pinned == 0 ? "unpinned" : "not yet attached");
+	}
+}

@@ -1,0 +1,508 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Address spaces: mapping changes, the access path and context switches.
+ * A change edits PTEs under mm->lock, drops it, asks the strategy to flush
+ * (the initiator is the calling CPU), raises the oracle floors, and only then
+ * frees frames and (after a grace period) page-table pages: the mmu_gather
+ * order of zap, flush, free.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <urcu-qsbr.h>
+
+#include "../core/error.h"
+#include "../machine/machine.h"
+#include "mm.h"
+
+/* Pass a quiescent state every this many accesses, so a CPU that only
+ * reads never holds a grace period back for long. */
+#define SD_ACCESSES_PER_QS 64
+
+int sd_mm_create(struct sd_machine *m, struct sd_mm **out)
+{
+	struct sd_mm *mm;
+	int err;
+
+	if (!m || !out)
+		return sd_fail(-EINVAL, "sd_mm_create: NULL argument");
+	mm = aligned_alloc(SD_CACHELINE, sizeof(*mm));
+	if (!mm)
+		return -ENOMEM;
+	memset(mm, 0, sizeof(*mm));
+	mm->m = m;
+	mm->pgd = sd_pt_alloc();
+	err = mm->pgd ? 0 : -ENOMEM;
+	if (!err && m->checked)
+		err = sd_oracle_floor_init(&mm->floor);
+	if (!err)
+		err = m->ops->mm_init(m, mm, &mm->strategy);
+	if (err) {
+		sd_oracle_floor_fini(&mm->floor);
+		sd_pt_free(mm->pgd);
+		free(mm);
+		return err;
+	}
+	pthread_mutex_init(&mm->lock, NULL);
+	atomic_init(&mm->users, 0);
+	mm->id = atomic_fetch_add(&m->next_mm_id, 1) + 1;
+	atomic_fetch_add(&m->nr_mms, 1);
+	*out = mm;
+	return 0;
+}
+
+static void free_frame_of(uint64_t pte, void *arg)
+{
+	struct sd_machine *m = arg;
+
+	if (pte & SD_PTE_PRESENT)
+		sd_frame_free(&m->frames, NULL, sd_pte_pfn(pte));
+}
+
+int sd_mm_destroy(struct sd_mm *mm)
+{
+	struct sd_machine *m;
+
+	if (!mm)
+		return sd_fail(-EINVAL, "sd_mm_destroy: NULL mm");
+	if (atomic_load(&mm->users))
+		return sd_fail(-EBUSY, "mm %llu is still loaded on %u CPU(s)",
+			       (unsigned long long)mm->id, atomic_load(&mm->users));
+	m = mm->m;
+	/* No CPU has it loaded, so no walk of it is in flight: its tables can
+	 * go now. Its ASID is never reused without a flush (arm64: a new
+	 * generation flushes every CPU first). */
+	sd_pt_free_tree(mm->pgd, free_frame_of, m);
+	m->ops->mm_fini(m, mm, mm->strategy);
+	sd_oracle_floor_fini(&mm->floor);
+	pthread_mutex_destroy(&mm->lock);
+	free(mm);
+	atomic_fetch_sub(&m->nr_mms, 1);
+	return 0;
+}
+
+uint64_t sd_mm_id(const struct sd_mm *mm)
+{
+	return mm->id;
+}
+
+/* ---- argument checks shared by every mapping change ---- */
+
+static int check_change(struct sd_cpu *c, struct sd_mm *mm, uint64_t va, uint64_t len,
+			const char *what)
+{
+	if (sd_cpu_check_self(c))
+		return sd_fail(-EPERM, "%s: caller is not attached as this CPU", what);
+	if (!mm || mm->m != c->m)
+		return sd_fail(-EINVAL, "%s: mm is NULL or belongs to another machine", what);
+	if (!len)
+		return sd_fail(-EINVAL, "%s: length is 0", what);
+	if ((va | len) & (SD_PAGE_SIZE - 1))
+		return sd_fail(-EINVAL, "%s: va 0x%llx or length 0x%llx not page aligned", what,
+			       (unsigned long long)va, (unsigned long long)len);
+	if (va + len < va || va + len > SD_VA_END)
+		return sd_fail(-EINVAL, "%s: [0x%llx, +0x%llx) leaves the 48-bit VA space", what,
+			       (unsigned long long)va, (unsigned long long)len);
+	if (c->irq_depth)
+		return sd_fail(-EINVAL, "%s: called with interrupts off", what);
+	return 0;
+}
+
+static uint32_t change_version(struct sd_mm *mm)
+{
+	return mm->m->checked ? sd_oracle_next_version(&mm->m->oracle) : 0;
+}
+
+/* Visit every existing leaf slot of [vpn, vpn + nr). */
+#define for_each_pte(mm, vpn, nr, leaf, slot)                                           \
+	for (uint64_t __v = (vpn), __end = (vpn) + (nr); __v < __end;                    \
+	     __v = (__v | (SD_PT_ENTRIES - 1)) + 1)                                     \
+		if (((leaf) = sd_pt_walk_leaf((mm)->pgd, __v)) != NULL)                 \
+			for (uint64_t __i = __v; __i < __end &&                         \
+			     ((slot) = &(leaf)->e[__i & (SD_PT_ENTRIES - 1)], 1);       \
+			     __i = ((__i + 1) & (SD_PT_ENTRIES - 1)) ? __i + 1 : __end)
+
+/* ---- frames gathered by a zap, freed after the flush ---- */
+
+struct gather {
+	size_t n, cap;
+	uint32_t *pfn;
+	bool flush;            /* a present PTE changed: some TLB may cache it */
+	int err;
+};
+
+static void gather_pfn(struct gather *g, uint64_t pfn)
+{
+	if (g->n == g->cap) {
+		size_t cap = g->cap ? 2 * g->cap : 64;
+		uint32_t *p = realloc(g->pfn, cap * sizeof(*p));
+		if (!p) {
+			/* Leak the frame rather than free it early. */
+			g->err = -ENOMEM;
+			return;
+		}
+		g->pfn = p;
+		g->cap = cap;
+	}
+	g->pfn[g->n++] = (uint32_t)pfn;
+}
+
+static void finish_change(struct sd_cpu *c, struct sd_mm *mm, uint64_t vpn, uint64_t nr,
+			  uint32_t version, struct gather *g, struct sd_pt_freelist *fl)
+{
+	struct sd_machine *m = c->m;
+
+	if (g->flush || (fl && fl->n)) {
+		struct sd_flush_req req = {
+			.mm = mm, .vpn = vpn, .nr = nr, .freed_tables = fl && fl->n,
+		};
+		struct timespec t0, t1;
+
+		clock_gettime(CLOCK_MONOTONIC, &t0);
+		m->ops->flush_range(c, &req);
+		clock_gettime(CLOCK_MONOTONIC, &t1);
+		sd_stat_inc(c, SD_STAT_FLUSH);
+		sd_stat_flush_latency(c, (uint64_t)(t1.tv_sec - t0.tv_sec) * 1000000000u +
+					     (uint64_t)(t1.tv_nsec - t0.tv_nsec));
+		if (m->checked)
+			sd_oracle_floor_raise(&mm->floor, vpn, nr, version);
+	}
+	for (size_t i = 0; i < g->n; i++)
+		sd_frame_free(&m->frames, &c->frames, g->pfn[i]);
+	free(g->pfn);
+	if (fl)
+		sd_pt_free_deferred(fl);
+	sd_cpu_qs(c);
+}
+
+int sd_mmap(struct sd_cpu *c, struct sd_mm *mm, uint64_t va, uint64_t len, unsigned prot)
+{
+	uint64_t vpn = va >> SD_PAGE_SHIFT, nr = len >> SD_PAGE_SHIFT;
+	struct sd_pt *leaf;
+	_Atomic uint64_t *slot;
+	int err = check_change(c, mm, va, len, "sd_mmap");
+
+	if (err)
+		return err;
+	if (prot & ~(unsigned)(SD_PROT_READ | SD_PROT_WRITE))
+		return sd_fail(-EINVAL, "sd_mmap: unknown prot bits 0x%x", prot);
+	pthread_mutex_lock(&mm->lock);
+	for_each_pte(mm, vpn, nr, leaf, slot) {
+		if (atomic_load_explicit(slot, memory_order_relaxed)) {
+			pthread_mutex_unlock(&mm->lock);
+			return sd_fail(-EEXIST, "sd_mmap: page 0x%llx already mapped",
+				       (unsigned long long)(__i << SD_PAGE_SHIFT));
+		}
+	}
+	/* Build every table first, so a failure leaves no PTE behind (empty
+	 * tables are invisible). */
+	for (uint64_t v = vpn; v < vpn + nr; v = (v | (SD_PT_ENTRIES - 1)) + 1) {
+		if (!sd_pt_leaf_alloc(mm->pgd, v)) {
+			pthread_mutex_unlock(&mm->lock);
+			return sd_fail(-ENOMEM, "sd_mmap: no memory for page tables");
+		}
+	}
+	uint64_t pte = sd_pte_make(0, SD_PTE_VMA | sd_pte_flags_from_prot(prot), change_version(mm));
+	for_each_pte(mm, vpn, nr, leaf, slot)
+		atomic_store_explicit(slot, pte, memory_order_release);
+	pthread_mutex_unlock(&mm->lock);
+	sd_cpu_qs(c);
+	return 0;
+}
+
+int sd_munmap(struct sd_cpu *c, struct sd_mm *mm, uint64_t va, uint64_t len)
+{
+	uint64_t vpn = va >> SD_PAGE_SHIFT, nr = len >> SD_PAGE_SHIFT;
+	struct sd_pt *leaf;
+	_Atomic uint64_t *slot;
+	struct gather g = { 0 };
+	struct sd_pt_freelist fl = { 0 };
+	uint32_t version;
+	int err = check_change(c, mm, va, len, "sd_munmap");
+
+	if (err)
+		return err;
+	pthread_mutex_lock(&mm->lock);
+	version = change_version(mm);
+	for_each_pte(mm, vpn, nr, leaf, slot) {
+		uint64_t old = atomic_load_explicit(slot, memory_order_relaxed);
+		if (!old)
+			continue;
+		atomic_store_explicit(slot, 0, memory_order_release);
+		if (old & SD_PTE_PRESENT) {
+			gather_pfn(&g, sd_pte_pfn(old));
+			g.flush = true;
+		}
+	}
+	/* On -ENOMEM the empty tables just stay linked: still correct. */
+	(void)sd_pt_unlink_empty(mm->pgd, vpn, nr, &fl);
+	pthread_mutex_unlock(&mm->lock);
+	finish_change(c, mm, vpn, nr, version, &g, &fl);
+	return 0;
+}
+
+int sd_madvise_dontneed(struct sd_cpu *c, struct sd_mm *mm, uint64_t va, uint64_t len)
+{
+	uint64_t vpn = va >> SD_PAGE_SHIFT, nr = len >> SD_PAGE_SHIFT;
+	struct sd_pt *leaf;
+	_Atomic uint64_t *slot;
+	struct gather g = { 0 };
+	uint32_t version;
+	int err = check_change(c, mm, va, len, "sd_madvise_dontneed");
+
+	if (err)
+		return err;
+	pthread_mutex_lock(&mm->lock);
+	version = change_version(mm);
+	for_each_pte(mm, vpn, nr, leaf, slot) {
+		uint64_t old = atomic_load_explicit(slot, memory_order_relaxed);
+		if (!(old & SD_PTE_PRESENT))
+			continue;
+		/* zap_pte_range(): drop the frame, keep the mapping. */
+		atomic_store_explicit(slot,
+				      sd_pte_make(0, old & (SD_PTE_VMA | SD_PTE_PROT_MASK), version),
+				      memory_order_release);
+		gather_pfn(&g, sd_pte_pfn(old));
+		g.flush = true;
+	}
+	pthread_mutex_unlock(&mm->lock);
+	finish_change(c, mm, vpn, nr, version, &g, NULL);
+	return 0;
+}
+
+int sd_mprotect(struct sd_cpu *c, struct sd_mm *mm, uint64_t va, uint64_t len, unsigned prot)
+{
+	uint64_t vpn = va >> SD_PAGE_SHIFT, nr = len >> SD_PAGE_SHIFT;
+	struct sd_pt *leaf;
+	_Atomic uint64_t *slot;
+	struct gather g = { 0 };
+	uint64_t mapped = 0;
+	uint32_t version;
+	int err = check_change(c, mm, va, len, "sd_mprotect");
+
+	if (err)
+		return err;
+	if (prot & ~(unsigned)(SD_PROT_READ | SD_PROT_WRITE))
+		return sd_fail(-EINVAL, "sd_mprotect: unknown prot bits 0x%x", prot);
+	pthread_mutex_lock(&mm->lock);
+	for_each_pte(mm, vpn, nr, leaf, slot)
+		mapped += !!(atomic_load_explicit(slot, memory_order_relaxed) & SD_PTE_VMA);
+	if (mapped != nr) {
+		pthread_mutex_unlock(&mm->lock);
+		return sd_fail(-ENOMEM, "sd_mprotect: %llu of %llu pages are not mapped",
+			       (unsigned long long)(nr - mapped), (unsigned long long)nr);
+	}
+	version = change_version(mm);
+	for_each_pte(mm, vpn, nr, leaf, slot) {
+		uint64_t old = atomic_load_explicit(slot, memory_order_relaxed);
+		uint64_t keep = old & (SD_PTE_VMA | SD_PTE_PRESENT);
+		atomic_store_explicit(slot,
+				      sd_pte_make(sd_pte_pfn(old), keep | sd_pte_flags_from_prot(prot),
+						  version),
+				      memory_order_release);
+		g.flush |= !!(old & SD_PTE_PRESENT);
+	}
+	pthread_mutex_unlock(&mm->lock);
+	finish_change(c, mm, vpn, nr, version, &g, NULL);
+	return 0;
+}
+
+/* ---- the access path ---- */
+
+static inline bool pte_allows(uint64_t pte, enum sd_access_kind kind)
+{
+	return pte & (kind == SD_WRITE ? SD_PTE_WRITE : SD_PTE_READ);
+}
+
+/* First touch: populate the page under the lock (interrupts on, as the
+ * kernel's fault handler runs). */
+static int populate(struct sd_cpu *c, struct sd_mm *mm, uint64_t vpn)
+{
+	struct sd_pt *leaf;
+	int err = 0;
+
+	pthread_mutex_lock(&mm->lock);
+	leaf = sd_pt_walk_leaf(mm->pgd, vpn);
+	_Atomic uint64_t *slot = leaf ? &leaf->e[vpn & (SD_PT_ENTRIES - 1)] : NULL;
+	uint64_t pte = slot ? atomic_load_explicit(slot, memory_order_relaxed) : 0;
+
+	if ((pte & SD_PTE_VMA) && !(pte & SD_PTE_PRESENT)) {
+		uint64_t pfn;
+		err = sd_frame_alloc(&c->m->frames, &c->frames, &pfn);
+		if (!err) {
+			atomic_store_explicit(slot,
+					      sd_pte_make(pfn, (pte & (SD_PTE_VMA | SD_PTE_PROT_MASK)) |
+								 SD_PTE_PRESENT,
+							  change_version(mm)),
+					      memory_order_release);
+			sd_stat_inc(c, SD_STAT_PAGE_FAULT);
+		} else {
+			err = sd_fail(-ENOMEM, "sd_access: out of frames");
+		}
+	}
+	pthread_mutex_unlock(&mm->lock);
+	return err;
+}
+
+static void report_violation(struct sd_cpu *c, struct sd_mm *mm, uint64_t vpn,
+			     const struct sd_tlb_hit *hit, uint32_t floor)
+{
+	struct sd_violation v = {
+		.kind = (uint32_t)hit->owner != (uint32_t)mm->id ? SD_VIOLATION_FOREIGN
+								   : SD_VIOLATION_STALE,
+		.cpu = c->id,
+		.mm_id = mm->id,
+		.entry_mm_id = hit->owner,
+		.va = vpn << SD_PAGE_SHIFT,
+		.entry_version = sd_pte_version(hit->pte),
+		.floor_version = floor,
+	};
+
+	sd_stat_inc(c, SD_STAT_VIOLATION);
+	sd_oracle_record(&c->m->oracle, &v);
+}
+
+static int walk_and_fill(struct sd_cpu *c, struct sd_mm *mm, uint64_t vpn,
+			 enum sd_access_kind kind, uint64_t *pte_out)
+{
+	for (;;) {
+		sd_irq_off(c);
+		uint64_t snap = sd_tlb_fill_begin(&c->tlb);
+		struct sd_pt *leaf = sd_tlb_walk_cache_lookup(&c->tlb, vpn, c->asid);
+
+		if (leaf)
+			sd_stat_inc(c, SD_STAT_WALK_CACHE_HIT);
+		else
+			leaf = sd_pt_walk_leaf(mm->pgd, vpn);
+		sd_stat_inc(c, SD_STAT_PAGE_WALK);
+		uint64_t pte = leaf ? atomic_load_explicit(&leaf->e[vpn & (SD_PT_ENTRIES - 1)],
+							   memory_order_acquire)
+				    : 0;
+
+		if (!(pte & SD_PTE_VMA)) {
+			sd_irq_on(c);
+			return -EFAULT;
+		}
+		if (!pte_allows(pte, kind)) {
+			sd_irq_on(c);
+			return -EACCES;
+		}
+		if (pte & SD_PTE_PRESENT) {
+			if (sd_tlb_fill_commit(&c->tlb, snap, vpn, c->asid, pte, (uint32_t)mm->id, leaf))
+				sd_stat_inc(c, SD_STAT_TLB_FILL);
+			else
+				sd_stat_inc(c, SD_STAT_TLB_FILL_RACED);
+			sd_irq_on(c);
+			*pte_out = pte;
+			return 0;
+		}
+		sd_irq_on(c);
+		int err = populate(c, mm, vpn);
+		if (err)
+			return err;
+	}
+}
+
+int sd_access(struct sd_cpu *c, uint64_t va, enum sd_access_kind kind, uint64_t *pfn)
+{
+	struct sd_tlb_hit hit;
+	uint64_t vpn = va >> SD_PAGE_SHIFT;
+	uint32_t floor = 0;
+
+	if (unlikely(sd_cpu_check_self(c)))
+		return sd_fail(-EPERM, "sd_access: caller is not attached as this CPU");
+	struct sd_mm *mm = atomic_load_explicit(&c->mm, memory_order_relaxed);
+	if (unlikely(!mm || atomic_load_explicit(&c->lazy, memory_order_relaxed)))
+		return -ESRCH;
+	if (unlikely(va >= SD_VA_END))
+		return -EFAULT;
+	if (unlikely(++c->ops_since_qs >= SD_ACCESSES_PER_QS) && !c->irq_depth)
+		sd_cpu_qs(c);
+
+	const bool checked = c->m->checked;
+	/* Oracle: the floor is read before the lookup, so a raise we see
+	 * belongs to a flush that returned before this access started. */
+	if (checked)
+		floor = sd_oracle_floor_get(&mm->floor, vpn);
+
+	if (likely(sd_tlb_lookup_l1(&c->tlb, vpn, c->asid, checked, &hit)) ||
+	    sd_tlb_lookup_l2(&c->tlb, vpn, c->asid, checked, &hit)) {
+		if (likely(pte_allows(hit.pte, kind))) {
+			sd_stat_inc(c, SD_STAT_TLB_HIT);
+			if (hit.l1)
+				sd_stat_inc(c, SD_STAT_TLB_L1_HIT);
+			if (checked && (sd_pte_version(hit.pte) < floor ||
+					hit.owner != (uint32_t)mm->id))
+				report_violation(c, mm, vpn, &hit, floor);
+			if (pfn)
+				*pfn = sd_pte_pfn(hit.pte);
+			return 0;
+		}
+		/* A cached entry that forbids the access may be older than the
+		 * PTE: drop it and walk, as the kernel handles a spurious fault. */
+		sd_tlb_drop(&c->tlb, vpn, c->asid);
+	}
+	sd_stat_inc(c, SD_STAT_TLB_MISS);
+	uint64_t pte;
+	int err = walk_and_fill(c, mm, vpn, kind, &pte);
+	if (!err && pfn)
+		*pfn = sd_pte_pfn(pte);
+	return err;
+}
+
+/* ---- context switch and idle ---- */
+
+static void rcu_online(struct sd_cpu *c)
+{
+	if (!urcu_qsbr_read_ongoing())
+		urcu_qsbr_thread_online();
+}
+
+int sd_switch_mm(struct sd_cpu *c, struct sd_mm *next)
+{
+	struct sd_mm *prev;
+
+	if (sd_cpu_check_self(c))
+		return sd_fail(-EPERM, "sd_switch_mm: caller is not attached as this CPU");
+	if (next && next->m != c->m)
+		return sd_fail(-EINVAL, "sd_switch_mm: mm belongs to another machine");
+	rcu_online(c);
+	prev = atomic_load_explicit(&c->mm, memory_order_relaxed);
+	if (next && next != prev)
+		atomic_fetch_add(&next->users, 1);
+	sd_irq_off(c);
+	c->m->ops->switch_mm(c, prev, next);
+	atomic_store_explicit(&c->mm, next, memory_order_relaxed);
+	atomic_store_explicit(&c->lazy, 0, memory_order_relaxed);
+	sd_irq_on(c);
+	if (prev && prev != next)
+		atomic_fetch_sub(&prev->users, 1);
+	sd_stat_inc(c, SD_STAT_CTX_SWITCH);
+	sd_cpu_qs(c);
+	return 0;
+}
+
+int sd_cpu_idle(struct sd_cpu *c)
+{
+	struct sd_mm *mm;
+
+	if (sd_cpu_check_self(c))
+		return sd_fail(-EPERM, "sd_cpu_idle: caller is not attached as this CPU");
+	mm = atomic_load_explicit(&c->mm, memory_order_relaxed);
+	sd_irq_off(c);
+	if (mm && !atomic_load_explicit(&c->lazy, memory_order_relaxed) && c->m->ops->enter_lazy)
+		c->m->ops->enter_lazy(c, mm);
+	atomic_store_explicit(&c->lazy, 1, memory_order_relaxed);
+	sd_irq_on(c);
+	/* Idle is an extended quiescent state: grace periods need nothing
+	 * from this CPU until it switches to an mm again. */
+	if (urcu_qsbr_read_ongoing())
+		urcu_qsbr_thread_offline();
+	return 0;
+}
+
+struct sd_mm *sd_cpu_current_mm(const struct sd_cpu *c)
+{
+	return c ? atomic_load_explicit(&c->mm, memory_order_relaxed) : NULL;
+}

@@ -1,0 +1,163 @@
+/* SPDX-License-Identifier: MIT */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <urcu-qsbr.h>
+
+#include "pgtable.h"
+
+struct sd_pt *sd_pt_alloc(void)
+{
+	struct sd_pt *pt = aligned_alloc(sizeof(struct sd_pt), sizeof(struct sd_pt));
+
+	if (pt)
+		memset(pt, 0, sizeof(*pt));
+	return pt;
+}
+
+void sd_pt_free(struct sd_pt *pt)
+{
+	free(pt);
+}
+
+struct sd_pt *sd_pt_leaf_alloc(struct sd_pt *pgd, uint64_t vpn)
+{
+	struct sd_pt *pt = pgd;
+
+	for (unsigned level = SD_PT_LEVELS - 1; level > 0; level--) {
+		_Atomic uint64_t *slot = &pt->e[sd_pt_index(vpn, level)];
+		uint64_t next = atomic_load_explicit(slot, memory_order_relaxed);
+
+		if (!next) {
+			struct sd_pt *child = sd_pt_alloc();
+			if (!child)
+				return NULL;
+			next = (uint64_t)(uintptr_t)child;
+			/* Release: a walker that sees the pointer sees zeroes. */
+			atomic_store_explicit(slot, next, memory_order_release);
+		}
+		pt = (struct sd_pt *)(uintptr_t)next;
+	}
+	return pt;
+}
+
+static bool pt_empty(const struct sd_pt *pt)
+{
+	for (unsigned i = 0; i < SD_PT_ENTRIES; i++)
+		if (atomic_load_explicit(&pt->e[i], memory_order_relaxed))
+			return false;
+	return true;
+}
+
+static int freelist_add(struct sd_pt_freelist *fl, struct sd_pt *pt)
+{
+	if (fl->n == fl->cap) {
+		size_t cap = fl->cap ? 2 * fl->cap : 16;
+		struct sd_pt **t = realloc(fl->tables, cap * sizeof(*t));
+		if (!t)
+			return -ENOMEM;
+		fl->tables = t;
+		fl->cap = cap;
+	}
+	fl->tables[fl->n++] = pt;
+	return 0;
+}
+
+/* Unlink empty children of @pt (at @level) whose span meets [first, last]. */
+static int unlink_level(struct sd_pt *pt, unsigned level, uint64_t first, uint64_t last,
+			struct sd_pt_freelist *fl)
+{
+	unsigned shift = SD_PT_SHIFT * level;
+	unsigned lo = sd_pt_index(first, level), hi = sd_pt_index(last, level);
+	int err = 0;
+
+	for (unsigned i = lo; i <= hi && !err; i++) {
+		uint64_t v = atomic_load_explicit(&pt->e[i], memory_order_relaxed);
+		struct sd_pt *child = (struct sd_pt *)(uintptr_t)v;
+		if (!child)
+			continue;
+		if (level > 1) {
+			uint64_t span_first = (first >> (shift + SD_PT_SHIFT) << (shift + SD_PT_SHIFT)) |
+					      ((uint64_t)i << shift);
+			uint64_t cfirst = i == lo ? first : span_first;
+			uint64_t clast = i == hi ? last : span_first + (UINT64_C(1) << shift) - 1;
+			err = unlink_level(child, level - 1, cfirst, clast, fl);
+		}
+		if (!err && pt_empty(child)) {
+			err = freelist_add(fl, child);
+			if (!err)
+				atomic_store_explicit(&pt->e[i], 0, memory_order_release);
+		}
+	}
+	return err;
+}
+
+int sd_pt_unlink_empty(struct sd_pt *pgd, uint64_t vpn, uint64_t nr, struct sd_pt_freelist *fl)
+{
+	return unlink_level(pgd, SD_PT_LEVELS - 1, vpn, vpn + nr - 1, fl);
+}
+
+struct pt_free_batch {
+	struct rcu_head head;
+	size_t n;
+	struct sd_pt **tables;
+};
+
+static void free_batch_cb(struct rcu_head *head)
+{
+	struct pt_free_batch *b = caa_container_of(head, struct pt_free_batch, head);
+
+	for (size_t i = 0; i < b->n; i++)
+		sd_pt_free(b->tables[i]);
+	free(b->tables);
+	free(b);
+}
+
+void sd_pt_free_deferred(struct sd_pt_freelist *fl)
+{
+	struct pt_free_batch *b;
+
+	if (!fl->n) {
+		free(fl->tables);
+		return;
+	}
+	b = malloc(sizeof(*b));
+	if (!b) {
+		/* No memory for the callback: wait for the grace period here. */
+		urcu_qsbr_synchronize_rcu();
+		for (size_t i = 0; i < fl->n; i++)
+			sd_pt_free(fl->tables[i]);
+		free(fl->tables);
+		return;
+	}
+	b->n = fl->n;
+	b->tables = fl->tables;
+	/* call_rcu() reads its per-thread data under the read lock, which
+	 * an offline (idle) CPU does not hold. */
+	bool offline = !urcu_qsbr_read_ongoing();
+	if (offline)
+		urcu_qsbr_thread_online();
+	urcu_qsbr_call_rcu(&b->head, free_batch_cb);
+	if (offline)
+		urcu_qsbr_thread_offline();
+}
+
+static void free_level(struct sd_pt *pt, unsigned level,
+		       void (*leaf_fn)(uint64_t pte, void *arg), void *arg)
+{
+	for (unsigned i = 0; i < SD_PT_ENTRIES; i++) {
+		uint64_t v = atomic_load_explicit(&pt->e[i], memory_order_relaxed);
+		if (!v)
+			continue;
+		if (level == 0)
+			leaf_fn(v, arg);
+		else
+			free_level((struct sd_pt *)(uintptr_t)v, level - 1, leaf_fn, arg);
+	}
+	sd_pt_free(pt);
+}
+
+void sd_pt_free_tree(struct sd_pt *pgd, void (*leaf_fn)(uint64_t pte, void *arg), void *arg)
+{
+	free_level(pgd, SD_PT_LEVELS - 1, leaf_fn, arg);
+}

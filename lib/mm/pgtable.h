@@ -1,0 +1,73 @@
+/* SPDX-License-Identifier: MIT */
+#ifndef SD_MM_PGTABLE_H
+#define SD_MM_PGTABLE_H
+
+#include "../core/compiler.h"
+#include "../tlb/pte.h"
+
+/*
+ * A 4-level radix page table over a 48-bit VA with 4 KiB pages: 512 entries
+ * of 8 bytes per level, one 4 KiB table each. Upper levels hold pointers to
+ * the next table; the leaf level holds PTEs (tlb/pte.h).
+ *
+ * Writers hold the mm's lock and publish with release stores. Walkers take
+ * no lock: they run inside an RCU read-side section (a QSBR reader between
+ * quiescent states), and unlinked tables are freed only after the flush and
+ * a grace period (DESIGN invariant 4).
+ */
+#define SD_PT_ENTRIES 512
+#define SD_PT_SHIFT 9
+#define SD_PT_LEVELS 4
+
+struct sd_pt {
+	_Atomic uint64_t e[SD_PT_ENTRIES];
+};
+
+static inline unsigned sd_pt_index(uint64_t vpn, unsigned level)
+{
+	return (unsigned)(vpn >> (SD_PT_SHIFT * level)) & (SD_PT_ENTRIES - 1);
+}
+
+struct sd_pt *sd_pt_alloc(void);
+void sd_pt_free(struct sd_pt *pt);
+
+/* Lockless: the leaf table covering @vpn, or NULL. */
+static inline struct sd_pt *sd_pt_walk_leaf(struct sd_pt *pgd, uint64_t vpn)
+{
+	struct sd_pt *pt = pgd;
+
+	for (unsigned level = SD_PT_LEVELS - 1; level > 0; level--) {
+		/* Acquire pairs with the release that published the child. */
+		uint64_t next = atomic_load_explicit(&pt->e[sd_pt_index(vpn, level)],
+						     memory_order_acquire);
+		if (!next)
+			return NULL;
+		pt = (struct sd_pt *)(uintptr_t)next;
+	}
+	return pt;
+}
+
+/* Under the mm lock: the leaf for @vpn, creating missing tables. NULL: -ENOMEM. */
+struct sd_pt *sd_pt_leaf_alloc(struct sd_pt *pgd, uint64_t vpn);
+
+/* Tables unlinked by an unmap, freed after the flush and a grace period. */
+struct sd_pt_freelist {
+	size_t n, cap;
+	struct sd_pt **tables;
+};
+
+/*
+ * Under the mm lock, after [vpn, vpn + nr) was cleared: unlink every table
+ * in the range that is now empty, bottom up (free_pgtables()).
+ * Return: 0; -ENOMEM if the list could not grow (tables then stay linked).
+ */
+int sd_pt_unlink_empty(struct sd_pt *pgd, uint64_t vpn, uint64_t nr, struct sd_pt_freelist *fl);
+
+/* Hand the list to call_rcu (caller is a registered RCU reader). */
+void sd_pt_free_deferred(struct sd_pt_freelist *fl);
+
+/* Free a whole tree at once (mm teardown; nobody can walk it). @leaf_fn is
+ * called on each leaf PTE that is not 0. */
+void sd_pt_free_tree(struct sd_pt *pgd, void (*leaf_fn)(uint64_t pte, void *arg), void *arg);
+
+#endif

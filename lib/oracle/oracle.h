@@ -1,0 +1,82 @@
+/* SPDX-License-Identifier: MIT */
+#ifndef SD_ORACLE_ORACLE_H
+#define SD_ORACLE_ORACLE_H
+
+#include <pthread.h>
+
+#include <shootdown/oracle.h>
+
+#include "../core/compiler.h"
+
+/*
+ * The stale-translation oracle (DESIGN invariants 1 and 3), checked mode only.
+ *
+ * Versions come from one machine-wide clock, taken once per mapping change
+ * under the mm's lock, so versions grow along each page's history. The floor
+ * of a page (the oldest version still allowed to serve an access) lives in
+ * a sparse per-mm radix that is never shrunk while the mm lives, so it
+ * survives the page-table pages it describes being freed.
+ *
+ * Ordering: sd_oracle_raise() runs after the strategy's flush returned and
+ * publishes with release; an access loads the floor with acquire before its
+ * TLB lookup. An access that sees the raised floor therefore started after
+ * the flush completed, and any entry below the floor that serves it is a
+ * real violation, never a false alarm.
+ */
+struct sd_oracle {
+	_Atomic uint32_t clock;
+	pthread_mutex_t lock;          /* guards details[] */
+	_Atomic unsigned nr_details;
+	struct sd_violation details[SD_ORACLE_MAX_DETAILS];
+};
+
+#define SD_FLOOR_BITS 12
+#define SD_FLOOR_FANOUT (1u << SD_FLOOR_BITS)
+
+struct sd_oracle_floor_leaf {
+	_Atomic uint32_t floor[SD_FLOOR_FANOUT];
+};
+
+struct sd_oracle_floor_mid {
+	_Atomic(struct sd_oracle_floor_leaf *) leaf[SD_FLOOR_FANOUT];
+};
+
+/* Per mm: vpn bits 35..24 pick a mid, 23..12 a leaf, 11..0 the slot. */
+struct sd_oracle_floor {
+	_Atomic(struct sd_oracle_floor_mid *) *top;
+};
+
+void sd_oracle_init(struct sd_oracle *o);
+void sd_oracle_fini(struct sd_oracle *o);
+
+static inline uint32_t sd_oracle_next_version(struct sd_oracle *o)
+{
+	return atomic_fetch_add_explicit(&o->clock, 1, memory_order_relaxed) + 1;
+}
+
+int sd_oracle_floor_init(struct sd_oracle_floor *f);
+void sd_oracle_floor_fini(struct sd_oracle_floor *f);
+
+/* Acquire-load the floor of @vpn (0 if none was ever raised). */
+static inline uint32_t sd_oracle_floor_get(const struct sd_oracle_floor *f, uint64_t vpn)
+{
+	struct sd_oracle_floor_mid *mid = atomic_load_explicit(
+		&f->top[(vpn >> (2 * SD_FLOOR_BITS)) & (SD_FLOOR_FANOUT - 1)],
+		memory_order_acquire);
+	if (!mid)
+		return 0;
+	struct sd_oracle_floor_leaf *leaf = atomic_load_explicit(
+		&mid->leaf[(vpn >> SD_FLOOR_BITS) & (SD_FLOOR_FANOUT - 1)], memory_order_acquire);
+	if (!leaf)
+		return 0;
+	return atomic_load_explicit(&leaf->floor[vpn & (SD_FLOOR_FANOUT - 1)],
+				    memory_order_acquire);
+}
+
+/* Raise the floor of [vpn, vpn + nr) to at least @version (release). */
+int sd_oracle_floor_raise(struct sd_oracle_floor *f, uint64_t vpn, uint64_t nr, uint32_t version);
+
+/* Record a violation's details (the count lives in the CPU's counters). */
+void sd_oracle_record(struct sd_oracle *o, const struct sd_violation *v);
+
+#endif

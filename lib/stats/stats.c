@@ -1,0 +1,108 @@
+/* SPDX-License-Identifier: MIT */
+#include <errno.h>
+#include <string.h>
+
+#include <shootdown/stats.h>
+
+#include "../core/error.h"
+#include "../machine/machine.h"
+
+static const char *const stat_names[SD_STAT_NR] = {
+#define SD_STAT_NAME(id, name) name,
+	SD_STAT_LIST(SD_STAT_NAME)
+#undef SD_STAT_NAME
+};
+
+const char *sd_stat_name(enum sd_stat id)
+{
+	return (unsigned)id < SD_STAT_NR ? stat_names[id] : NULL;
+}
+
+static void add_cpu(struct sd_stats *s, const struct sd_cpu *c)
+{
+	for (unsigned i = 0; i < SD_STAT_NR; i++)
+		s->counter[i] += atomic_load_explicit(&c->stats.counter[i], memory_order_relaxed);
+	/* The TLB's invalidation sequence counts every invalidation that
+	 * reached it, local or remote, without a counter write on the path. */
+	s->counter[SD_STAT_TLB_INVALS] += sd_tlb_invalidations(&c->tlb);
+	for (unsigned i = 0; i < SD_STAT_HIST_BUCKETS; i++)
+		s->flush_ns_hist[i] += atomic_load_explicit(&c->stats.flush_ns_hist[i],
+							    memory_order_relaxed);
+	s->flush_ns_total += atomic_load_explicit(&c->stats.flush_ns_total, memory_order_relaxed);
+	s->nr_cpus++;
+}
+
+int sd_stats_snapshot(const struct sd_machine *m, struct sd_stats *out)
+{
+	if (!m || !out)
+		return sd_fail(-EINVAL, "sd_stats_snapshot: NULL argument");
+	memset(out, 0, sizeof(*out));
+	for (unsigned i = 0; i < m->nr_cpus; i++)
+		add_cpu(out, m->cpus[i]);
+	return 0;
+}
+
+int sd_stats_cpu(const struct sd_machine *m, unsigned cpu, struct sd_stats *out)
+{
+	if (!m || !out || cpu >= m->nr_cpus)
+		return sd_fail(-EINVAL, "sd_stats_cpu: NULL argument or CPU out of range");
+	memset(out, 0, sizeof(*out));
+	add_cpu(out, m->cpus[cpu]);
+	return 0;
+}
+
+void sd_stats_delta(const struct sd_stats *after, const struct sd_stats *before,
+		    struct sd_stats *out)
+{
+	for (unsigned i = 0; i < SD_STAT_NR; i++)
+		out->counter[i] = after->counter[i] - before->counter[i];
+	for (unsigned i = 0; i < SD_STAT_HIST_BUCKETS; i++)
+		out->flush_ns_hist[i] = after->flush_ns_hist[i] - before->flush_ns_hist[i];
+	out->flush_ns_total = after->flush_ns_total - before->flush_ns_total;
+	out->nr_cpus = after->nr_cpus;
+}
+
+uint64_t sd_stats_flush_ns_quantile(const struct sd_stats *s, double q)
+{
+	uint64_t total = 0, seen = 0;
+
+	for (unsigned i = 0; i < SD_STAT_HIST_BUCKETS; i++)
+		total += s->flush_ns_hist[i];
+	if (!total)
+		return 0;
+	for (unsigned i = 0; i < SD_STAT_HIST_BUCKETS; i++) {
+		seen += s->flush_ns_hist[i];
+		if ((double)seen >= q * (double)total)
+			return UINT64_C(2) << i;
+	}
+	return UINT64_C(2) << (SD_STAT_HIST_BUCKETS - 1);
+}
+
+void sd_stats_print(const struct sd_stats *s, FILE *f)
+{
+	for (unsigned i = 0; i < SD_STAT_NR; i++)
+		if (s->counter[i])
+			fprintf(f, "%-32s %llu\n", stat_names[i], (unsigned long long)s->counter[i]);
+	if (s->counter[SD_STAT_FLUSH]) {
+		fprintf(f, "%-32s %llu\n", "flush_ns_mean",
+			(unsigned long long)(s->flush_ns_total / s->counter[SD_STAT_FLUSH]));
+		for (unsigned i = 0; i < SD_STAT_HIST_BUCKETS; i++)
+			if (s->flush_ns_hist[i])
+				fprintf(f, "  flush_ns [%llu, %llu) %llu\n",
+					(unsigned long long)(UINT64_C(1) << i),
+					(unsigned long long)(UINT64_C(2) << i),
+					(unsigned long long)s->flush_ns_hist[i]);
+	}
+}
+
+void sd_stats_json(const struct sd_stats *s, FILE *f)
+{
+	fprintf(f, "{\"nr_cpus\": %u", s->nr_cpus);
+	for (unsigned i = 0; i < SD_STAT_NR; i++)
+		fprintf(f, ", \"%s\": %llu", stat_names[i], (unsigned long long)s->counter[i]);
+	fprintf(f, ", \"flush_ns_total\": %llu, \"flush_ns_hist\": [",
+		(unsigned long long)s->flush_ns_total);
+	for (unsigned i = 0; i < SD_STAT_HIST_BUCKETS; i++)
+		fprintf(f, "%s%llu", i ? ", " : "", (unsigned long long)s->flush_ns_hist[i]);
+	fprintf(f, "]}\n");
+}

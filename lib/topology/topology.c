@@ -1,0 +1,238 @@
+/* SPDX-License-Identifier: MIT */
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../core/error.h"
+#include "topology.h"
+
+#define SD_MAX_CPUS 4096
+
+static unsigned count(hwloc_topology_t topo, hwloc_obj_type_t type)
+{
+	int n = hwloc_get_nbobjs_by_type(topo, type);
+
+	return n > 0 ? (unsigned)n : 0;
+}
+
+static int load_topology(struct sd_topology *t)
+{
+	const char *synthetic = getenv("SD_TOPOLOGY");
+
+	if (hwloc_topology_init(&t->topo) < 0)
+		return sd_fail(-ENOMEM, "hwloc_topology_init failed");
+	if (synthetic && *synthetic) {
+		if (hwloc_topology_set_synthetic(t->topo, synthetic) < 0) {
+			hwloc_topology_destroy(t->topo);
+			return sd_fail(-EINVAL, "SD_TOPOLOGY: bad hwloc synthetic description '%s'",
+				       synthetic);
+		}
+		t->synthetic = 1;
+	}
+	if (hwloc_topology_load(t->topo) < 0) {
+		hwloc_topology_destroy(t->topo);
+		return sd_fail(-EINVAL, "hwloc_topology_load failed");
+	}
+	t->nr_pus = count(t->topo, HWLOC_OBJ_PU);
+	t->nr_cores = count(t->topo, HWLOC_OBJ_CORE);
+	t->nr_packages = count(t->topo, HWLOC_OBJ_PACKAGE);
+	t->nr_nodes = count(t->topo, HWLOC_OBJ_NUMANODE);
+	snprintf(t->summary, sizeof(t->summary), "%u package%s, %u cores, %u PUs, %u NUMA node%s%s",
+		 t->nr_packages, t->nr_packages == 1 ? "" : "s", t->nr_cores, t->nr_pus,
+		 t->nr_nodes, t->nr_nodes == 1 ? "" : "s", t->synthetic ? " (synthetic)" : "");
+	return 0;
+}
+
+/* Scatter: let hwloc_distrib spread one slot per PU over packages and cores,
+ * then take one PU out of each slot. */
+static int place_scatter(struct sd_topology *t, hwloc_obj_t *order)
+{
+	hwloc_obj_t root = hwloc_get_root_obj(t->topo);
+	hwloc_bitmap_t *sets = calloc(t->nr_pus, sizeof(*sets));
+
+	if (!sets)
+		return -ENOMEM;
+	if (hwloc_distrib(t->topo, &root, 1, sets, t->nr_pus, INT_MAX, 0) < 0) {
+		free(sets);
+		return sd_fail(-EINVAL, "hwloc_distrib failed");
+	}
+	for (unsigned i = 0; i < t->nr_pus; i++) {
+		hwloc_bitmap_singlify(sets[i]);
+		order[i] = hwloc_get_pu_obj_by_os_index(t->topo,
+							(unsigned)hwloc_bitmap_first(sets[i]));
+		hwloc_bitmap_free(sets[i]);
+	}
+	free(sets);
+	return 0;
+}
+
+static int place(struct sd_topology *t, const struct sd_machine_config *cfg)
+{
+	hwloc_obj_t *order = calloc(t->nr_pus, sizeof(*order));
+	unsigned n = t->nr_pus;
+	int err = 0;
+
+	if (!order)
+		return -ENOMEM;
+	switch (cfg->placement) {
+	case SD_PLACE_COMPACT:
+		for (unsigned i = 0; i < n; i++)
+			order[i] = hwloc_get_obj_by_type(t->topo, HWLOC_OBJ_PU, i);
+		break;
+	case SD_PLACE_SCATTER:
+		err = place_scatter(t, order);
+		break;
+	case SD_PLACE_LIST:
+		if (!cfg->pu_list || !cfg->pu_list_len) {
+			err = sd_fail(-EINVAL, "SD_PLACE_LIST needs a non-empty pu_list");
+			break;
+		}
+		n = cfg->pu_list_len;
+		free(order);
+		order = calloc(n, sizeof(*order));
+		if (!order)
+			return -ENOMEM;
+		for (unsigned i = 0; i < n; i++) {
+			order[i] = hwloc_get_pu_obj_by_os_index(t->topo, cfg->pu_list[i]);
+			if (!order[i]) {
+				err = sd_fail(-EINVAL, "pu_list[%u] = %u is not a PU of this machine",
+					      i, cfg->pu_list[i]);
+				break;
+			}
+		}
+		break;
+	default:
+		err = sd_fail(-EINVAL, "unknown placement %d", (int)cfg->placement);
+	}
+	if (!err)
+		for (unsigned c = 0; c < t->nr_cpus; c++)
+			t->pu_of_cpu[c] = order[c % n];
+	free(order);
+	return err;
+}
+
+int sd_topology_init(struct sd_topology *t, const struct sd_machine_config *cfg,
+		     unsigned *nr_cpus)
+{
+	int err;
+
+	memset(t, 0, sizeof(*t));
+	err = load_topology(t);
+	if (err)
+		return err;
+	t->nr_cpus = cfg->nr_cpus ? cfg->nr_cpus : t->nr_pus;
+	if (!t->nr_pus || !t->nr_cpus || t->nr_cpus > SD_MAX_CPUS) {
+		err = sd_fail(-EINVAL, "nr_cpus must be 1..%u (topology has %u PUs)", SD_MAX_CPUS,
+			      t->nr_pus);
+		goto fail;
+	}
+	t->pu_of_cpu = calloc(t->nr_cpus, sizeof(*t->pu_of_cpu));
+	if (!t->pu_of_cpu) {
+		err = -ENOMEM;
+		goto fail;
+	}
+	err = place(t, cfg);
+	if (err)
+		goto fail;
+	*nr_cpus = t->nr_cpus;
+	return 0;
+fail:
+	sd_topology_fini(t);
+	return err;
+}
+
+void sd_topology_fini(struct sd_topology *t)
+{
+	free(t->pu_of_cpu);
+	t->pu_of_cpu = NULL;
+	if (t->topo)
+		hwloc_topology_destroy(t->topo);
+	t->topo = NULL;
+}
+
+static int ancestor_index(hwloc_topology_t topo, hwloc_obj_t pu, hwloc_obj_type_t type)
+{
+	hwloc_obj_t o = hwloc_get_ancestor_obj_by_type(topo, type, pu);
+
+	return o ? (int)o->logical_index : -1;
+}
+
+void sd_topology_cpu_info(const struct sd_topology *t, unsigned cpu, struct sd_cpu_info *info)
+{
+	hwloc_obj_t pu = t->pu_of_cpu[cpu];
+	hwloc_obj_t node = NULL;
+
+	info->cpu = cpu;
+	info->pu_os_index = (int)pu->os_index;
+	info->core = ancestor_index(t->topo, pu, HWLOC_OBJ_CORE);
+	info->package = ancestor_index(t->topo, pu, HWLOC_OBJ_PACKAGE);
+	node = hwloc_get_next_obj_covering_cpuset_by_type(t->topo, pu->cpuset,
+							  HWLOC_OBJ_NUMANODE, NULL);
+	if (!node && pu->nodeset)
+		node = hwloc_get_obj_by_type(t->topo, HWLOC_OBJ_NUMANODE, 0);
+	info->numa_node = node ? (int)node->logical_index : -1;
+}
+
+int sd_topology_bind_self(struct sd_topology *t, unsigned cpu, int strict,
+			  struct sd_topology_binding *save, char *note, size_t note_len)
+{
+	hwloc_obj_t pu = t->pu_of_cpu[cpu];
+	const struct hwloc_topology_support *support = hwloc_topology_get_support(t->topo);
+
+	save->saved = NULL;
+	note[0] = '\0';
+	if (t->synthetic) {
+		snprintf(note, note_len, "synthetic topology: its PUs do not exist, threads run unpinned");
+		return strict ? sd_fail(-ENOSYS, "%s", note) : 0;
+	}
+	if (!support->cpubind->set_thisthread_cpubind) {
+		snprintf(note, note_len, "this OS cannot bind threads");
+		return strict ? sd_fail(-ENOSYS, "%s", note) : 0;
+	}
+	save->saved = hwloc_bitmap_alloc();
+	if (save->saved && hwloc_get_cpubind(t->topo, save->saved, HWLOC_CPUBIND_THREAD) < 0) {
+		hwloc_bitmap_free(save->saved);
+		save->saved = NULL;
+	}
+	if (hwloc_set_cpubind(t->topo, pu->cpuset, HWLOC_CPUBIND_THREAD) < 0) {
+		int e = errno;
+		snprintf(note, note_len, "binding to PU %u failed: %s", pu->os_index, strerror(e));
+		if (save->saved)
+			hwloc_bitmap_free(save->saved);
+		save->saved = NULL;
+		return strict ? sd_fail(e == EPERM ? -EPERM : -ENOSYS, "%s", note) : 0;
+	}
+	return 1;
+}
+
+void sd_topology_unbind_self(struct sd_topology *t, struct sd_topology_binding *save)
+{
+	if (!save->saved)
+		return;
+	hwloc_set_cpubind(t->topo, save->saved, HWLOC_CPUBIND_THREAD);
+	hwloc_bitmap_free(save->saved);
+	save->saved = NULL;
+}
+
+void *sd_topology_alloc_local(struct sd_topology *t, unsigned cpu, size_t size)
+{
+	hwloc_obj_t pu = t->pu_of_cpu[cpu];
+	void *p = NULL;
+
+	/* Bind to the PU's node where the OS can; plain pages otherwise. Both
+	 * come from mmap, so they are page aligned and zeroed. */
+	if (!t->synthetic && pu->nodeset)
+		p = hwloc_alloc_membind(t->topo, size, pu->nodeset, HWLOC_MEMBIND_BIND,
+					HWLOC_MEMBIND_BYNODESET);
+	if (!p)
+		p = hwloc_alloc(t->topo, size);
+	return p;
+}
+
+void sd_topology_free_local(struct sd_topology *t, void *p, size_t size)
+{
+	if (p)
+		hwloc_free(t->topo, p, size);
+}
