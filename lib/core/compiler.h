@@ -28,11 +28,32 @@ static inline void sd_cpu_relax(void)
 #endif
 }
 
-/* Full barrier: the emulator's smp_mb(). */
+#if defined(__SANITIZE_THREAD__)
+#define SD_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define SD_TSAN 1
+#endif
+#endif
+
+/*
+ * Full barrier: the emulator's smp_mb(). ThreadSanitizer does not model
+ * fences (GCC refuses them under -fsanitize=thread), so TSan builds use a
+ * seq_cst read-modify-write on one global word instead, which gives TSan
+ * the happens-before edges the fence gives real hardware.
+ */
+#ifdef SD_TSAN
+extern _Atomic unsigned long sd_tsan_fence_word;
+static inline void sd_smp_mb(void)
+{
+	atomic_fetch_add_explicit(&sd_tsan_fence_word, 0, memory_order_seq_cst);
+}
+#else
 static inline void sd_smp_mb(void)
 {
 	atomic_thread_fence(memory_order_seq_cst);
 }
+#endif
 
 static inline bool sd_is_pow2(uint64_t x)
 {

@@ -3,7 +3,7 @@
 #include <string.h>
 #include <unistd.h>
 #include <sys/syscall.h>
-#include <urcu-qsbr.h>
+#include "../core/rcu.h"
 
 #include <shootdown/mm.h>
 
@@ -95,6 +95,7 @@ int sd_cpu_detach(struct sd_cpu *c)
 	sd_switch_mm(c, NULL);
 	sd_ipi_drain(c);
 	sd_frame_cache_drain(&m->frames, &c->frames);
+	sd_rcu_tsan_release();
 	urcu_qsbr_unregister_thread();
 	sd_topology_unbind_self(&m->topo, &c->binding);
 	sd_this_cpu = NULL;
@@ -139,8 +140,8 @@ void sd_cpu_qs(struct sd_cpu *c)
 	c->ops_since_qs = 0;
 	/* An idle CPU is offline (an extended quiescent state); announcing a
 	 * quiescent state would bring it back online. */
-	if (urcu_qsbr_read_ongoing())
-		urcu_qsbr_quiescent_state();
+	if (sd_rcu_online())
+		sd_rcu_quiescent();
 }
 
 void sd_cpu_quiescent(struct sd_cpu *c)

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <urcu-qsbr.h>
+#include "../core/rcu.h"
 
 #include "../core/error.h"
 #include "../machine/machine.h"
@@ -455,8 +455,8 @@ int sd_access(struct sd_cpu *c, uint64_t va, enum sd_access_kind kind, uint64_t 
 
 static void rcu_online(struct sd_cpu *c)
 {
-	if (!urcu_qsbr_read_ongoing())
-		urcu_qsbr_thread_online();
+	if (!sd_rcu_online())
+		sd_rcu_thread_online();
 }
 
 int sd_switch_mm(struct sd_cpu *c, struct sd_mm *next)
@@ -497,8 +497,8 @@ int sd_cpu_idle(struct sd_cpu *c)
 	sd_irq_on(c);
 	/* Idle is an extended quiescent state: grace periods need nothing
 	 * from this CPU until it switches to an mm again. */
-	if (urcu_qsbr_read_ongoing())
-		urcu_qsbr_thread_offline();
+	if (sd_rcu_online())
+		sd_rcu_thread_offline();
 	return 0;
 }
 

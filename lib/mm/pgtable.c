@@ -2,7 +2,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <urcu-qsbr.h>
+#include "../core/rcu.h"
 
 #include "pgtable.h"
 
@@ -107,6 +107,8 @@ static void free_batch_cb(struct rcu_head *head)
 {
 	struct pt_free_batch *b = caa_container_of(head, struct pt_free_batch, head);
 
+	sd_rcu_tsan_acquire();
+
 	for (size_t i = 0; i < b->n; i++)
 		sd_pt_free(b->tables[i]);
 	free(b->tables);
@@ -124,7 +126,7 @@ void sd_pt_free_deferred(struct sd_pt_freelist *fl)
 	b = malloc(sizeof(*b));
 	if (!b) {
 		/* No memory for the callback: wait for the grace period here. */
-		urcu_qsbr_synchronize_rcu();
+		sd_rcu_synchronize();
 		for (size_t i = 0; i < fl->n; i++)
 			sd_pt_free(fl->tables[i]);
 		free(fl->tables);
@@ -134,12 +136,13 @@ void sd_pt_free_deferred(struct sd_pt_freelist *fl)
 	b->tables = fl->tables;
 	/* call_rcu() reads its per-thread data under the read lock, which
 	 * an offline (idle) CPU does not hold. */
-	bool offline = !urcu_qsbr_read_ongoing();
+	bool offline = !sd_rcu_online();
 	if (offline)
-		urcu_qsbr_thread_online();
+		sd_rcu_thread_online();
+	sd_rcu_tsan_release();
 	urcu_qsbr_call_rcu(&b->head, free_batch_cb);
 	if (offline)
-		urcu_qsbr_thread_offline();
+		sd_rcu_thread_offline();
 }
 
 static void free_level(struct sd_pt *pt, unsigned level,

@@ -59,7 +59,7 @@ static inline void entry_write(struct sd_tlb_entry *e, uint64_t tag, uint64_t pt
 /* Pairs with the fence after the sequence bump in sd_tlb_invalidate(). */
 static inline bool seq_unchanged_after_insert(struct sd_tlb *tlb, uint64_t snap)
 {
-	atomic_thread_fence(memory_order_seq_cst);
+	sd_smp_mb();
 	return atomic_load_explicit(&tlb->seq, memory_order_relaxed) == snap;
 }
 
@@ -185,7 +185,7 @@ unsigned sd_tlb_invalidate(struct sd_tlb *tlb, const struct sd_tlb_inval *req)
 	/* Bump first, then clear: see the diagram in tlb.h. The fence pairs
 	 * with the one in seq_unchanged_after_insert(). */
 	atomic_fetch_add_explicit(&tlb->seq, 1, memory_order_seq_cst);
-	atomic_thread_fence(memory_order_seq_cst);
+	sd_smp_mb();
 
 	if (req->kind == SD_TLB_INVAL_RANGE && req->nr <= SD_TLB_RANGE_PER_PAGE_MAX) {
 		for (uint64_t i = 0; i < req->nr; i++)

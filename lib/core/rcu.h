@@ -1,0 +1,56 @@
+/* SPDX-License-Identifier: MIT */
+#ifndef SD_CORE_RCU_H
+#define SD_CORE_RCU_H
+
+#include <urcu-qsbr.h>
+
+#include "compiler.h"
+
+/*
+ * Thin wrappers over liburcu-qsbr. They exist for one reason: TSan cannot
+ * see that a grace period orders a reader's last access before the free, so
+ * TSan builds annotate each quiescent state as a release and each callback
+ * after a grace period as an acquire on one token. Release builds compile to
+ * the bare liburcu calls.
+ */
+#ifdef SD_TSAN
+void __tsan_acquire(void *addr);
+void __tsan_release(void *addr);
+extern char sd_rcu_tsan_token;
+#define sd_rcu_tsan_release() __tsan_release(&sd_rcu_tsan_token)
+#define sd_rcu_tsan_acquire() __tsan_acquire(&sd_rcu_tsan_token)
+#else
+#define sd_rcu_tsan_release() do { } while (0)
+#define sd_rcu_tsan_acquire() do { } while (0)
+#endif
+
+static inline bool sd_rcu_online(void)
+{
+	return urcu_qsbr_read_ongoing();
+}
+
+static inline void sd_rcu_quiescent(void)
+{
+	sd_rcu_tsan_release();
+	urcu_qsbr_quiescent_state();
+}
+
+static inline void sd_rcu_thread_offline(void)
+{
+	sd_rcu_tsan_release();
+	urcu_qsbr_thread_offline();
+}
+
+static inline void sd_rcu_thread_online(void)
+{
+	urcu_qsbr_thread_online();
+}
+
+static inline void sd_rcu_synchronize(void)
+{
+	sd_rcu_tsan_release();
+	urcu_qsbr_synchronize_rcu();
+	sd_rcu_tsan_acquire();
+}
+
+#endif

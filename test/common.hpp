@@ -1,0 +1,88 @@
+// SPDX-License-Identifier: MIT
+// Helpers shared by the test suites.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdint>
+#include <cstdlib>
+#include <random>
+#include <string>
+
+extern "C" {
+#include <shootdown/shootdown.h>
+}
+
+namespace sdtest {
+
+// Seed from SD_SEED or the clock; the test prints it so a failure can be replayed.
+inline uint64_t seed()
+{
+	static uint64_t s = [] {
+		const char *e = std::getenv("SD_SEED");
+		uint64_t v = e ? std::strtoull(e, nullptr, 0)
+			       : (uint64_t)std::chrono::steady_clock::now().time_since_epoch().count();
+		std::fprintf(stderr, "[seed] SD_SEED=%llu\n", (unsigned long long)v);
+		return v;
+	}();
+	return s;
+}
+
+// Stress budget: SD_STRESS_SECONDS (meson option) times SD_STRESS_SCALE.
+inline double stress_seconds()
+{
+	const char *s = std::getenv("SD_STRESS_SECONDS");
+	const char *k = std::getenv("SD_STRESS_SCALE");
+	double secs = s ? std::atof(s) : 4.0;
+	double scale = k ? std::atof(k) : 1.0;
+	return secs * (scale > 0 ? scale : 1.0);
+}
+
+inline sd_machine_config config(unsigned cpus, const char *strategy = "broadcast")
+{
+	sd_machine_config c = SD_MACHINE_CONFIG_INIT;
+	c.nr_cpus = cpus;
+	c.strategy = strategy;
+	c.oracle = SD_ORACLE_CHECKED;
+	return c;
+}
+
+// A machine that is destroyed at scope exit.
+struct Machine {
+	sd_machine *m = nullptr;
+	explicit Machine(const sd_machine_config &c)
+	{
+		int err = sd_machine_create(&c, &m);
+		if (err)
+			ADD_FAILURE() << "sd_machine_create: " << sd_strerror(err) << ": "
+				      << sd_last_error();
+	}
+	~Machine()
+	{
+		if (m)
+			EXPECT_EQ(0, sd_machine_destroy(m)) << sd_last_error();
+	}
+	Machine(const Machine &) = delete;
+	Machine &operator=(const Machine &) = delete;
+};
+
+// The calling thread attached as a CPU for the scope.
+struct Attached {
+	sd_cpu *c = nullptr;
+	Attached(sd_machine *m, unsigned id)
+	{
+		int err = sd_cpu_attach(m, id, &c);
+		if (err)
+			ADD_FAILURE() << "sd_cpu_attach: " << sd_strerror(err) << ": " << sd_last_error();
+	}
+	~Attached()
+	{
+		if (c)
+			EXPECT_EQ(0, sd_cpu_detach(c)) << sd_last_error();
+	}
+	Attached(const Attached &) = delete;
+	Attached &operator=(const Attached &) = delete;
+};
+
+} // namespace sdtest
