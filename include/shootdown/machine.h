@@ -47,16 +47,22 @@ enum sd_oracle_mode {
 	SD_ORACLE_CHECKED = 2,
 };
 
+/** sd_machine_config.nr_cpus value meaning "one CPU per PU" (the default). */
+#define SD_NR_CPUS_ALL_PUS 0xffffffffu
+
 /**
  * struct sd_machine_config - everything a machine can be told.
  *
- * Start from SD_MACHINE_CONFIG_INIT (or sd_machine_config_init()): every field
- * left at zero takes its default, so new fields never break old callers.
+ * Start from SD_MACHINE_CONFIG_INIT (or sd_machine_config_init()), which gives
+ * every field its default; for the fields documented so, 0 also means "the
+ * default". @size records which version of the struct the caller compiled
+ * against, so fields added later take their defaults for old callers.
  */
 struct sd_machine_config {
 	/** sizeof(struct sd_machine_config) as the caller compiled it. */
 	size_t size;
-	/** Emulated CPUs; 0 = number of PUs. May exceed the PUs (oversubscribed). Max 4096. */
+	/** Emulated CPUs, 1..4096; SD_NR_CPUS_ALL_PUS (the default) = one per PU.
+	 *  May exceed the PUs (oversubscribed). 0 is an error. */
 	unsigned nr_cpus;
 	/** Placement policy; SD_PLACE_COMPACT by default. */
 	enum sd_placement placement;
@@ -85,7 +91,7 @@ struct sd_machine_config {
 };
 
 /** Initialiser for struct sd_machine_config: all defaults. */
-#define SD_MACHINE_CONFIG_INIT { sizeof(struct sd_machine_config), 0, SD_PLACE_COMPACT, 0, 0, 0, 0, 0, 0, 0, 0, 0, SD_ORACLE_DEFAULT, 0 }
+#define SD_MACHINE_CONFIG_INIT { sizeof(struct sd_machine_config), SD_NR_CPUS_ALL_PUS, SD_PLACE_COMPACT, 0, 0, 0, 0, 0, 0, 0, 0, 0, SD_ORACLE_DEFAULT, 0 }
 
 /**
  * sd_machine_config_init() - fill @cfg with defaults (same as SD_MACHINE_CONFIG_INIT).
@@ -102,8 +108,8 @@ SD_EXPORT void sd_machine_config_init(struct sd_machine_config *cfg);
  * topology description ("pack:2 core:8 pu:2") used instead of the real one;
  * threads then run unpinned (there are no such PUs to bind to).
  *
- * Return: 0; -EINVAL for a bad field (zero or unknown size, nr_cpus = 0 with
- * a topology of no PUs or above 4096, a TLB geometry that is not a power of
+ * Return: 0; -EINVAL for a bad field (zero or unknown size, nr_cpus of 0 or
+ * above 4096, a TLB geometry that is not a power of
  * two, a bad signal, asid_bits out of range or too small for nr_cpus, a bad
  * PU list, a bad synthetic topology); -ENOENT for an unknown strategy or
  * option; -ENOMEM. Nothing is left allocated on failure. Any thread that is

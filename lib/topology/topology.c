@@ -122,10 +122,10 @@ int sd_topology_init(struct sd_topology *t, const struct sd_machine_config *cfg,
 	err = load_topology(t);
 	if (err)
 		return err;
-	t->nr_cpus = cfg->nr_cpus ? cfg->nr_cpus : t->nr_pus;
+	t->nr_cpus = cfg->nr_cpus == SD_NR_CPUS_ALL_PUS ? t->nr_pus : cfg->nr_cpus;
 	if (!t->nr_pus || !t->nr_cpus || t->nr_cpus > SD_MAX_CPUS) {
-		err = sd_fail(-EINVAL, "nr_cpus must be 1..%u (topology has %u PUs)", SD_MAX_CPUS,
-			      t->nr_pus);
+		err = sd_fail(-EINVAL, "nr_cpus = %u: a machine needs 1..%u CPUs (topology has %u PUs)",
+			      t->nr_cpus, SD_MAX_CPUS, t->nr_pus);
 		goto fail;
 	}
 	t->pu_of_cpu = calloc(t->nr_cpus, sizeof(*t->pu_of_cpu));
