@@ -54,14 +54,16 @@ struct Machine {
 	explicit Machine(const sd_machine_config &c)
 	{
 		int err = sd_machine_create(&c, &m);
-		if (err)
+		if (err) {
 			ADD_FAILURE() << "sd_machine_create: " << sd_strerror(err) << ": "
 				      << sd_last_error();
+		}
 	}
 	~Machine()
 	{
-		if (m)
+		if (m) {
 			EXPECT_EQ(0, sd_machine_destroy(m)) << sd_last_error();
+		}
 	}
 	Machine(const Machine &) = delete;
 	Machine &operator=(const Machine &) = delete;
@@ -73,13 +75,15 @@ struct Attached {
 	Attached(sd_machine *m, unsigned id)
 	{
 		int err = sd_cpu_attach(m, id, &c);
-		if (err)
+		if (err) {
 			ADD_FAILURE() << "sd_cpu_attach: " << sd_strerror(err) << ": " << sd_last_error();
+		}
 	}
 	~Attached()
 	{
-		if (c)
+		if (c) {
 			EXPECT_EQ(0, sd_cpu_detach(c)) << sd_last_error();
+		}
 	}
 	Attached(const Attached &) = delete;
 	Attached &operator=(const Attached &) = delete;

@@ -43,10 +43,10 @@ static inline void sd_cpu_relax(void)
  * the happens-before edges the fence gives real hardware.
  */
 #ifdef SD_TSAN
-extern _Atomic unsigned long sd_tsan_fence_word;
+void sd_tsan_smp_mb(void);
 static inline void sd_smp_mb(void)
 {
-	atomic_fetch_add_explicit(&sd_tsan_fence_word, 0, memory_order_seq_cst);
+	sd_tsan_smp_mb();
 }
 #else
 static inline void sd_smp_mb(void)
@@ -54,6 +54,12 @@ static inline void sd_smp_mb(void)
 	atomic_thread_fence(memory_order_seq_cst);
 }
 #endif
+
+/* C11 aligned_alloc wants a size that is a multiple of the alignment. */
+static inline size_t sd_round_up(size_t size, size_t align)
+{
+	return (size + align - 1) & ~(align - 1);
+}
 
 static inline bool sd_is_pow2(uint64_t x)
 {

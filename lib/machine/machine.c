@@ -133,7 +133,7 @@ int sd_machine_create(const struct sd_machine_config *in, struct sd_machine **ou
 
 	if (!out)
 		return sd_fail(-EINVAL, "sd_machine_create: NULL out");
-	m = aligned_alloc(SD_CACHELINE, sizeof(*m));
+	m = aligned_alloc(SD_CACHELINE, sd_round_up(sizeof(*m), SD_CACHELINE));
 	if (!m)
 		return -ENOMEM;
 	memset(m, 0, sizeof(*m));
