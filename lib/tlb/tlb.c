@@ -85,7 +85,15 @@ bool sd_tlb_lookup_l2(struct sd_tlb *tlb, uint64_t vpn, uint16_t asid, bool chec
 		entry_write(&tlb->l1[idx], tag, pte);
 		if (checked)
 			tlb->l1_owner[idx] = hit->owner;
-		if (!seq_unchanged_after_insert(tlb, snap))
+		/*
+		 * The source is L2, which an invalidation that began before our
+		 * snapshot may still be clearing, so the sequence alone cannot
+		 * tell. The invalidator clears L2, fences, then clears L1; we
+		 * write L1, fence, then re-read the L2 tag: either we see it
+		 * gone and withdraw the copy, or its L1 pass sees our copy.
+		 */
+		if (!seq_unchanged_after_insert(tlb, snap) ||
+		    atomic_load_explicit(&set[w].tag, memory_order_relaxed) != tag)
 			atomic_store_explicit(&tlb->l1[idx].tag, 0, memory_order_relaxed);
 		return true;
 	}
@@ -167,19 +175,25 @@ static void scan_walk_cache(struct sd_tlb *tlb, const struct sd_tlb_inval *req)
 	}
 }
 
-static unsigned invalidate_page(struct sd_tlb *tlb, uint64_t vpn, uint16_t asid)
+static unsigned clear_page_l2(struct sd_tlb *tlb, uint64_t vpn, uint16_t asid)
 {
 	uint64_t tag = sd_tlb_tag(vpn, asid);
 	struct sd_tlb_entry *set = set_of(tlb, vpn);
-	unsigned removed = clear_if(&tlb->l1[vpn & tlb->l1_mask].tag, tag);
+	unsigned removed = 0;
 
 	for (unsigned w = 0; w < tlb->ways; w++)
 		removed += clear_if(&set[w].tag, tag);
 	return removed;
 }
 
+static unsigned clear_page_l1(struct sd_tlb *tlb, uint64_t vpn, uint16_t asid)
+{
+	return clear_if(&tlb->l1[vpn & tlb->l1_mask].tag, sd_tlb_tag(vpn, asid));
+}
+
 unsigned sd_tlb_invalidate(struct sd_tlb *tlb, const struct sd_tlb_inval *req)
 {
+	bool per_page = req->kind == SD_TLB_INVAL_RANGE && req->nr <= SD_TLB_RANGE_PER_PAGE_MAX;
 	unsigned removed = 0;
 
 	/* Bump first, then clear: see the diagram in tlb.h. The fence pairs
@@ -187,12 +201,20 @@ unsigned sd_tlb_invalidate(struct sd_tlb *tlb, const struct sd_tlb_inval *req)
 	atomic_fetch_add_explicit(&tlb->seq, 1, memory_order_seq_cst);
 	sd_smp_mb();
 
-	if (req->kind == SD_TLB_INVAL_RANGE && req->nr <= SD_TLB_RANGE_PER_PAGE_MAX) {
+	/* L2 before L1, with a fence between: pairs with the fence in an
+	 * L2-to-L1 promotion (sd_tlb_lookup_l2), which re-reads the L2 tag. */
+	if (per_page) {
 		for (uint64_t i = 0; i < req->nr; i++)
-			removed += invalidate_page(tlb, req->vpn + i, req->asid);
+			removed += clear_page_l2(tlb, req->vpn + i, req->asid);
+	} else {
+		removed += scan_entries(tlb->l2, (tlb->set_mask + 1) << tlb->ways_shift, req);
+	}
+	sd_smp_mb();
+	if (per_page) {
+		for (uint64_t i = 0; i < req->nr; i++)
+			removed += clear_page_l1(tlb, req->vpn + i, req->asid);
 	} else {
 		removed += scan_entries(tlb->l1, tlb->l1_mask + 1, req);
-		removed += scan_entries(tlb->l2, (tlb->set_mask + 1) << tlb->ways_shift, req);
 	}
 	if (!(req->kind == SD_TLB_INVAL_RANGE && req->leaf_only))
 		scan_walk_cache(tlb, req);
@@ -201,5 +223,6 @@ unsigned sd_tlb_invalidate(struct sd_tlb *tlb, const struct sd_tlb_inval *req)
 
 void sd_tlb_drop(struct sd_tlb *tlb, uint64_t vpn, uint16_t asid)
 {
-	invalidate_page(tlb, vpn, asid);
+	clear_page_l2(tlb, vpn, asid);
+	clear_page_l1(tlb, vpn, asid);
 }

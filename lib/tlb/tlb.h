@@ -35,6 +35,11 @@
  * re-check sees the bump, and drops what it inserted, or the invalidator's
  * tag loads (B) see the new entry and clear it. Bumping after the clearing
  * instead would let a fill that read the old PTE land between the two.
+ *
+ * An L2 hit promoted into L1 is a fill whose source (L2) the invalidation
+ * may still be clearing after the bump, so the sequence cannot see it. The
+ * invalidator clears L2, fences, then clears L1; the promotion writes L1,
+ * fences, then re-reads the L2 tag and withdraws the copy if it is gone.
  * No lock is taken on the lookup or fill path.
  */
 #define SD_TLB_WC_ENTRIES 16
