@@ -126,10 +126,10 @@ static uint64_t new_context(struct sd_arm64_asid *a, uint64_t id, bool *rolled)
 	return gen | asid;
 }
 
-void sd_arm64_asid_switch(struct sd_arm64_asid *a, unsigned cpu, _Atomic uint64_t *ctx_id,
+void sd_arm64_asid_switch(struct sd_arm64_asid *a, unsigned cpu, SD_ATOMIC(uint64_t) *ctx_id,
 			  struct sd_arm64_switch *out)
 {
-	_Atomic uint64_t *active = &a->percpu[cpu].active;
+	SD_ATOMIC(uint64_t) *active = &a->percpu[cpu].active;
 	uint64_t id = atomic_load_explicit(ctx_id, memory_order_relaxed);
 	uint64_t old = atomic_load_explicit(active, memory_order_relaxed);
 

@@ -16,14 +16,14 @@
  * its active id was zeroed.
  */
 struct sd_arm64_asid_percpu {
-	sd_cacheline_aligned _Atomic uint64_t active;  /* 0: rolled over since last switch */
+	sd_cacheline_aligned SD_ATOMIC(uint64_t) active;  /* 0: rolled over since last switch */
 	uint64_t reserved;                             /* under lock */
 };
 
 struct sd_arm64_asid {
 	unsigned bits;
 	uint64_t nr;                   /* 1 << bits; index 0 is never handed out */
-	sd_cacheline_aligned _Atomic uint64_t generation;
+	sd_cacheline_aligned SD_ATOMIC(uint64_t) generation;
 	sd_cacheline_aligned struct sd_spinlock lock;
 	uint64_t *map;                 /* under lock */
 	uint64_t cur_idx;
@@ -48,7 +48,7 @@ struct sd_arm64_switch {
  * check_and_switch_context(): make @ctx_id (the mm's context.id) current on
  * @cpu. Interrupts off. Lock-free when the mm's generation is current.
  */
-void sd_arm64_asid_switch(struct sd_arm64_asid *a, unsigned cpu, _Atomic uint64_t *ctx_id,
+void sd_arm64_asid_switch(struct sd_arm64_asid *a, unsigned cpu, SD_ATOMIC(uint64_t) *ctx_id,
 			  struct sd_arm64_switch *out);
 
 static inline uint16_t sd_arm64_asid_of(const struct sd_arm64_asid *a, uint64_t ctx_id)

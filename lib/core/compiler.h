@@ -4,10 +4,11 @@
 #define SD_CORE_COMPILER_H
 
 #include <stdalign.h>
-#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include "atomic.h"
 
 #define SD_CACHELINE 64
 #define sd_cacheline_aligned alignas(SD_CACHELINE)
@@ -76,7 +77,7 @@ static inline unsigned sd_ilog2(uint64_t x)
  * store, never a locked read-modify-write, so a bump costs a plain add on a
  * private line.
  */
-static inline void sd_counter_add(_Atomic uint64_t *c, uint64_t n)
+static inline void sd_counter_add(SD_ATOMIC(uint64_t) *c, uint64_t n)
 {
 	atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + n,
 			      memory_order_relaxed);

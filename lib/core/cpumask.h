@@ -14,7 +14,7 @@
 
 struct sd_cpumask {
 	unsigned nbits;
-	_Atomic uint64_t *words;
+	SD_ATOMIC(uint64_t) *words;
 };
 
 int sd_cpumask_init(struct sd_cpumask *mask, unsigned nbits);
@@ -25,7 +25,7 @@ static inline unsigned sd_cpumask_nwords(const struct sd_cpumask *mask)
 	return (mask->nbits + SD_BITS_PER_WORD - 1) / SD_BITS_PER_WORD;
 }
 
-static inline _Atomic uint64_t *sd_cpumask_word(const struct sd_cpumask *mask, unsigned cpu)
+static inline SD_ATOMIC(uint64_t) *sd_cpumask_word(const struct sd_cpumask *mask, unsigned cpu)
 {
 	return &mask->words[cpu / SD_BITS_PER_WORD];
 }

@@ -11,7 +11,7 @@
  * and its cache-line traffic is part of what is being measured.
  */
 struct sd_spinlock {
-	_Atomic int locked;
+	SD_ATOMIC(int) locked;
 };
 
 static inline void sd_spin_init(struct sd_spinlock *l)

@@ -3,7 +3,7 @@
 #include "compiler.h"
 
 #ifdef SD_TSAN
-static _Atomic unsigned long sd_tsan_fence_word;
+static SD_ATOMIC(unsigned long) sd_tsan_fence_word;
 char sd_rcu_tsan_token;
 
 void sd_tsan_smp_mb(void)

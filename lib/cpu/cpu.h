@@ -19,9 +19,9 @@ struct sd_mm;
 /* Counters of one CPU: written by it alone (plain relaxed stores), read by
  * snapshots. Their own lines, away from anything another CPU writes. */
 struct sd_cpu_stats {
-	sd_cacheline_aligned _Atomic uint64_t counter[SD_STAT_NR];
-	_Atomic uint64_t flush_ns_hist[SD_STAT_HIST_BUCKETS];
-	_Atomic uint64_t flush_ns_total;
+	sd_cacheline_aligned SD_ATOMIC(uint64_t) counter[SD_STAT_NR];
+	SD_ATOMIC(uint64_t) flush_ns_hist[SD_STAT_HIST_BUCKETS];
+	SD_ATOMIC(uint64_t) flush_ns_total;
 };
 
 /*
@@ -37,13 +37,13 @@ struct sd_cpu {
 
 	/* IPI endpoint: written by senders (sd_ipi_call). */
 	sd_cacheline_aligned struct __cds_lfs_stack ipi_queue;
-	_Atomic int ipi_kick;          /* a signal is on its way; don't send another */
-	_Atomic int tid;               /* kernel thread id, 0 while detached */
-	_Atomic int attached;
+	SD_ATOMIC(int) ipi_kick;          /* a signal is on its way; don't send another */
+	SD_ATOMIC(int) tid;               /* kernel thread id, 0 while detached */
+	SD_ATOMIC(int) attached;
 
 	/* Loaded address space: owner writes, others may read. */
-	sd_cacheline_aligned _Atomic(struct sd_mm *) mm;
-	_Atomic int lazy;
+	sd_cacheline_aligned SD_ATOMIC(struct sd_mm *) mm;
+	SD_ATOMIC(int) lazy;
 
 	/* Owner-private. The IPI handler runs on the owner's thread, so these
 	 * need compiler (signal) fences only, never atomics. */
@@ -59,7 +59,7 @@ struct sd_cpu {
 	struct sd_tlb tlb;
 };
 
-extern _Thread_local struct sd_cpu *sd_this_cpu;
+extern SD_THREAD_LOCAL struct sd_cpu *sd_this_cpu;
 
 static inline void sd_stat_add(struct sd_cpu *c, enum sd_stat id, uint64_t n)
 {

@@ -23,7 +23,7 @@ struct ipi_request {
 	struct cds_lfs_node node;
 	sd_ipi_fn fn;
 	void *arg;
-	_Atomic int done;
+	SD_ATOMIC(int) done;
 };
 
 /*

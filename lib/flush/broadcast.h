@@ -25,7 +25,7 @@ struct sd_broadcast {
 
 /* Per-mm state: the arm64 context id (generation | ASID). */
 struct sd_broadcast_mm {
-	sd_cacheline_aligned _Atomic uint64_t ctx_id;
+	sd_cacheline_aligned SD_ATOMIC(uint64_t) ctx_id;
 };
 
 struct sd_strategy_opt;

@@ -217,9 +217,9 @@ struct run_state {
 	struct sd_machine *m;
 	sd_cpu_fn fn;
 	void *arg;
-	_Atomic unsigned attached;     /* threads past attach (ok or not) */
-	_Atomic int error;
-	_Atomic unsigned running;      /* fns not yet returned */
+	SD_ATOMIC(unsigned) attached;     /* threads past attach (ok or not) */
+	SD_ATOMIC(int) error;
+	SD_ATOMIC(unsigned) running;      /* fns not yet returned */
 };
 
 struct run_thread {
@@ -227,7 +227,7 @@ struct run_thread {
 	unsigned id;
 };
 
-static void wait_for_zero(_Atomic unsigned *v)
+static void wait_for_zero(SD_ATOMIC(unsigned) *v)
 {
 	struct sd_backoff b = SD_BACKOFF_INIT;
 

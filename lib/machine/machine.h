@@ -26,10 +26,10 @@ struct sd_machine {
 	struct sd_frame_pool frames;
 	struct sd_oracle oracle;
 
-	_Atomic unsigned nr_attached;
-	_Atomic unsigned nr_mms;
-	_Atomic uint64_t next_mm_id;
-	_Atomic int any_unpinned;
+	SD_ATOMIC(unsigned) nr_attached;
+	SD_ATOMIC(unsigned) nr_mms;
+	SD_ATOMIC(uint64_t) next_mm_id;
+	SD_ATOMIC(int) any_unpinned;
 	char pin_note[128];
 	pthread_mutex_t pin_note_lock;
 };

@@ -180,7 +180,7 @@ int sd_mmap(struct sd_cpu *c, struct sd_mm *mm, uint64_t va, uint64_t len, unsig
 {
 	uint64_t vpn = va >> SD_PAGE_SHIFT, nr = len >> SD_PAGE_SHIFT;
 	struct sd_pt *leaf;
-	_Atomic uint64_t *slot;
+	SD_ATOMIC(uint64_t) *slot;
 	int err = check_change(c, mm, va, len, "sd_mmap");
 
 	if (err)
@@ -215,7 +215,7 @@ int sd_munmap(struct sd_cpu *c, struct sd_mm *mm, uint64_t va, uint64_t len)
 {
 	uint64_t vpn = va >> SD_PAGE_SHIFT, nr = len >> SD_PAGE_SHIFT;
 	struct sd_pt *leaf;
-	_Atomic uint64_t *slot;
+	SD_ATOMIC(uint64_t) *slot;
 	struct gather g = { 0 };
 	struct sd_pt_freelist fl = { 0 };
 	uint32_t version;
@@ -246,7 +246,7 @@ int sd_madvise_dontneed(struct sd_cpu *c, struct sd_mm *mm, uint64_t va, uint64_
 {
 	uint64_t vpn = va >> SD_PAGE_SHIFT, nr = len >> SD_PAGE_SHIFT;
 	struct sd_pt *leaf;
-	_Atomic uint64_t *slot;
+	SD_ATOMIC(uint64_t) *slot;
 	struct gather g = { 0 };
 	uint32_t version;
 	int err = check_change(c, mm, va, len, "sd_madvise_dontneed");
@@ -275,7 +275,7 @@ int sd_mprotect(struct sd_cpu *c, struct sd_mm *mm, uint64_t va, uint64_t len, u
 {
 	uint64_t vpn = va >> SD_PAGE_SHIFT, nr = len >> SD_PAGE_SHIFT;
 	struct sd_pt *leaf;
-	_Atomic uint64_t *slot;
+	SD_ATOMIC(uint64_t) *slot;
 	struct gather g = { 0 };
 	uint64_t mapped = 0;
 	uint32_t version;
@@ -324,7 +324,7 @@ static int populate(struct sd_cpu *c, struct sd_mm *mm, uint64_t vpn)
 
 	pthread_mutex_lock(&mm->lock);
 	leaf = sd_pt_walk_leaf(mm->pgd, vpn);
-	_Atomic uint64_t *slot = leaf ? &leaf->e[vpn & (SD_PT_ENTRIES - 1)] : NULL;
+	SD_ATOMIC(uint64_t) *slot = leaf ? &leaf->e[vpn & (SD_PT_ENTRIES - 1)] : NULL;
 	uint64_t pte = slot ? atomic_load_explicit(slot, memory_order_relaxed) : 0;
 
 	if ((pte & SD_PTE_VMA) && !(pte & SD_PTE_PRESENT)) {

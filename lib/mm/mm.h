@@ -23,7 +23,7 @@ struct sd_mm {
 	void *strategy;                /* the strategy's per-mm state */
 	struct sd_oracle_floor floor;  /* checked mode only */
 	/* CPUs with this mm loaded, lazily or not: written at switches. */
-	sd_cacheline_aligned _Atomic unsigned users;
+	sd_cacheline_aligned SD_ATOMIC(unsigned) users;
 };
 
 #endif

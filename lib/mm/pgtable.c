@@ -25,7 +25,7 @@ struct sd_pt *sd_pt_leaf_alloc(struct sd_pt *pgd, uint64_t vpn)
 	struct sd_pt *pt = pgd;
 
 	for (unsigned level = SD_PT_LEVELS - 1; level > 0; level--) {
-		_Atomic uint64_t *slot = &pt->e[sd_pt_index(vpn, level)];
+		SD_ATOMIC(uint64_t) *slot = &pt->e[sd_pt_index(vpn, level)];
 		uint64_t next = atomic_load_explicit(slot, memory_order_relaxed);
 
 		if (!next) {

@@ -20,7 +20,7 @@
 #define SD_PT_LEVELS 4
 
 struct sd_pt {
-	_Atomic uint64_t e[SD_PT_ENTRIES];
+	SD_ATOMIC(uint64_t) e[SD_PT_ENTRIES];
 };
 
 static inline unsigned sd_pt_index(uint64_t vpn, unsigned level)

@@ -41,7 +41,7 @@ void sd_oracle_floor_fini(struct sd_oracle_floor *f)
 }
 
 /* Get or install a node; losers of the install race free theirs. */
-static void *get_or_install(_Atomic(void *) *slot, size_t size)
+static void *get_or_install(SD_ATOMIC(void *) *slot, size_t size)
 {
 	void *cur = atomic_load_explicit(slot, memory_order_acquire);
 
@@ -57,15 +57,15 @@ static void *get_or_install(_Atomic(void *) *slot, size_t size)
 	return cur;
 }
 
-static _Atomic uint32_t *floor_slot(struct sd_oracle_floor *f, uint64_t vpn)
+static SD_ATOMIC(uint32_t) *floor_slot(struct sd_oracle_floor *f, uint64_t vpn)
 {
 	struct sd_oracle_floor_mid *mid = get_or_install(
-		(_Atomic(void *) *)&f->top[(vpn >> (2 * SD_FLOOR_BITS)) & (SD_FLOOR_FANOUT - 1)],
+		(SD_ATOMIC(void *) *)&f->top[(vpn >> (2 * SD_FLOOR_BITS)) & (SD_FLOOR_FANOUT - 1)],
 		sizeof(*mid));
 	if (!mid)
 		return NULL;
 	struct sd_oracle_floor_leaf *leaf = get_or_install(
-		(_Atomic(void *) *)&mid->leaf[(vpn >> SD_FLOOR_BITS) & (SD_FLOOR_FANOUT - 1)],
+		(SD_ATOMIC(void *) *)&mid->leaf[(vpn >> SD_FLOOR_BITS) & (SD_FLOOR_FANOUT - 1)],
 		sizeof(*leaf));
 	return leaf ? &leaf->floor[vpn & (SD_FLOOR_FANOUT - 1)] : NULL;
 }
@@ -73,7 +73,7 @@ static _Atomic uint32_t *floor_slot(struct sd_oracle_floor *f, uint64_t vpn)
 int sd_oracle_floor_raise(struct sd_oracle_floor *f, uint64_t vpn, uint64_t nr, uint32_t version)
 {
 	for (uint64_t i = 0; i < nr; i++) {
-		_Atomic uint32_t *slot = floor_slot(f, vpn + i);
+		SD_ATOMIC(uint32_t) *slot = floor_slot(f, vpn + i);
 		if (!slot)
 			return -ENOMEM;
 		uint32_t cur = atomic_load_explicit(slot, memory_order_relaxed);

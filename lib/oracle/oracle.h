@@ -24,9 +24,9 @@
  * real violation, never a false alarm.
  */
 struct sd_oracle {
-	_Atomic uint32_t clock;
+	SD_ATOMIC(uint32_t) clock;
 	pthread_mutex_t lock;          /* guards details[] */
-	_Atomic unsigned nr_details;
+	SD_ATOMIC(unsigned) nr_details;
 	struct sd_violation details[SD_ORACLE_MAX_DETAILS];
 };
 
@@ -34,16 +34,16 @@ struct sd_oracle {
 #define SD_FLOOR_FANOUT (1u << SD_FLOOR_BITS)
 
 struct sd_oracle_floor_leaf {
-	_Atomic uint32_t floor[SD_FLOOR_FANOUT];
+	SD_ATOMIC(uint32_t) floor[SD_FLOOR_FANOUT];
 };
 
 struct sd_oracle_floor_mid {
-	_Atomic(struct sd_oracle_floor_leaf *) leaf[SD_FLOOR_FANOUT];
+	SD_ATOMIC(struct sd_oracle_floor_leaf *) leaf[SD_FLOOR_FANOUT];
 };
 
 /* Per mm: vpn bits 35..24 pick a mid, 23..12 a leaf, 11..0 the slot. */
 struct sd_oracle_floor {
-	_Atomic(struct sd_oracle_floor_mid *) *top;
+	SD_ATOMIC(struct sd_oracle_floor_mid *) *top;
 };
 
 void sd_oracle_init(struct sd_oracle *o);

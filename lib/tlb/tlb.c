@@ -128,7 +128,7 @@ bool sd_tlb_fill_commit(struct sd_tlb *tlb, uint64_t snap, uint64_t vpn, uint16_
 	return false;
 }
 
-static inline bool clear_if(_Atomic uint64_t *tagp, uint64_t want)
+static inline bool clear_if(SD_ATOMIC(uint64_t) *tagp, uint64_t want)
 {
 	if (atomic_load_explicit(tagp, memory_order_relaxed) != want)
 		return false;

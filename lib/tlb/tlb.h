@@ -45,18 +45,18 @@
 #define SD_TLB_WC_ENTRIES 16
 
 struct sd_tlb_entry {
-	_Atomic uint64_t tag;
-	_Atomic uint64_t pte;
+	SD_ATOMIC(uint64_t) tag;
+	SD_ATOMIC(uint64_t) pte;
 };
 
 struct sd_walk_cache_entry {
-	_Atomic uint64_t tag;          /* (vpn >> 9) << 17 | asid << 1 | 1 */
-	_Atomic(void *) leaf;          /* leaf table for that 2 MiB region */
+	SD_ATOMIC(uint64_t) tag;          /* (vpn >> 9) << 17 | asid << 1 | 1 */
+	SD_ATOMIC(void *) leaf;          /* leaf table for that 2 MiB region */
 };
 
 struct sd_tlb {
 	/* Written by every invalidator, read by the owner at each fill. */
-	sd_cacheline_aligned _Atomic uint64_t seq;
+	sd_cacheline_aligned SD_ATOMIC(uint64_t) seq;
 
 	/* Owner-private from here on (invalidators only read/clear tags). */
 	sd_cacheline_aligned struct sd_tlb_entry *l1;
