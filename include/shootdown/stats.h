@@ -21,8 +21,9 @@ SD_BEGIN_DECLS
 
 /* X(enum suffix, printed name) - one line per counter. */
 #define SD_STAT_LIST(X)                                                          \
-	X(TLB_HIT, "tlb_hits")                  /* lookups served by the TLB */ \
-	X(TLB_L1_HIT, "tlb_l1_hits")            /* ...of them by the L1 */      \
+	X(TLB_HIT, "tlb_hits")                  /* lookups served by the TLB (L1 + L2) */ \
+	X(TLB_L1_HIT, "tlb_l1_hits")                                            \
+	X(TLB_L2_HIT, "tlb_l2_hits")                                            \
 	X(TLB_MISS, "tlb_misses")                                               \
 	X(PAGE_WALK, "page_walks")              /* lockless table walks */      \
 	X(WALK_CACHE_HIT, "walk_cache_hits")    /* walks that skipped levels */ \

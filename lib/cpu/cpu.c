@@ -11,7 +11,7 @@
 #include "../machine/machine.h"
 #include "cpu.h"
 
-_Thread_local struct sd_cpu *sd_this_cpu;
+_Thread_local struct sd_cpu *sd_this_cpu __attribute__((tls_model("initial-exec")));
 
 size_t sd_cpu_area_size(unsigned l1, unsigned sets, unsigned ways)
 {
@@ -36,6 +36,7 @@ void sd_cpu_area_init(struct sd_cpu *c, struct sd_machine *m, unsigned id, size_
 	c->ipi_pending = 0;
 	c->asid = 0;
 	c->pinned = -1;
+	c->checked = m->checked;
 	sd_tlb_init(&c->tlb, (char *)c + sizeof(*c), l1, sets, ways);
 }
 

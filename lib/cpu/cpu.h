@@ -50,6 +50,7 @@ struct sd_cpu {
 	sd_cacheline_aligned volatile sig_atomic_t irq_depth;
 	volatile sig_atomic_t ipi_pending;
 	uint16_t asid;                 /* the ASID register */
+	bool checked;                  /* copy of the machine's oracle mode */
 	int pinned;                    /* -1 never attached, 0 unpinned, 1 pinned */
 	unsigned ops_since_qs;         /* accesses since the last quiescent state */
 	struct sd_topology_binding binding;
@@ -59,7 +60,9 @@ struct sd_cpu {
 	struct sd_tlb tlb;
 };
 
-extern SD_THREAD_LOCAL struct sd_cpu *sd_this_cpu;
+/* Initial-exec: a %fs-relative load on the hit path, not a __tls_get_addr
+ * call through the PLT, even from the shared library. */
+extern SD_THREAD_LOCAL struct sd_cpu *sd_this_cpu __attribute__((tls_model("initial-exec")));
 
 static inline void sd_stat_add(struct sd_cpu *c, enum sd_stat id, uint64_t n)
 {

@@ -404,34 +404,32 @@ static int walk_and_fill(struct sd_cpu *c, struct sd_mm *mm, uint64_t vpn,
 	}
 }
 
-int sd_access(struct sd_cpu *c, uint64_t va, enum sd_access_kind kind, uint64_t *pfn)
+/* Everything but an unchecked L1 hit: L2, the walk, the oracle, errors. */
+static __attribute__((noinline)) int access_slow(struct sd_cpu *c, uint64_t va,
+						 enum sd_access_kind kind, uint64_t *pfn)
 {
 	struct sd_tlb_hit hit;
 	uint64_t vpn = va >> SD_PAGE_SHIFT;
 	uint32_t floor = 0;
 
-	if (unlikely(sd_cpu_check_self(c)))
+	if (sd_cpu_check_self(c))
 		return sd_fail(-EPERM, "sd_access: caller is not attached as this CPU");
 	struct sd_mm *mm = atomic_load_explicit(&c->mm, memory_order_relaxed);
-	if (unlikely(!mm || atomic_load_explicit(&c->lazy, memory_order_relaxed)))
+	if (!mm || atomic_load_explicit(&c->lazy, memory_order_relaxed))
 		return -ESRCH;
-	if (unlikely(va >= SD_VA_END))
+	if (va >= SD_VA_END)
 		return -EFAULT;
-	if (unlikely(++c->ops_since_qs >= SD_ACCESSES_PER_QS) && !c->irq_depth)
-		sd_cpu_qs(c);
 
-	const bool checked = c->m->checked;
+	const bool checked = c->checked;
 	/* Oracle: the floor is read before the lookup, so a raise we see
 	 * belongs to a flush that returned before this access started. */
 	if (checked)
 		floor = sd_oracle_floor_get(&mm->floor, vpn);
 
-	if (likely(sd_tlb_lookup_l1(&c->tlb, vpn, c->asid, checked, &hit)) ||
+	if (sd_tlb_lookup_l1(&c->tlb, vpn, c->asid, checked, &hit) ||
 	    sd_tlb_lookup_l2(&c->tlb, vpn, c->asid, checked, &hit)) {
-		if (likely(pte_allows(hit.pte, kind))) {
-			sd_stat_inc(c, SD_STAT_TLB_HIT);
-			if (hit.l1)
-				sd_stat_inc(c, SD_STAT_TLB_L1_HIT);
+		if (pte_allows(hit.pte, kind)) {
+			sd_stat_inc(c, hit.l1 ? SD_STAT_TLB_L1_HIT : SD_STAT_TLB_L2_HIT);
 			if (checked && (sd_pte_version(hit.pte) < floor ||
 					hit.owner != (uint32_t)mm->id))
 				report_violation(c, mm, vpn, &hit, floor);
@@ -449,6 +447,33 @@ int sd_access(struct sd_cpu *c, uint64_t va, enum sd_access_kind kind, uint64_t 
 	if (!err && pfn)
 		*pfn = sd_pte_pfn(pte);
 	return err;
+}
+
+/*
+ * The hit path is kept to what a hardware L1 TLB hit costs an emulator: the
+ * attached-thread check (an initial-exec TLS load), the loaded mm, one L1
+ * probe, one private counter. Anything else goes out of line, so the hit
+ * pays no frame setup for the miss path.
+ */
+int sd_access(struct sd_cpu *c, uint64_t va, enum sd_access_kind kind, uint64_t *pfn)
+{
+	struct sd_tlb_hit hit;
+	uint64_t vpn = va >> SD_PAGE_SHIFT;
+
+	if (likely(c && c == sd_this_cpu && !c->checked && va < SD_VA_END &&
+		   atomic_load_explicit(&c->mm, memory_order_relaxed) &&
+		   !atomic_load_explicit(&c->lazy, memory_order_relaxed) &&
+		   ++c->ops_since_qs < SD_ACCESSES_PER_QS &&
+		   sd_tlb_lookup_l1(&c->tlb, vpn, c->asid, false, &hit) &&
+		   pte_allows(hit.pte, kind))) {
+		sd_stat_inc(c, SD_STAT_TLB_L1_HIT);
+		if (pfn)
+			*pfn = sd_pte_pfn(hit.pte);
+		return 0;
+	}
+	if (c && c == sd_this_cpu && c->ops_since_qs >= SD_ACCESSES_PER_QS && !c->irq_depth)
+		sd_cpu_qs(c);
+	return access_slow(c, va, kind, pfn);
 }
 
 /* ---- context switch and idle ---- */

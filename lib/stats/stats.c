@@ -25,6 +25,10 @@ static void add_cpu(struct sd_stats *s, const struct sd_cpu *c)
 	/* The TLB's invalidation sequence counts every invalidation that
 	 * reached it, local or remote, without a counter write on the path. */
 	s->counter[SD_STAT_TLB_INVALS] += sd_tlb_invalidations(&c->tlb);
+	/* Derived, so the hit path bumps one counter, not two. */
+	s->counter[SD_STAT_TLB_HIT] +=
+		atomic_load_explicit(&c->stats.counter[SD_STAT_TLB_L1_HIT], memory_order_relaxed) +
+		atomic_load_explicit(&c->stats.counter[SD_STAT_TLB_L2_HIT], memory_order_relaxed);
 	for (unsigned i = 0; i < SD_STAT_HIST_BUCKETS; i++)
 		s->flush_ns_hist[i] += atomic_load_explicit(&c->stats.flush_ns_hist[i],
 							    memory_order_relaxed);
