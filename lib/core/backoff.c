@@ -11,8 +11,14 @@ void sd_backoff_slow(struct sd_backoff *b)
 		sched_yield();
 		return;
 	}
-	/* A yield does not help a preempted lock holder under CFS when many
-	 * waiters share the core; a short sleep does. */
-	struct timespec ts = { 0, SD_BACKOFF_SLEEP_NS };
+	/* A yield does not help a preempted thread under CFS when many
+	 * waiters share the core; a sleep does, growing so that hundreds of
+	 * sleepers do not keep the scheduler busy with their wake-ups. Waits
+	 * that can last long park on a futex instead (core/futex.h). */
+	unsigned shift = b->n - SD_BACKOFF_SPINS - SD_BACKOFF_YIELDS;
+	long ns = SD_BACKOFF_SLEEP_NS << (shift < 5 ? shift : 5);
+	struct timespec ts = { 0, ns };
+	if (shift < 5)
+		b->n++;
 	nanosleep(&ts, NULL);
 }

@@ -4,6 +4,7 @@
  * sd_machine_run(). Everything it builds is undone in reverse on failure.
  */
 #include <errno.h>
+#include <limits.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -14,6 +15,7 @@
 
 #include "../core/backoff.h"
 #include "../core/error.h"
+#include "../core/futex.h"
 #include "../tlb/pte.h"
 #include "machine.h"
 
@@ -217,9 +219,9 @@ struct run_state {
 	struct sd_machine *m;
 	sd_cpu_fn fn;
 	void *arg;
-	SD_ATOMIC(unsigned) attached;     /* threads past attach (ok or not) */
+	SD_ATOMIC(int) attached;       /* threads past attach (ok or not) */
 	SD_ATOMIC(int) error;
-	SD_ATOMIC(unsigned) running;      /* fns not yet returned */
+	SD_ATOMIC(int) running;        /* fns not yet returned */
 };
 
 struct run_thread {
@@ -227,12 +229,20 @@ struct run_thread {
 	unsigned id;
 };
 
-static void wait_for_zero(SD_ATOMIC(unsigned) *v)
+/* Add @delta to a gate counter; whoever moves it to @target wakes all. */
+static void gate_add(SD_ATOMIC(int) *word, int delta, int target)
 {
-	struct sd_backoff b = SD_BACKOFF_INIT;
+	if (atomic_fetch_add(word, delta) + delta == target)
+		sd_futex_wake(word, INT_MAX);
+}
 
-	while (atomic_load(v))
-		sd_backoff_wait(&b);
+/* Park until the counter reaches @target; IPIs are answered meanwhile. */
+static void gate_wait(SD_ATOMIC(int) *word, int target)
+{
+	int v;
+
+	while ((v = atomic_load(word)) != target)
+		sd_wait_while_eq(word, v);
 }
 
 static void *cpu_thread(void *p)
@@ -240,24 +250,24 @@ static void *cpu_thread(void *p)
 	struct run_thread *t = p;
 	struct run_state *rs = t->rs;
 	struct sd_cpu *c = NULL;
+	int nr = (int)rs->m->nr_cpus;
 	int err = sd_cpu_attach(rs->m, t->id, &c);
-	struct sd_backoff b = SD_BACKOFF_INIT;
 
 	if (err)
 		atomic_store(&rs->error, err);
-	atomic_fetch_add(&rs->attached, 1);
 	/* Start together: every CPU has a thread (and a tid for IPIs) before
 	 * any fn runs. */
-	while (atomic_load(&rs->attached) < rs->m->nr_cpus)
-		sd_backoff_wait(&b);
+	gate_add(&rs->attached, 1, nr);
+	gate_wait(&rs->attached, nr);
 	if (!atomic_load(&rs->error) && c)
 		rs->fn(c, rs->arg);
-	atomic_fetch_sub(&rs->running, 1);
+	if (c)
+		sd_cpu_idle(c);
+	gate_add(&rs->running, -1, 0);
 	if (c) {
 		/* Stay a CPU, idle, answering IPIs, until every fn returned:
 		 * a late shootdown must never wait on a thread that is gone. */
-		sd_cpu_idle(c);
-		wait_for_zero(&rs->running);
+		gate_wait(&rs->running, 0);
 		sd_cpu_detach(c);
 	}
 	return NULL;
@@ -291,7 +301,7 @@ int sd_machine_run(struct sd_machine *m, sd_cpu_fn fn, void *arg)
 	rs.arg = arg;
 	atomic_init(&rs.attached, 0);
 	atomic_init(&rs.error, 0);
-	atomic_init(&rs.running, m->nr_cpus);
+	atomic_init(&rs.running, (int)m->nr_cpus);
 	pthread_attr_init(&attr);
 	pthread_attr_setstacksize(&attr, SD_CPU_THREAD_STACK);
 	for (; started < m->nr_cpus; started++) {
@@ -306,8 +316,8 @@ int sd_machine_run(struct sd_machine *m, sd_cpu_fn fn, void *arg)
 	if (err) {
 		/* Release the ones that started: they see the error and leave. */
 		atomic_store(&rs.error, err);
-		atomic_fetch_sub(&rs.running, m->nr_cpus - started);
-		atomic_fetch_add(&rs.attached, m->nr_cpus - started);
+		gate_add(&rs.running, -(int)(m->nr_cpus - started), 0);
+		gate_add(&rs.attached, (int)(m->nr_cpus - started), (int)m->nr_cpus);
 	}
 	for (unsigned i = 0; i < started; i++)
 		pthread_join(tids[i], NULL);

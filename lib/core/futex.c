@@ -1,0 +1,35 @@
+/* SPDX-License-Identifier: MIT */
+#include <limits.h>
+#include <linux/futex.h>
+#include <sched.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "backoff.h"
+#include "futex.h"
+
+void sd_futex_wait(SD_ATOMIC(int) *word, int expected)
+{
+	syscall(SYS_futex, (int *)word, FUTEX_WAIT_PRIVATE, expected, NULL, NULL, 0);
+}
+
+void sd_futex_wake(SD_ATOMIC(int) *word, int nr)
+{
+	syscall(SYS_futex, (int *)word, FUTEX_WAKE_PRIVATE, nr, NULL, NULL, 0);
+}
+
+void sd_wait_while_eq(SD_ATOMIC(int) *word, int old)
+{
+	unsigned n;
+
+	for (n = 0; n < SD_BACKOFF_SPINS + SD_BACKOFF_YIELDS; n++) {
+		if (atomic_load_explicit(word, memory_order_acquire) != old)
+			return;
+		if (n < SD_BACKOFF_SPINS)
+			sd_cpu_relax();
+		else
+			sched_yield();
+	}
+	while (atomic_load_explicit(word, memory_order_acquire) == old)
+		sd_futex_wait(word, old);
+}
