@@ -7,19 +7,36 @@
 #include "error.h"
 
 static _Thread_local char last_error[256];
+/* A detail recorded on a hot path, formatted only if someone asks. */
+static _Thread_local struct {
+	const char *fmt;
+	unsigned long long arg;
+} lazy_error;
 
 int sd_fail(int err, const char *fmt, ...)
 {
 	va_list ap;
 
+	lazy_error.fmt = NULL;
 	va_start(ap, fmt);
 	vsnprintf(last_error, sizeof(last_error), fmt, ap);
 	va_end(ap);
 	return err;
 }
 
+int sd_fail_lazy(int err, const char *fmt, unsigned long long arg)
+{
+	lazy_error.fmt = fmt;
+	lazy_error.arg = arg;
+	return err;
+}
+
 const char *sd_last_error(void)
 {
+	if (lazy_error.fmt) {
+		snprintf(last_error, sizeof(last_error), lazy_error.fmt, lazy_error.arg);
+		lazy_error.fmt = NULL;
+	}
 	return last_error;
 }
 

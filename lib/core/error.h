@@ -10,4 +10,11 @@
  */
 int sd_fail(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/*
+ * sd_fail_lazy() - the same for paths where failing is routine (a fault on
+ * sd_access): store @fmt (one %llx or %llu for @arg) and format it only when
+ * sd_last_error() is called.
+ */
+int sd_fail_lazy(int err, const char *fmt, unsigned long long arg);
+
 #endif

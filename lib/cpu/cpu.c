@@ -23,6 +23,8 @@ size_t sd_cpu_area_size(unsigned l1, unsigned sets, unsigned ways)
 void sd_cpu_area_init(struct sd_cpu *c, struct sd_machine *m, unsigned id, size_t size,
 		      unsigned l1, unsigned sets, unsigned ways)
 {
+	/* hwloc_alloc() may come from posix_memalign: not zeroed. */
+	memset(c, 0, size);
 	c->id = id;
 	c->m = m;
 	c->alloc_size = size;

@@ -114,38 +114,57 @@ static uint32_t change_version(struct sd_mm *mm)
 	return mm->m->checked ? sd_oracle_next_version(&mm->m->oracle) : 0;
 }
 
-/* Visit every existing leaf slot of [vpn, vpn + nr). */
+/*
+ * Visit every existing leaf slot of [vpn, vpn + nr), with __i its page;
+ * empty upper-level tables are skipped whole, so a huge sparse range costs
+ * what is mapped in it, not its size.
+ */
 #define for_each_pte(mm, vpn, nr, leaf, slot)                                           \
-	for (uint64_t __v = (vpn), __end = (vpn) + (nr); __v < __end;                    \
+	for (uint64_t __v = (vpn), __end = (vpn) + (nr);                                 \
+	     ((leaf) = sd_pt_next_leaf((mm)->pgd, &__v, __end)) != NULL;                 \
 	     __v = (__v | (SD_PT_ENTRIES - 1)) + 1)                                     \
-		if (((leaf) = sd_pt_walk_leaf((mm)->pgd, __v)) != NULL)                 \
-			for (uint64_t __i = __v; __i < __end &&                         \
-			     ((slot) = &(leaf)->e[__i & (SD_PT_ENTRIES - 1)], 1);       \
-			     __i = ((__i + 1) & (SD_PT_ENTRIES - 1)) ? __i + 1 : __end)
+		for (uint64_t __i = __v; __i < __end &&                                 \
+		     ((slot) = &(leaf)->e[__i & (SD_PT_ENTRIES - 1)], 1);               \
+		     __i = ((__i + 1) & (SD_PT_ENTRIES - 1)) ? __i + 1 : __end)
 
-/* ---- frames gathered by a zap, freed after the flush ---- */
+/* ---- what a change gathers: frames to free and pages to re-floor ---- */
 
-struct gather {
+struct u64_vec {
 	size_t n, cap;
-	uint32_t *pfn;
-	bool flush;            /* a present PTE changed: some TLB may cache it */
-	int err;
+	uint64_t *v;
 };
 
-static void gather_pfn(struct gather *g, uint64_t pfn)
+static int vec_push(struct u64_vec *vec, uint64_t x)
 {
-	if (g->n == g->cap) {
-		size_t cap = g->cap ? 2 * g->cap : 64;
-		uint32_t *p = realloc(g->pfn, cap * sizeof(*p));
-		if (!p) {
-			/* Leak the frame rather than free it early. */
-			g->err = -ENOMEM;
-			return;
-		}
-		g->pfn = p;
-		g->cap = cap;
+	if (vec->n == vec->cap) {
+		size_t cap = vec->cap ? 2 * vec->cap : 64;
+		uint64_t *p = realloc(vec->v, cap * sizeof(*p));
+		if (!p)
+			return -ENOMEM;
+		vec->v = p;
+		vec->cap = cap;
 	}
-	g->pfn[g->n++] = (uint32_t)pfn;
+	vec->v[vec->n++] = x;
+	return 0;
+}
+
+struct gather {
+	struct u64_vec frames;  /* freed only after the flush (mmu_gather) */
+	struct u64_vec pages;   /* checked mode: present pages that changed */
+	bool flush;             /* a present PTE changed: some TLB may cache it */
+	bool checked;
+};
+
+/* A present PTE of page @vpn changed; @pfn != 0 if its frame goes too. */
+static void gather_page(struct gather *g, uint64_t vpn, uint64_t pfn)
+{
+	g->flush = true;
+	/* Out of memory: leak the frame rather than free it early, and skip
+	 * the floor (a missed check, never a false alarm). */
+	if (pfn)
+		(void)vec_push(&g->frames, pfn);
+	if (g->checked)
+		(void)vec_push(&g->pages, vpn);
 }
 
 static void finish_change(struct sd_cpu *c, struct sd_mm *mm, uint64_t vpn, uint64_t nr,
@@ -165,12 +184,14 @@ static void finish_change(struct sd_cpu *c, struct sd_mm *mm, uint64_t vpn, uint
 		sd_stat_inc(c, SD_STAT_FLUSH);
 		sd_stat_flush_latency(c, (uint64_t)(t1.tv_sec - t0.tv_sec) * 1000000000u +
 					     (uint64_t)(t1.tv_nsec - t0.tv_nsec));
-		if (m->checked)
-			sd_oracle_floor_raise(&mm->floor, vpn, nr, version);
+		/* Only pages that were present can be cached anywhere. */
+		for (size_t i = 0; i < g->pages.n; i++)
+			sd_oracle_floor_raise(&mm->floor, g->pages.v[i], 1, version);
 	}
-	for (size_t i = 0; i < g->n; i++)
-		sd_frame_free(&m->frames, &c->frames, g->pfn[i]);
-	free(g->pfn);
+	for (size_t i = 0; i < g->frames.n; i++)
+		sd_frame_free(&m->frames, &c->frames, g->frames.v[i]);
+	free(g->frames.v);
+	free(g->pages.v);
 	if (fl)
 		sd_pt_free_deferred(fl);
 	sd_cpu_qs(c);
@@ -216,7 +237,7 @@ int sd_munmap(struct sd_cpu *c, struct sd_mm *mm, uint64_t va, uint64_t len)
 	uint64_t vpn = va >> SD_PAGE_SHIFT, nr = len >> SD_PAGE_SHIFT;
 	struct sd_pt *leaf;
 	SD_ATOMIC(uint64_t) *slot;
-	struct gather g = { 0 };
+	struct gather g = { .checked = c->checked };
 	struct sd_pt_freelist fl = { 0 };
 	uint32_t version;
 	int err = check_change(c, mm, va, len, "sd_munmap");
@@ -230,10 +251,8 @@ int sd_munmap(struct sd_cpu *c, struct sd_mm *mm, uint64_t va, uint64_t len)
 		if (!old)
 			continue;
 		atomic_store_explicit(slot, 0, memory_order_release);
-		if (old & SD_PTE_PRESENT) {
-			gather_pfn(&g, sd_pte_pfn(old));
-			g.flush = true;
-		}
+		if (old & SD_PTE_PRESENT)
+			gather_page(&g, __i, sd_pte_pfn(old));
 	}
 	/* On -ENOMEM the empty tables just stay linked: still correct. */
 	(void)sd_pt_unlink_empty(mm->pgd, vpn, nr, &fl);
@@ -247,7 +266,7 @@ int sd_madvise_dontneed(struct sd_cpu *c, struct sd_mm *mm, uint64_t va, uint64_
 	uint64_t vpn = va >> SD_PAGE_SHIFT, nr = len >> SD_PAGE_SHIFT;
 	struct sd_pt *leaf;
 	SD_ATOMIC(uint64_t) *slot;
-	struct gather g = { 0 };
+	struct gather g = { .checked = c->checked };
 	uint32_t version;
 	int err = check_change(c, mm, va, len, "sd_madvise_dontneed");
 
@@ -263,8 +282,7 @@ int sd_madvise_dontneed(struct sd_cpu *c, struct sd_mm *mm, uint64_t va, uint64_
 		atomic_store_explicit(slot,
 				      sd_pte_make(0, old & (SD_PTE_VMA | SD_PTE_PROT_MASK), version),
 				      memory_order_release);
-		gather_pfn(&g, sd_pte_pfn(old));
-		g.flush = true;
+		gather_page(&g, __i, sd_pte_pfn(old));
 	}
 	pthread_mutex_unlock(&mm->lock);
 	finish_change(c, mm, vpn, nr, version, &g, NULL);
@@ -276,7 +294,7 @@ int sd_mprotect(struct sd_cpu *c, struct sd_mm *mm, uint64_t va, uint64_t len, u
 	uint64_t vpn = va >> SD_PAGE_SHIFT, nr = len >> SD_PAGE_SHIFT;
 	struct sd_pt *leaf;
 	SD_ATOMIC(uint64_t) *slot;
-	struct gather g = { 0 };
+	struct gather g = { .checked = c->checked };
 	uint64_t mapped = 0;
 	uint32_t version;
 	int err = check_change(c, mm, va, len, "sd_mprotect");
@@ -301,7 +319,8 @@ int sd_mprotect(struct sd_cpu *c, struct sd_mm *mm, uint64_t va, uint64_t len, u
 				      sd_pte_make(sd_pte_pfn(old), keep | sd_pte_flags_from_prot(prot),
 						  version),
 				      memory_order_release);
-		g.flush |= !!(old & SD_PTE_PRESENT);
+		if (old & SD_PTE_PRESENT)
+			gather_page(&g, __i, 0);
 	}
 	pthread_mutex_unlock(&mm->lock);
 	finish_change(c, mm, vpn, nr, version, &g, NULL);
@@ -416,9 +435,11 @@ static __attribute__((noinline)) int access_slow(struct sd_cpu *c, uint64_t va,
 		return sd_fail(-EPERM, "sd_access: caller is not attached as this CPU");
 	struct sd_mm *mm = atomic_load_explicit(&c->mm, memory_order_relaxed);
 	if (!mm || atomic_load_explicit(&c->lazy, memory_order_relaxed))
-		return -ESRCH;
+		return sd_fail_lazy(-ESRCH, "sd_access(0x%llx): no address space loaded "
+				    "(none switched in, or the CPU is idle)", va);
 	if (va >= SD_VA_END)
-		return -EFAULT;
+		return sd_fail_lazy(-EFAULT, "sd_access: 0x%llx is outside the 48-bit VA space",
+				    va);
 
 	const bool checked = c->checked;
 	/* Oracle: the floor is read before the lookup, so a raise we see
@@ -446,6 +467,11 @@ static __attribute__((noinline)) int access_slow(struct sd_cpu *c, uint64_t va,
 	int err = walk_and_fill(c, mm, vpn, kind, &pte);
 	if (!err && pfn)
 		*pfn = sd_pte_pfn(pte);
+	if (err == -EFAULT)
+		return sd_fail_lazy(err, "sd_access: 0x%llx is not mapped", va);
+	if (err == -EACCES)
+		return sd_fail_lazy(err, kind == SD_WRITE ? "sd_access: the protection of 0x%llx forbids writes"
+							  : "sd_access: the protection of 0x%llx forbids reads", va);
 	return err;
 }
 

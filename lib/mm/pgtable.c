@@ -20,6 +20,28 @@ void sd_pt_free(struct sd_pt *pt)
 	free(pt);
 }
 
+struct sd_pt *sd_pt_next_leaf(struct sd_pt *pgd, uint64_t *vpn, uint64_t end)
+{
+	while (*vpn < end) {
+		struct sd_pt *pt = pgd;
+		unsigned level = SD_PT_LEVELS - 1;
+
+		for (; level > 0; level--) {
+			uint64_t next = atomic_load_explicit(&pt->e[sd_pt_index(*vpn, level)],
+							     memory_order_relaxed);
+			if (!next)
+				break;
+			pt = (struct sd_pt *)(uintptr_t)next;
+		}
+		if (level == 0)
+			return pt;
+		/* Nothing below this entry: skip all it would cover. */
+		uint64_t span = UINT64_C(1) << (SD_PT_SHIFT * level);
+		*vpn = (*vpn & ~(span - 1)) + span;
+	}
+	return NULL;
+}
+
 struct sd_pt *sd_pt_leaf_alloc(struct sd_pt *pgd, uint64_t vpn)
 {
 	struct sd_pt *pt = pgd;

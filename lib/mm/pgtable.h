@@ -47,6 +47,13 @@ static inline struct sd_pt *sd_pt_walk_leaf(struct sd_pt *pgd, uint64_t vpn)
 	return pt;
 }
 
+/*
+ * Under the mm lock: the first leaf table covering a page at or after *@vpn
+ * and below @end, skipping empty upper-level entries whole; *@vpn moves to
+ * the first page it covers at or after the old *@vpn. NULL when none.
+ */
+struct sd_pt *sd_pt_next_leaf(struct sd_pt *pgd, uint64_t *vpn, uint64_t end);
+
 /* Under the mm lock: the leaf for @vpn, creating missing tables. NULL: -ENOMEM. */
 struct sd_pt *sd_pt_leaf_alloc(struct sd_pt *pgd, uint64_t vpn);
 

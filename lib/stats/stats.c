@@ -74,9 +74,12 @@ uint64_t sd_stats_flush_ns_quantile(const struct sd_stats *s, double q)
 		total += s->flush_ns_hist[i];
 	if (!total)
 		return 0;
+	/* The first bucket whose cumulative count reaches q of the total
+	 * (at least one sample, so q = 0 is the smallest bucket in use). */
+	double want = q * (double)total < 1.0 ? 1.0 : q * (double)total;
 	for (unsigned i = 0; i < SD_STAT_HIST_BUCKETS; i++) {
 		seen += s->flush_ns_hist[i];
-		if ((double)seen >= q * (double)total)
+		if ((double)seen >= want)
 			return UINT64_C(2) << i;
 	}
 	return UINT64_C(2) << (SD_STAT_HIST_BUCKETS - 1);

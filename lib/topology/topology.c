@@ -1,6 +1,5 @@
 /* SPDX-License-Identifier: MIT */
 #include <errno.h>
-#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,26 +44,61 @@ static int load_topology(struct sd_topology *t)
 	return 0;
 }
 
-/* Scatter: let hwloc_distrib spread one slot per PU over packages and cores,
- * then take one PU out of each slot. */
+/* Rank of @obj among the objects of its type inside @within (0 if none). */
+static unsigned rank_within(hwloc_topology_t topo, hwloc_obj_t obj, hwloc_obj_t within)
+{
+	hwloc_obj_t first;
+
+	if (!obj || !within)
+		return 0;
+	first = hwloc_get_next_obj_inside_cpuset_by_type(topo, within->cpuset, obj->type, NULL);
+	return first ? obj->logical_index - first->logical_index : 0;
+}
+
+struct scatter_key {
+	unsigned pu_in_core, core_in_package, package;
+	hwloc_obj_t pu;
+};
+
+static int scatter_cmp(const void *a, const void *b)
+{
+	const struct scatter_key *x = a, *y = b;
+
+	if (x->pu_in_core != y->pu_in_core)
+		return x->pu_in_core < y->pu_in_core ? -1 : 1;
+	if (x->core_in_package != y->core_in_package)
+		return x->core_in_package < y->core_in_package ? -1 : 1;
+	if (x->package != y->package)
+		return x->package < y->package ? -1 : 1;
+	return 0;
+}
+
+/*
+ * Scatter: consecutive CPUs go to different packages first, then to
+ * different cores of a package, and only then to SMT siblings. That is a
+ * sort of the PUs by (rank in core, rank of the core in its package,
+ * package), hwloc telling each object's place.
+ */
 static int place_scatter(struct sd_topology *t, hwloc_obj_t *order)
 {
-	hwloc_obj_t root = hwloc_get_root_obj(t->topo);
-	hwloc_bitmap_t *sets = calloc(t->nr_pus, sizeof(*sets));
+	struct scatter_key *keys = calloc(t->nr_pus, sizeof(*keys));
 
-	if (!sets)
+	if (!keys)
 		return -ENOMEM;
-	if (hwloc_distrib(t->topo, &root, 1, sets, t->nr_pus, INT_MAX, 0) < 0) {
-		free(sets);
-		return sd_fail(-EINVAL, "hwloc_distrib failed");
-	}
 	for (unsigned i = 0; i < t->nr_pus; i++) {
-		hwloc_bitmap_singlify(sets[i]);
-		order[i] = hwloc_get_pu_obj_by_os_index(t->topo,
-							(unsigned)hwloc_bitmap_first(sets[i]));
-		hwloc_bitmap_free(sets[i]);
+		hwloc_obj_t pu = hwloc_get_obj_by_type(t->topo, HWLOC_OBJ_PU, i);
+		hwloc_obj_t core = hwloc_get_ancestor_obj_by_type(t->topo, HWLOC_OBJ_CORE, pu);
+		hwloc_obj_t pkg = hwloc_get_ancestor_obj_by_type(t->topo, HWLOC_OBJ_PACKAGE, pu);
+
+		keys[i].pu = pu;
+		keys[i].pu_in_core = rank_within(t->topo, pu, core);
+		keys[i].core_in_package = rank_within(t->topo, core, pkg);
+		keys[i].package = pkg ? pkg->logical_index : 0;
 	}
-	free(sets);
+	qsort(keys, t->nr_pus, sizeof(*keys), scatter_cmp);
+	for (unsigned i = 0; i < t->nr_pus; i++)
+		order[i] = keys[i].pu;
+	free(keys);
 	return 0;
 }
 
@@ -221,8 +255,8 @@ void *sd_topology_alloc_local(struct sd_topology *t, unsigned cpu, size_t size)
 	hwloc_obj_t pu = t->pu_of_cpu[cpu];
 	void *p = NULL;
 
-	/* Bind to the PU's node where the OS can; plain pages otherwise. Both
-	 * come from mmap, so they are page aligned and zeroed. */
+	/* Bind to the PU's node where the OS can; plain aligned memory
+	 * otherwise. Either way page aligned; the caller zeroes it. */
 	if (!t->synthetic && pu->nodeset)
 		p = hwloc_alloc_membind(t->topo, size, pu->nodeset, HWLOC_MEMBIND_BIND,
 					HWLOC_MEMBIND_BYNODESET);
