@@ -1,0 +1,968 @@
+// SPDX-License-Identifier: MIT
+// Every documented error: the exact negative errno, a non-empty sd_strerror(),
+// an sd_last_error() that names the problem, and nothing half-changed.
+#include "common.hpp"
+
+#include <atomic>
+#include <cctype>
+#include <csignal>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+using sdtest::Attached;
+using sdtest::Machine;
+
+// Leave a known, unrelated message in sd_last_error() so a call that fails
+// without recording its own detail is caught.
+constexpr const char *kPrimer = "sd_cpu_attach: NULL argument";
+
+void prime_last_error()
+{
+	ASSERT_EQ(-EINVAL, sd_cpu_attach(nullptr, 0, nullptr));
+	ASSERT_STREQ(kPrimer, sd_last_error());
+}
+
+bool icontains(const std::string &hay, const std::string &needle)
+{
+	auto lower = [](std::string s) {
+		for (auto &ch : s)
+			ch = (char)std::tolower((unsigned char)ch);
+		return s;
+	};
+	return lower(hay).find(lower(needle)) != std::string::npos;
+}
+
+// The common checks of one failing call. @keywords: the detail must contain
+// at least one of them (case-insensitive).
+void check_error(int got, int want, std::initializer_list<const char *> keywords)
+{
+	EXPECT_EQ(want, got) << "got " << got << " (" << sd_strerror(got) << "): " << sd_last_error();
+	const char *s = sd_strerror(got);
+	ASSERT_NE(nullptr, s);
+	EXPECT_GT(std::strlen(s), 0u);
+	EXPECT_STRNE("unknown error", s) << "sd_strerror has no text for " << got;
+	std::string detail = sd_last_error();
+	EXPECT_NE(std::string(kPrimer), detail)
+		<< "sd_last_error() was not updated by the failing call (library bug)";
+	bool named = false;
+	for (const char *k : keywords)
+		named |= icontains(detail, k);
+	std::string kws;
+	for (const char *k : keywords)
+		kws += std::string(" '") + k + "'";
+	EXPECT_TRUE(named) << "sd_last_error() = \"" << detail << "\" names none of" << kws;
+}
+
+// Create must fail with @want, leave *out alone and name the problem.
+void expect_create_fails(const sd_machine_config &cfg, int want,
+			 std::initializer_list<const char *> keywords)
+{
+	sd_machine *sentinel = reinterpret_cast<sd_machine *>(uintptr_t(0xdeadbeef));
+	sd_machine *m = sentinel;
+	prime_last_error();
+	int err = sd_machine_create(&cfg, &m);
+	check_error(err, want, keywords);
+	EXPECT_EQ(sentinel, m) << "*out written by a failing sd_machine_create";
+	if (err == 0 && m != sentinel)
+		sd_machine_destroy(m);
+}
+
+sd_machine_config cfg_cpus(unsigned n)
+{
+	sd_machine_config c = SD_MACHINE_CONFIG_INIT;
+	c.nr_cpus = n;
+	c.oracle = SD_ORACLE_CHECKED;
+	return c;
+}
+
+// setenv for one scope, restoring the previous value.
+struct EnvGuard {
+	std::string name;
+	bool had = false;
+	std::string old;
+	EnvGuard(const char *n, const char *v) : name(n)
+	{
+		const char *o = std::getenv(n);
+		if (o) {
+			had = true;
+			old = o;
+		}
+		setenv(n, v, 1);
+	}
+	~EnvGuard()
+	{
+		if (had)
+			setenv(name.c_str(), old.c_str(), 1);
+		else
+			unsetenv(name.c_str());
+	}
+};
+
+// With SD_TOPOLOGY the per-CPU areas come from the heap; if the library does
+// not zero them, a CPU's frame cache holds garbage and detaching it corrupts
+// the heap. Check (through the counters, which share the area) before
+// attaching, so that bug fails the test instead of crashing the binary.
+bool fresh_cpus_clean(sd_machine *m)
+{
+	for (unsigned c = 0; c < sd_machine_nr_cpus(m); c++) {
+		sd_stats st;
+		if (sd_stats_cpu(m, c, &st))
+			return false;
+		for (unsigned i = 0; i < SD_STAT_NR; i++)
+			if (st.counter[i]) {
+				ADD_FAILURE() << "library bug: cpu " << c << " starts with "
+					      << sd_stat_name(static_cast<sd_stat>(i)) << " = "
+					      << st.counter[i]
+					      << ": per-CPU area not zeroed; not attaching";
+				return false;
+			}
+	}
+	return true;
+}
+
+// ---- machine configuration ----
+
+TEST(Errors, ZeroCpus)
+{
+	// 0 is an error; "one per PU" is SD_NR_CPUS_ALL_PUS.
+	expect_create_fails(cfg_cpus(0), -EINVAL, {"nr_cpus"});
+}
+
+TEST(Errors, TooManyCpus)
+{
+	expect_create_fails(cfg_cpus(4097), -EINVAL, {"nr_cpus", "4096"});
+	expect_create_fails(cfg_cpus(~0u - 1), -EINVAL, {"nr_cpus", "4096"});
+}
+
+TEST(Errors, ConfigSizeZero)
+{
+	sd_machine_config c = cfg_cpus(2);
+	c.size = 0;
+	expect_create_fails(c, -EINVAL, {"size"});
+}
+
+TEST(Errors, ConfigSizeTooBig)
+{
+	// A config from a "newer" caller: the library must refuse it without
+	// reading the unknown tail.
+	std::vector<unsigned char> buf(sizeof(sd_machine_config) + 64, 0);
+	sd_machine_config c = cfg_cpus(2);
+	c.size = buf.size();
+	std::memcpy(buf.data(), &c, sizeof(c));
+	sd_machine_config big;
+	std::memcpy(&big, buf.data(), sizeof(big));
+	expect_create_fails(big, -EINVAL, {"size"});
+}
+
+TEST(Errors, TlbSetsNotPow2)
+{
+	sd_machine_config c = cfg_cpus(2);
+	c.tlb_sets = 100;
+	expect_create_fails(c, -EINVAL, {"tlb_sets"});
+}
+
+TEST(Errors, TlbWaysNotPow2)
+{
+	sd_machine_config c = cfg_cpus(2);
+	c.tlb_ways = 3;
+	expect_create_fails(c, -EINVAL, {"tlb_ways"});
+}
+
+TEST(Errors, TlbL1NotPow2)
+{
+	sd_machine_config c = cfg_cpus(2);
+	c.tlb_l1_entries = 48;
+	expect_create_fails(c, -EINVAL, {"tlb_l1_entries"});
+}
+
+TEST(Errors, IpiSignalSigint)
+{
+	sd_machine_config c = cfg_cpus(2);
+	c.ipi_signal = SIGINT;
+	expect_create_fails(c, -EINVAL, {"ipi_signal"});
+}
+
+TEST(Errors, IpiSignal1000)
+{
+	sd_machine_config c = cfg_cpus(2);
+	c.ipi_signal = 1000;
+	expect_create_fails(c, -EINVAL, {"ipi_signal"});
+}
+
+TEST(Errors, IpiSignalDefaultAndUsr1AreFine)
+{
+	for (int sig : {0, (int)SIGUSR1, (int)SIGUSR2}) {
+		sd_machine_config c = cfg_cpus(2);
+		c.ipi_signal = sig;
+		sd_machine *m = nullptr;
+		ASSERT_EQ(0, sd_machine_create(&c, &m)) << "sig " << sig << ": " << sd_last_error();
+		struct sd_machine_info info;
+		ASSERT_EQ(0, sd_machine_info(m, &info));
+		EXPECT_EQ(sig ? sig : SIGRTMIN + 4, info.ipi_signal);
+		EXPECT_EQ(0, sd_machine_destroy(m));
+	}
+}
+
+TEST(Errors, AsidBits3)
+{
+	sd_machine_config c = cfg_cpus(2);
+	c.asid_bits = 3;
+	expect_create_fails(c, -EINVAL, {"asid_bits"});
+}
+
+TEST(Errors, AsidBits17)
+{
+	sd_machine_config c = cfg_cpus(2);
+	c.asid_bits = 17;
+	expect_create_fails(c, -EINVAL, {"asid_bits"});
+}
+
+TEST(Errors, AsidBits4TooFewFor16Cpus)
+{
+	sd_machine_config c = cfg_cpus(16);
+	c.asid_bits = 4;
+	expect_create_fails(c, -EINVAL, {"asid"});
+	// ...while 4 bits are enough for 2 CPUs.
+	sd_machine_config ok = cfg_cpus(2);
+	ok.asid_bits = 4;
+	sd_machine *m = nullptr;
+	ASSERT_EQ(0, sd_machine_create(&ok, &m)) << sd_last_error();
+	EXPECT_EQ(0, sd_machine_destroy(m));
+}
+
+TEST(Errors, UnknownStrategy)
+{
+	sd_machine_config c = cfg_cpus(2);
+	c.strategy = "bogus";
+	expect_create_fails(c, -ENOENT, {"bogus"});
+}
+
+TEST(Errors, UnknownStrategyOption)
+{
+	sd_machine_config c = cfg_cpus(2);
+	c.strategy = "broadcast:frobnicate=1";
+	expect_create_fails(c, -ENOENT, {"frobnicate"});
+}
+
+TEST(Errors, UnknownOptionOfTestStrategy)
+{
+	sd_machine_config c = cfg_cpus(2);
+	c.strategy = "none:frobnicate=1";
+	expect_create_fails(c, -ENOENT, {"frobnicate"});
+}
+
+TEST(Errors, MalformedStrategyOption)
+{
+	sd_machine_config c = cfg_cpus(2);
+	c.strategy = "broadcast:max_tlbi_ops";
+	expect_create_fails(c, -EINVAL, {"max_tlbi_ops"});
+}
+
+TEST(Errors, BadStrategyOptionValue)
+{
+	sd_machine_config c = cfg_cpus(2);
+	c.strategy = "broadcast:max_tlbi_ops=abc";
+	expect_create_fails(c, -EINVAL, {"max_tlbi_ops", "abc"});
+	c.strategy = "broadcast:max_tlbi_ops=0";
+	expect_create_fails(c, -EINVAL, {"max_tlbi_ops"});
+	c.strategy = "broadcast:max_tlbi_ops=-5";
+	expect_create_fails(c, -EINVAL, {"max_tlbi_ops"});
+	// A good value is accepted and reported back.
+	c.strategy = "broadcast:max_tlbi_ops=8";
+	sd_machine *m = nullptr;
+	ASSERT_EQ(0, sd_machine_create(&c, &m)) << sd_last_error();
+	struct sd_machine_info info;
+	ASSERT_EQ(0, sd_machine_info(m, &info));
+	EXPECT_STREQ("broadcast:max_tlbi_ops=8", info.strategy);
+	EXPECT_EQ(0, sd_machine_destroy(m));
+}
+
+TEST(Errors, BadSyntheticTopology)
+{
+	EnvGuard env("SD_TOPOLOGY", "pack:2 frob:lots");
+	expect_create_fails(cfg_cpus(2), -EINVAL, {"SD_TOPOLOGY", "synthetic", "topology"});
+}
+
+TEST(Errors, PlaceListEmpty)
+{
+	sd_machine_config c = cfg_cpus(2);
+	c.placement = SD_PLACE_LIST;
+	c.pu_list = nullptr;
+	c.pu_list_len = 0;
+	expect_create_fails(c, -EINVAL, {"pu_list"});
+	unsigned one[1] = {0};
+	c.pu_list = one;
+	c.pu_list_len = 0;
+	expect_create_fails(c, -EINVAL, {"pu_list"});
+}
+
+TEST(Errors, PlaceListNoSuchPu)
+{
+	unsigned list[2] = {0, 9999};
+	sd_machine_config c = cfg_cpus(2);
+	c.placement = SD_PLACE_LIST;
+	c.pu_list = list;
+	c.pu_list_len = 2;
+	expect_create_fails(c, -EINVAL, {"9999", "pu_list"});
+}
+
+TEST(Errors, UnknownPlacementAndOracleMode)
+{
+	sd_machine_config c = cfg_cpus(2);
+	c.placement = static_cast<sd_placement>(7);
+	expect_create_fails(c, -EINVAL, {"placement"});
+	sd_machine_config d = cfg_cpus(2);
+	d.oracle = static_cast<sd_oracle_mode>(9);
+	expect_create_fails(d, -EINVAL, {"oracle"});
+}
+
+TEST(Errors, TooManyFrames)
+{
+	sd_machine_config c = cfg_cpus(2);
+	c.nr_frames = (UINT64_C(1) << 24) + 1;
+	expect_create_fails(c, -EINVAL, {"nr_frames"});
+}
+
+TEST(Errors, NullArguments)
+{
+	prime_last_error();
+	check_error(sd_machine_create(nullptr, nullptr), -EINVAL, {"NULL"});
+	prime_last_error();
+	check_error(sd_machine_destroy(nullptr), -EINVAL, {"NULL"});
+	prime_last_error();
+	check_error(sd_mm_create(nullptr, nullptr), -EINVAL, {"NULL"});
+	prime_last_error();
+	check_error(sd_mm_destroy(nullptr), -EINVAL, {"NULL"});
+	prime_last_error();
+	check_error(sd_stats_snapshot(nullptr, nullptr), -EINVAL, {"NULL"});
+}
+
+// ---- address-space calls ----
+
+constexpr uint64_t P = SD_PAGE_SIZE;
+
+// A machine with the test thread attached as CPU 0, an mm loaded, and a
+// canary page mapped RW and populated.
+class MmErrors : public ::testing::Test {
+protected:
+	static constexpr uint64_t kCanary = 0x10000;
+	static constexpr uint64_t kFree = 0x200000;
+	sd_machine *m = nullptr;
+	sd_cpu *c = nullptr;
+	sd_mm *mm = nullptr;
+	uint64_t canary_pfn = 0;
+
+	void SetUp() override
+	{
+		sd_machine_config cfg = cfg_cpus(2);
+		ASSERT_EQ(0, sd_machine_create(&cfg, &m)) << sd_last_error();
+		ASSERT_EQ(0, sd_cpu_attach(m, 0, &c)) << sd_last_error();
+		ASSERT_EQ(0, sd_mm_create(m, &mm));
+		ASSERT_EQ(0, sd_switch_mm(c, mm));
+		ASSERT_EQ(0, sd_mmap(c, mm, kCanary, P, SD_PROT_READ | SD_PROT_WRITE));
+		ASSERT_EQ(0, sd_access(c, kCanary, SD_WRITE, &canary_pfn));
+		ASSERT_NE(0u, canary_pfn);
+	}
+
+	void TearDown() override
+	{
+		if (c) {
+			EXPECT_EQ(0, sd_switch_mm(c, nullptr));
+			if (mm) {
+				EXPECT_EQ(0, sd_mm_destroy(mm)) << sd_last_error();
+			}
+			EXPECT_EQ(0, sd_cpu_detach(c)) << sd_last_error();
+		}
+		if (m) {
+			EXPECT_EQ(0, sd_machine_destroy(m)) << sd_last_error();
+		}
+	}
+
+	// The canary is still mapped RW with the same frame, and nothing new
+	// appeared around it or at kFree.
+	void expect_untouched()
+	{
+		uint64_t pfn = 0;
+		EXPECT_EQ(0, sd_access(c, kCanary, SD_READ, &pfn));
+		EXPECT_EQ(canary_pfn, pfn) << "canary lost its frame";
+		EXPECT_EQ(0, sd_access(c, kCanary, SD_WRITE, &pfn)) << "canary lost its write permission";
+		EXPECT_EQ(-EFAULT, sd_access(c, kCanary + P, SD_READ, nullptr));
+		EXPECT_EQ(-EFAULT, sd_access(c, kCanary - P, SD_READ, nullptr));
+		EXPECT_EQ(-EFAULT, sd_access(c, kFree, SD_READ, nullptr));
+	}
+
+	// Run the same bad range through all four range calls.
+	void expect_range_rejected(uint64_t va, uint64_t len, std::initializer_list<const char *> kw)
+	{
+		SCOPED_TRACE(::testing::Message() << std::hex << "va 0x" << va << " len 0x" << len);
+		prime_last_error();
+		check_error(sd_mmap(c, mm, va, len, SD_PROT_READ), -EINVAL, kw);
+		prime_last_error();
+		check_error(sd_munmap(c, mm, va, len), -EINVAL, kw);
+		prime_last_error();
+		check_error(sd_mprotect(c, mm, va, len, SD_PROT_READ), -EINVAL, kw);
+		prime_last_error();
+		check_error(sd_madvise_dontneed(c, mm, va, len), -EINVAL, kw);
+		expect_untouched();
+	}
+};
+
+TEST_F(MmErrors, LengthZero)
+{
+	expect_range_rejected(kCanary, 0, {"length", "len"});
+	expect_range_rejected(kFree, 0, {"length", "len"});
+}
+
+TEST_F(MmErrors, UnalignedVa)
+{
+	expect_range_rejected(kCanary + 1, P, {"align"});
+	expect_range_rejected(kFree + 8, 4 * P, {"align"});
+}
+
+TEST_F(MmErrors, UnalignedLen)
+{
+	expect_range_rejected(kCanary, P + 1, {"align"});
+	expect_range_rejected(kFree, 100, {"align"});
+}
+
+TEST_F(MmErrors, RangeOverflows64Bits)
+{
+	// Starts at the canary and wraps around 2^64 to below it.
+	expect_range_rejected(kCanary, UINT64_C(0) - P, {"48", "overflow", "VA space"});
+	expect_range_rejected(UINT64_C(0) - P, 2 * P, {"48", "overflow", "VA space"});
+}
+
+TEST_F(MmErrors, RangeLeaves48Bits)
+{
+	expect_range_rejected(SD_VA_END - P, 2 * P, {"48", "VA space"});
+	expect_range_rejected(SD_VA_END, P, {"48", "VA space"});
+	// Starts at the canary and covers it.
+	expect_range_rejected(kCanary, SD_VA_END, {"48", "VA space"});
+	// The last page itself is fine.
+	EXPECT_EQ(0, sd_mmap(c, mm, SD_VA_END - P, P, SD_PROT_READ)) << sd_last_error();
+	EXPECT_EQ(0, sd_access(c, SD_VA_END - P, SD_READ, nullptr));
+	EXPECT_EQ(0, sd_munmap(c, mm, SD_VA_END - P, P));
+}
+
+TEST_F(MmErrors, UnknownProtBits)
+{
+	for (unsigned prot : {4u, 0x80u, 0x80000000u}) {
+		prime_last_error();
+		check_error(sd_mmap(c, mm, kFree, P, prot), -EINVAL, {"prot"});
+		prime_last_error();
+		check_error(sd_mprotect(c, mm, kCanary, P, prot | SD_PROT_READ), -EINVAL, {"prot"});
+	}
+	expect_untouched();
+}
+
+TEST_F(MmErrors, MmapOverExistingMapping)
+{
+	const uint64_t a = 0x300000;
+	ASSERT_EQ(0, sd_mmap(c, mm, a, 2 * P, SD_PROT_READ));
+	// The conflict is at the start of the range: the tail must stay unmapped.
+	prime_last_error();
+	check_error(sd_mmap(c, mm, a + P, 3 * P, SD_PROT_READ | SD_PROT_WRITE), -EEXIST,
+		    {"already mapped", "exist"});
+	// The conflict is at the end: the head must stay unmapped.
+	prime_last_error();
+	check_error(sd_mmap(c, mm, a - 2 * P, 3 * P, SD_PROT_READ | SD_PROT_WRITE), -EEXIST,
+		    {"already mapped", "exist"});
+	for (uint64_t va : {a - 2 * P, a - P, a + 2 * P, a + 3 * P})
+		EXPECT_EQ(-EFAULT, sd_access(c, va, SD_READ, nullptr)) << std::hex << va;
+	// The existing pages kept their protection (read-only).
+	EXPECT_EQ(0, sd_access(c, a, SD_READ, nullptr));
+	EXPECT_EQ(0, sd_access(c, a + P, SD_READ, nullptr));
+	EXPECT_EQ(-EACCES, sd_access(c, a + P, SD_WRITE, nullptr));
+	// And the free parts can be mapped now.
+	EXPECT_EQ(0, sd_mmap(c, mm, a + 2 * P, 2 * P, SD_PROT_READ));
+	EXPECT_EQ(0, sd_mmap(c, mm, a - 2 * P, 2 * P, SD_PROT_READ));
+	expect_untouched();
+}
+
+TEST_F(MmErrors, MprotectOverHole)
+{
+	const uint64_t b = 0x400000;
+	uint64_t pfn = 0, pfn2 = 0;
+	ASSERT_EQ(0, sd_mmap(c, mm, b, P, SD_PROT_READ | SD_PROT_WRITE));
+	ASSERT_EQ(0, sd_access(c, b, SD_WRITE, &pfn));
+	prime_last_error();
+	check_error(sd_mprotect(c, mm, b, 2 * P, SD_PROT_READ), -ENOMEM, {"not mapped"});
+	prime_last_error();
+	check_error(sd_mprotect(c, mm, b - P, 2 * P, SD_PROT_NONE), -ENOMEM, {"not mapped"});
+	// A hole in another page-table leaf (2 MiB further on).
+	prime_last_error();
+	check_error(sd_mprotect(c, mm, b, 0x200000 + P, SD_PROT_READ), -ENOMEM, {"not mapped"});
+	// The mapped page kept RW and its frame; the holes stay holes.
+	EXPECT_EQ(0, sd_access(c, b, SD_WRITE, &pfn2));
+	EXPECT_EQ(pfn, pfn2);
+	EXPECT_EQ(-EFAULT, sd_access(c, b + P, SD_READ, nullptr));
+	EXPECT_EQ(-EFAULT, sd_access(c, b - P, SD_READ, nullptr));
+	expect_untouched();
+}
+
+TEST_F(MmErrors, MunmapAndMadviseOverHolesAreFine)
+{
+	// munmap(2) semantics: holes in the range are allowed.
+	EXPECT_EQ(0, sd_munmap(c, mm, 0x500000, 16 * P));
+	EXPECT_EQ(0, sd_madvise_dontneed(c, mm, 0x500000, 16 * P));
+	expect_untouched();
+}
+
+TEST_F(MmErrors, AccessUnmapped)
+{
+	prime_last_error();
+	check_error(sd_access(c, kFree, SD_READ, nullptr), -EFAULT, {"not mapped", "unmapped"});
+	prime_last_error();
+	check_error(sd_access(c, SD_VA_END - 1, SD_WRITE, nullptr), -EFAULT,
+		    {"not mapped", "unmapped"});
+}
+
+TEST_F(MmErrors, AccessWriteToReadOnly)
+{
+	ASSERT_EQ(0, sd_mmap(c, mm, kFree, P, SD_PROT_READ));
+	uint64_t pfn = 0;
+	EXPECT_EQ(0, sd_access(c, kFree, SD_READ, &pfn));
+	EXPECT_NE(0u, pfn);
+	prime_last_error();
+	check_error(sd_access(c, kFree, SD_WRITE, nullptr), -EACCES,
+		    {"forbid", "prot", "read-only", "permission", "denied"});
+	EXPECT_EQ(0, sd_munmap(c, mm, kFree, P));
+}
+
+TEST_F(MmErrors, AccessProtNone)
+{
+	ASSERT_EQ(0, sd_mmap(c, mm, kFree, P, SD_PROT_NONE));
+	prime_last_error();
+	check_error(sd_access(c, kFree, SD_READ, nullptr), -EACCES,
+		    {"forbid", "prot", "permission", "denied"});
+	prime_last_error();
+	check_error(sd_access(c, kFree, SD_WRITE, nullptr), -EACCES,
+		    {"forbid", "prot", "permission", "denied"});
+	// A PROT_NONE mapping is still a mapping: mmap over it is refused.
+	EXPECT_EQ(-EEXIST, sd_mmap(c, mm, kFree, P, SD_PROT_READ));
+	EXPECT_EQ(0, sd_munmap(c, mm, kFree, P));
+}
+
+TEST_F(MmErrors, AccessOutsideVaSpace)
+{
+	for (uint64_t va : {SD_VA_END, SD_VA_END + kCanary, ~UINT64_C(0)}) {
+		prime_last_error();
+		check_error(sd_access(c, va, SD_READ, nullptr), -EFAULT,
+			    {"48", "outside", "VA space", "not mapped"});
+	}
+	// Not aliased onto the canary (va & (2^48 - 1) == kCanary).
+	expect_untouched();
+}
+
+TEST_F(MmErrors, AccessNoMmLoaded)
+{
+	ASSERT_EQ(0, sd_switch_mm(c, nullptr));
+	EXPECT_EQ(nullptr, sd_cpu_current_mm(c));
+	prime_last_error();
+	check_error(sd_access(c, kCanary, SD_READ, nullptr), -ESRCH,
+		    {"no address space", "no mm", "not loaded", "loaded"});
+	ASSERT_EQ(0, sd_switch_mm(c, mm));
+	expect_untouched();
+}
+
+TEST_F(MmErrors, AccessIdleCpu)
+{
+	ASSERT_EQ(0, sd_cpu_idle(c));
+	EXPECT_EQ(mm, sd_cpu_current_mm(c)) << "idle keeps the mm loaded (lazily)";
+	prime_last_error();
+	check_error(sd_access(c, kCanary, SD_READ, nullptr), -ESRCH, {"idle", "lazy", "loaded"});
+	ASSERT_EQ(0, sd_switch_mm(c, mm));
+	expect_untouched();
+}
+
+TEST_F(MmErrors, MmDestroyWhileLoaded)
+{
+	prime_last_error();
+	check_error(sd_mm_destroy(mm), -EBUSY, {"loaded"});
+	expect_untouched();
+	// Lazily loaded counts too.
+	ASSERT_EQ(0, sd_cpu_idle(c));
+	prime_last_error();
+	check_error(sd_mm_destroy(mm), -EBUSY, {"loaded"});
+	ASSERT_EQ(0, sd_switch_mm(c, mm));
+	expect_untouched();
+}
+
+TEST_F(MmErrors, SwitchToMmOfAnotherMachine)
+{
+	sd_machine_config cfg = cfg_cpus(1);
+	sd_machine *m2 = nullptr;
+	sd_mm *other = nullptr;
+	ASSERT_EQ(0, sd_machine_create(&cfg, &m2)) << sd_last_error();
+	ASSERT_EQ(0, sd_mm_create(m2, &other));
+	prime_last_error();
+	check_error(sd_switch_mm(c, other), -EINVAL, {"another machine"});
+	EXPECT_EQ(mm, sd_cpu_current_mm(c));
+	prime_last_error();
+	check_error(sd_mmap(c, other, kFree, P, SD_PROT_READ), -EINVAL, {"another machine"});
+	EXPECT_EQ(0, sd_mm_destroy(other));
+	EXPECT_EQ(0, sd_machine_destroy(m2));
+	expect_untouched();
+}
+
+TEST_F(MmErrors, CallsFromAThreadThatIsNotTheCpu)
+{
+	// Another thread uses the handle of CPU 0, which the test thread holds.
+	std::thread t([&] {
+		EXPECT_EQ(nullptr, sd_cpu_self());
+		prime_last_error();
+		check_error(sd_mmap(c, mm, kFree, P, SD_PROT_READ), -EPERM, {"not attached"});
+		prime_last_error();
+		check_error(sd_munmap(c, mm, kCanary, P), -EPERM, {"not attached"});
+		prime_last_error();
+		check_error(sd_mprotect(c, mm, kCanary, P, SD_PROT_READ), -EPERM, {"not attached"});
+		prime_last_error();
+		check_error(sd_madvise_dontneed(c, mm, kCanary, P), -EPERM, {"not attached"});
+		prime_last_error();
+		check_error(sd_access(c, kCanary, SD_READ, nullptr), -EPERM, {"not attached"});
+		prime_last_error();
+		check_error(sd_switch_mm(c, nullptr), -EPERM, {"not attached"});
+		prime_last_error();
+		check_error(sd_cpu_idle(c), -EPERM, {"not attached"});
+		prime_last_error();
+		check_error(sd_cpu_detach(c), -EPERM, {"not attached"});
+		prime_last_error();
+		check_error(sd_ipi_call(c, 1, [](sd_cpu *, void *) {}, nullptr), -EPERM,
+			    {"not attached"});
+	});
+	t.join();
+	// Nothing happened to CPU 0 or its mm.
+	EXPECT_EQ(c, sd_cpu_self());
+	EXPECT_EQ(mm, sd_cpu_current_mm(c));
+	sd_cpu_info ci;
+	ASSERT_EQ(0, sd_machine_cpu_info(m, 0, &ci));
+	EXPECT_EQ(1, ci.attached);
+	expect_untouched();
+}
+
+TEST_F(MmErrors, RangeCallsWithInterruptsOff)
+{
+	sd_irq_disable(c);
+	int e1 = sd_mmap(c, mm, kFree, P, SD_PROT_READ);
+	int e2 = sd_munmap(c, mm, kCanary, P);
+	sd_irq_enable(c);
+	EXPECT_LT(e1, 0);
+	EXPECT_LT(e2, 0);
+	expect_untouched();
+}
+
+// ---- CPUs and machines ----
+
+TEST(Errors, AttachSameThreadTwice)
+{
+	Machine mach(cfg_cpus(2));
+	ASSERT_NE(nullptr, mach.m);
+	Attached a(mach.m, 0);
+	ASSERT_NE(nullptr, a.c);
+	sd_cpu *c2 = nullptr;
+	prime_last_error();
+	check_error(sd_cpu_attach(mach.m, 1, &c2), -EBUSY, {"already"});
+	EXPECT_EQ(nullptr, c2);
+	prime_last_error();
+	check_error(sd_cpu_attach(mach.m, 0, &c2), -EBUSY, {"already"});
+	EXPECT_EQ(a.c, sd_cpu_self());
+	sd_cpu_info ci;
+	ASSERT_EQ(0, sd_machine_cpu_info(mach.m, 1, &ci));
+	EXPECT_EQ(0, ci.attached) << "CPU 1 half-attached by a failing call";
+	EXPECT_EQ(-1, ci.pinned);
+
+	// Attached to one machine, the thread cannot become a CPU of another.
+	Machine other(cfg_cpus(1));
+	ASSERT_NE(nullptr, other.m);
+	prime_last_error();
+	check_error(sd_cpu_attach(other.m, 0, &c2), -EBUSY, {"already"});
+	ASSERT_EQ(0, sd_machine_cpu_info(other.m, 0, &ci));
+	EXPECT_EQ(0, ci.attached);
+}
+
+TEST(Errors, AttachCpuTakenByAnotherThread)
+{
+	Machine mach(cfg_cpus(2));
+	ASSERT_NE(nullptr, mach.m);
+	Attached a(mach.m, 0);
+	ASSERT_NE(nullptr, a.c);
+	std::thread t([&] {
+		sd_cpu *c = nullptr;
+		prime_last_error();
+		check_error(sd_cpu_attach(mach.m, 0, &c), -EBUSY, {"already"});
+		EXPECT_EQ(nullptr, c);
+		EXPECT_EQ(nullptr, sd_cpu_self());
+		// CPU 1 is free: this thread can take it.
+		ASSERT_EQ(0, sd_cpu_attach(mach.m, 1, &c)) << sd_last_error();
+		EXPECT_EQ(0, sd_cpu_detach(c));
+	});
+	t.join();
+	EXPECT_EQ(a.c, sd_cpu_self());
+}
+
+TEST(Errors, AttachCpuOutOfRange)
+{
+	Machine mach(cfg_cpus(2));
+	ASSERT_NE(nullptr, mach.m);
+	sd_cpu *c = nullptr;
+	for (unsigned id : {2u, 4096u, ~0u}) {
+		prime_last_error();
+		check_error(sd_cpu_attach(mach.m, id, &c), -EINVAL, {"out of range"});
+		EXPECT_EQ(nullptr, c);
+		EXPECT_EQ(nullptr, sd_cpu_self());
+	}
+	sd_cpu_info ci;
+	prime_last_error();
+	check_error(sd_machine_cpu_info(mach.m, 2, &ci), -EINVAL, {"out of range"});
+	sd_stats st;
+	prime_last_error();
+	check_error(sd_stats_cpu(mach.m, 2, &st), -EINVAL, {"out of range"});
+}
+
+TEST(Errors, DetachWithInterruptsOff)
+{
+	Machine mach(cfg_cpus(2));
+	ASSERT_NE(nullptr, mach.m);
+	sd_cpu *c = nullptr;
+	ASSERT_EQ(0, sd_cpu_attach(mach.m, 0, &c));
+	sd_irq_disable(c);
+	prime_last_error();
+	check_error(sd_cpu_detach(c), -EBUSY, {"interrupts"});
+	EXPECT_EQ(c, sd_cpu_self());
+	sd_irq_enable(c);
+	EXPECT_EQ(0, sd_cpu_detach(c));
+	EXPECT_EQ(nullptr, sd_cpu_self());
+}
+
+TEST(Errors, DestroyMachineWithAttachedCpu)
+{
+	sd_machine_config cfg = cfg_cpus(2);
+	sd_machine *m = nullptr;
+	ASSERT_EQ(0, sd_machine_create(&cfg, &m));
+	sd_cpu *c = nullptr;
+	ASSERT_EQ(0, sd_cpu_attach(m, 1, &c));
+	// From a thread that is not a CPU.
+	std::thread t([&] {
+		prime_last_error();
+		check_error(sd_machine_destroy(m), -EBUSY, {"attached"});
+	});
+	t.join();
+	// The machine still works.
+	sd_mm *mm = nullptr;
+	uint64_t pfn = 0;
+	ASSERT_EQ(0, sd_mm_create(m, &mm));
+	ASSERT_EQ(0, sd_switch_mm(c, mm));
+	ASSERT_EQ(0, sd_mmap(c, mm, 0x1000, P, SD_PROT_READ | SD_PROT_WRITE));
+	EXPECT_EQ(0, sd_access(c, 0x1000, SD_WRITE, &pfn));
+	EXPECT_NE(0u, pfn);
+	EXPECT_EQ(0, sd_mprotect(c, mm, 0x1000, P, SD_PROT_READ));
+	EXPECT_EQ(-EACCES, sd_access(c, 0x1000, SD_WRITE, nullptr));
+	ASSERT_EQ(0, sd_switch_mm(c, nullptr));
+	ASSERT_EQ(0, sd_mm_destroy(mm));
+	ASSERT_EQ(0, sd_cpu_detach(c));
+	EXPECT_EQ(0, sd_machine_destroy(m)) << sd_last_error();
+}
+
+TEST(Errors, DestroyMachineWithLiveMm)
+{
+	sd_machine_config cfg = cfg_cpus(2);
+	sd_machine *m = nullptr;
+	sd_mm *mm = nullptr;
+	ASSERT_EQ(0, sd_machine_create(&cfg, &m));
+	ASSERT_EQ(0, sd_mm_create(m, &mm));
+	prime_last_error();
+	check_error(sd_machine_destroy(m), -EBUSY, {"address space"});
+	// Still usable.
+	{
+		Attached a(m, 0);
+		ASSERT_NE(nullptr, a.c);
+		ASSERT_EQ(0, sd_switch_mm(a.c, mm));
+		EXPECT_EQ(0, sd_mmap(a.c, mm, 0, P, SD_PROT_READ));
+		EXPECT_EQ(0, sd_access(a.c, 0, SD_READ, nullptr));
+		ASSERT_EQ(0, sd_switch_mm(a.c, nullptr));
+	}
+	ASSERT_EQ(0, sd_mm_destroy(mm));
+	EXPECT_EQ(0, sd_machine_destroy(m)) << sd_last_error();
+}
+
+void nop_ipi(sd_cpu *, void *arg)
+{
+	static_cast<std::atomic<int> *>(arg)->fetch_add(1);
+}
+
+TEST(Errors, IpiCallBadTargets)
+{
+	Machine mach(cfg_cpus(3));
+	ASSERT_NE(nullptr, mach.m);
+	Attached a(mach.m, 0);
+	ASSERT_NE(nullptr, a.c);
+	std::atomic<int> ran{0};
+	prime_last_error();
+	check_error(sd_ipi_call(a.c, 0, nop_ipi, &ran), -EINVAL, {"target"});
+	prime_last_error();
+	check_error(sd_ipi_call(a.c, 3, nop_ipi, &ran), -EINVAL, {"target"});
+	prime_last_error();
+	check_error(sd_ipi_call(a.c, ~0u, nop_ipi, &ran), -EINVAL, {"target"});
+	// CPU 1 exists but has no thread.
+	prime_last_error();
+	check_error(sd_ipi_call(a.c, 1, nop_ipi, &ran), -EINVAL, {"no thread"});
+	prime_last_error();
+	check_error(sd_ipi_call(a.c, 1, nullptr, nullptr), -EINVAL, {"NULL"});
+	EXPECT_EQ(0, ran.load());
+}
+
+TEST(Errors, IpiCallWithInterruptsOff)
+{
+	Machine mach(cfg_cpus(2));
+	ASSERT_NE(nullptr, mach.m);
+	Attached a(mach.m, 0);
+	ASSERT_NE(nullptr, a.c);
+	std::atomic<int> ran{0};
+	std::atomic<bool> attached{false}, stop{false};
+	std::thread t([&] {
+		Attached b(mach.m, 1);
+		attached = true;
+		while (!stop)
+			std::this_thread::yield();
+	});
+	while (!attached)
+		std::this_thread::yield();
+	sd_irq_disable(a.c);
+	prime_last_error();
+	int err = sd_ipi_call(a.c, 1, nop_ipi, &ran);
+	sd_irq_enable(a.c);
+	check_error(err, -EDEADLK, {"interrupts"});
+	EXPECT_EQ(0, ran.load()) << "a refused IPI was delivered anyway";
+	// With interrupts on it goes through.
+	EXPECT_EQ(0, sd_ipi_call(a.c, 1, nop_ipi, &ran));
+	EXPECT_EQ(1, ran.load());
+	stop = true;
+	t.join();
+}
+
+TEST(Errors, StrictPinningOnSyntheticTopology)
+{
+	EnvGuard env("SD_TOPOLOGY", "pack:2 core:8 pu:2");
+	sd_machine_config cfg = cfg_cpus(2);
+	cfg.flags = SD_MACHINE_STRICT_PIN;
+	sd_machine *m = nullptr;
+	ASSERT_EQ(0, sd_machine_create(&cfg, &m)) << sd_last_error();
+	sd_cpu *c = nullptr;
+	prime_last_error();
+	check_error(sd_cpu_attach(m, 0, &c), -ENOSYS, {"synthetic", "bind", "pin"});
+	EXPECT_EQ(nullptr, c);
+	EXPECT_EQ(nullptr, sd_cpu_self());
+	sd_cpu_info ci;
+	ASSERT_EQ(0, sd_machine_cpu_info(m, 0, &ci));
+	EXPECT_EQ(0, ci.attached);
+	EXPECT_EQ(-1, ci.pinned);
+
+	// sd_machine_run fails the same way and never runs the body.
+	std::atomic<int> ran{0};
+	int err = sd_machine_run(
+		m, [](sd_cpu *, void *arg) { static_cast<std::atomic<int> *>(arg)->fetch_add(1); },
+		&ran);
+	EXPECT_EQ(-ENOSYS, err);
+	EXPECT_EQ(0, ran.load());
+	EXPECT_EQ(0, sd_machine_destroy(m)) << "a failed strict attach left the machine busy: "
+					    << sd_last_error();
+}
+
+TEST(Errors, LenientPinningOnSyntheticTopologyRunsUnpinned)
+{
+	EnvGuard env("SD_TOPOLOGY", "pack:2 core:8 pu:2");
+	Machine mach(cfg_cpus(2));
+	ASSERT_NE(nullptr, mach.m);
+	if (!fresh_cpus_clean(mach.m))
+		return;
+	Attached a(mach.m, 0);
+	ASSERT_NE(nullptr, a.c);
+	sd_cpu_info ci;
+	ASSERT_EQ(0, sd_machine_cpu_info(mach.m, 0, &ci));
+	EXPECT_EQ(0, ci.pinned);
+	EXPECT_EQ(1, ci.attached);
+}
+
+TEST(Errors, OracleViolationIndexOutOfRange)
+{
+	Machine mach(cfg_cpus(2));
+	ASSERT_NE(nullptr, mach.m);
+	sd_violation v;
+	prime_last_error();
+	check_error(sd_oracle_violation(mach.m, 0, &v), -ENOENT, {"not recorded", "violation"});
+	prime_last_error();
+	check_error(sd_oracle_violation(mach.m, 0, nullptr), -EINVAL, {"NULL"});
+}
+
+TEST(Errors, StrerrorCoversEveryCode)
+{
+	std::vector<std::string> seen;
+	for (int e : {EINVAL, ENOENT, ENOMEM, EPERM, EBUSY, EEXIST, EFAULT, EACCES, ESRCH, ENOSYS,
+		      EAGAIN, EDEADLK}) {
+		const char *s = sd_strerror(-e);
+		ASSERT_NE(nullptr, s);
+		EXPECT_GT(std::strlen(s), 0u);
+		for (const auto &o : seen)
+			EXPECT_NE(o, s) << "two codes share a description";
+		seen.emplace_back(s);
+	}
+	EXPECT_NE(nullptr, sd_strerror(0));
+	EXPECT_NE(nullptr, sd_strerror(-9999));
+	EXPECT_NE(nullptr, sd_strerror(12345));
+}
+
+TEST(Errors, LastErrorIsPerThread)
+{
+	prime_last_error();
+	std::thread t([] {
+		EXPECT_STREQ("", sd_last_error()) << "a fresh thread inherited another's error";
+		sd_machine_config c = cfg_cpus(2);
+		c.strategy = "bogus";
+		sd_machine *m = nullptr;
+		EXPECT_EQ(-ENOENT, sd_machine_create(&c, &m));
+	});
+	t.join();
+	EXPECT_STREQ(kPrimer, sd_last_error());
+}
+
+TEST(Errors, TooManyDistinctIpiSignals)
+{
+	// The library keeps one handler per distinct signal (8 slots); a
+	// ninth distinct signal must fail cleanly and a freed slot be reusable.
+	std::vector<int> sigs = {SIGUSR1, SIGUSR2};
+	for (int i = 0; sigs.size() < 9 && SIGRTMIN + i <= SIGRTMAX; i++)
+		sigs.push_back(SIGRTMIN + i);
+	ASSERT_EQ(9u, sigs.size());
+	std::vector<sd_machine *> ms;
+	for (size_t i = 0; i < 8; i++) {
+		sd_machine_config c = cfg_cpus(1);
+		c.ipi_signal = sigs[i];
+		sd_machine *m = nullptr;
+		ASSERT_EQ(0, sd_machine_create(&c, &m)) << i << ": " << sd_last_error();
+		ms.push_back(m);
+	}
+	sd_machine_config c = cfg_cpus(1);
+	c.ipi_signal = sigs[8];
+	sd_machine *sentinel = reinterpret_cast<sd_machine *>(uintptr_t(0xdeadbeef));
+	sd_machine *m = sentinel;
+	prime_last_error();
+	int err = sd_machine_create(&c, &m);
+	EXPECT_LT(err, 0);
+	EXPECT_EQ(sentinel, m);
+	EXPECT_STRNE(kPrimer, sd_last_error());
+	EXPECT_TRUE(icontains(sd_last_error(), "signal")) << sd_last_error();
+	ASSERT_EQ(0, sd_machine_destroy(ms.back()));
+	ms.pop_back();
+	m = nullptr;
+	EXPECT_EQ(0, sd_machine_create(&c, &m)) << sd_last_error();
+	if (m)
+		ms.push_back(m);
+	for (auto *x : ms)
+		EXPECT_EQ(0, sd_machine_destroy(x));
+}
+
+} // namespace
