@@ -112,7 +112,8 @@ SD_EXPORT void sd_machine_config_init(struct sd_machine_config *cfg);
  * above 4096, a TLB geometry that is not a power of
  * two, a bad signal, asid_bits out of range or too small for nr_cpus, a bad
  * PU list, a bad synthetic topology); -ENOENT for an unknown strategy or
- * option; -ENOMEM. Nothing is left allocated on failure. Any thread that is
+ * option; -EBUSY if 8 distinct IPI signals are already in use by other
+ * machines; -ENOMEM. Nothing is left allocated on failure. Any thread that is
  * not an attached CPU.
  */
 SD_EXPORT int sd_machine_create(const struct sd_machine_config *cfg,

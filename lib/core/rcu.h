@@ -5,6 +5,7 @@
 #include <urcu-qsbr.h>
 
 #include "compiler.h"
+#include "tsan.h"
 
 /*
  * Thin wrappers over liburcu-qsbr. They exist for one reason: TSan cannot
@@ -14,11 +15,9 @@
  * the bare liburcu calls.
  */
 #ifdef SD_TSAN
-void __tsan_acquire(void *addr);
-void __tsan_release(void *addr);
 extern char sd_rcu_tsan_token;
-#define sd_rcu_tsan_release() __tsan_release(&sd_rcu_tsan_token)
-#define sd_rcu_tsan_acquire() __tsan_acquire(&sd_rcu_tsan_token)
+#define sd_rcu_tsan_release() sd_tsan_release(&sd_rcu_tsan_token)
+#define sd_rcu_tsan_acquire() sd_tsan_acquire(&sd_rcu_tsan_token)
 #else
 #define sd_rcu_tsan_release() do { } while (0)
 #define sd_rcu_tsan_acquire() do { } while (0)

@@ -16,6 +16,7 @@
 
 #include "../core/backoff.h"
 #include "../core/error.h"
+#include "../core/tsan.h"
 #include "../machine/machine.h"
 #include "cpu.h"
 
@@ -45,6 +46,9 @@ static void ipi_run_queue(struct sd_cpu *c)
 
 		while (node) {
 			struct ipi_request *req = caa_container_of(node, struct ipi_request, node);
+
+			/* Pairs with the release before cds_lfs_push(). */
+			sd_tsan_acquire(req);
 			/* Read next before the ack: the request lives on the
 			 * sender's stack and dies once done is seen. */
 			struct cds_lfs_node *next = node->next;
@@ -169,6 +173,8 @@ int sd_ipi_call(struct sd_cpu *from, unsigned target, sd_ipi_fn fn, void *arg)
 	req.arg = arg;
 	atomic_init(&req.done, 0);
 	cds_lfs_node_init(&req.node);
+	/* The push's barrier is inside liburcu, where TSan cannot see it. */
+	sd_tsan_release(&req);
 	cds_lfs_push(&t->ipi_queue, &req.node);
 	/* One signal in flight is enough: the handler drains the whole queue. */
 	if (!atomic_exchange(&t->ipi_kick, 1))

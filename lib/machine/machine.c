@@ -11,6 +11,7 @@
 #include <string.h>
 #include <urcu-qsbr.h>
 
+#include <shootdown/error.h>
 #include <shootdown/mm.h>
 
 #include "../core/backoff.h"
@@ -323,7 +324,12 @@ int sd_machine_run(struct sd_machine *m, sd_cpu_fn fn, void *arg)
 		pthread_join(tids[i], NULL);
 	free(threads);
 	free(tids);
-	return err ? err : atomic_load(&rs.error);
+	if (err)
+		return err;
+	err = atomic_load(&rs.error);
+	/* The failure was recorded on the CPU thread that hit it. */
+	return err ? sd_fail(err, "sd_machine_run: a CPU thread could not attach: %s",
+			     sd_strerror(err)) : 0;
 }
 
 /* ---- info ---- */
