@@ -41,6 +41,14 @@ SD_BEGIN_DECLS
 	X(TLB_INVALS, "tlb_invalidations")      /* invalidations that reached this TLB */ \
 	X(TLBI_OP, "tlbi_ops")                  /* broadcast messages issued */ \
 	X(TLBI_ASID_OP, "tlbi_asid_ops")        /* ...of them whole-ASID */     \
+	X(TLBI_PAGE_OP, "tlbi_page_ops")        /* single-page ops, any scope */ \
+	X(TLBI_RANGE_S0, "tlbi_range_ops_scale0") /* range ops by scale */      \
+	X(TLBI_RANGE_S1, "tlbi_range_ops_scale1")                               \
+	X(TLBI_RANGE_S2, "tlbi_range_ops_scale2")                               \
+	X(TLBI_RANGE_S3, "tlbi_range_ops_scale3")                               \
+	X(LOCAL_ONLY_FLUSH, "local_only_flushes") /* `local`: LOCAL decisions */ \
+	X(FLUSH_SKIPPED, "flushes_skipped")     /* `local`: NO decisions */      \
+	X(STALE_SWITCH_FLUSH, "stale_switch_flushes") /* deferred to switch-in */ \
 	X(IPI_SENT, "ipis_sent")                                                \
 	X(IPI_RECV, "ipis_received")                                            \
 	X(IPI_DEFERRED, "ipis_deferred")        /* arrived with interrupts off */ \

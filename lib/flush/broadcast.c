@@ -24,8 +24,32 @@ static inline struct sd_broadcast *bcast_of(struct sd_machine *m)
 int sd_broadcast_machine_init(struct sd_machine *m, struct sd_broadcast *b)
 {
 	sd_spin_init(&b->dvm);
-	b->max_tlbi_ops = SD_MAX_TLBI_OPS;
+	b->split.order = SD_TLBI_RANGE_DESCENDING;
+	b->split.lpa2 = false;
+	b->split.max_tlbi_ops = SD_MAX_TLBI_OPS;
 	return sd_arm64_asid_init(&b->asid, m->cfg.asid_bits, m->nr_cpus);
+}
+
+int sd_broadcast_option(struct sd_broadcast *b, const char *name, const struct sd_strategy_opt *o)
+{
+	uint64_t v;
+	int err;
+
+	if (!strcmp(o->key, "max_tlbi_ops"))
+		return sd_strategy_opt_uint(name, o, 1, SD_MAX_TLBI_RANGE_PAGES,
+					    &b->split.max_tlbi_ops);
+	if (!strcmp(o->key, "lpa2")) {
+		err = sd_strategy_opt_uint(name, o, 0, 1, &v);
+		b->split.lpa2 = v;
+		return err;
+	}
+	if (!strcmp(o->key, "range")) {
+		if (sd_tlbi_range_order_parse(o->value, &b->split.order))
+			return sd_fail(-EINVAL, "option range=%s for '%s': want none, ascending "
+				       "or descending", o->value, name);
+		return 0;
+	}
+	return sd_strategy_unknown_opt(name, o);
 }
 
 int sd_broadcast_machine_create(struct sd_machine *m, const char *name,
@@ -37,13 +61,8 @@ int sd_broadcast_machine_create(struct sd_machine *m, const char *name,
 	if (!b)
 		return -ENOMEM;
 	err = sd_broadcast_machine_init(m, b);
-	for (unsigned i = 0; !err && i < nr_opts; i++) {
-		if (!strcmp(opts[i].key, "max_tlbi_ops"))
-			err = sd_strategy_opt_uint(name, &opts[i], 1, UINT64_C(1) << 21,
-						   &b->max_tlbi_ops);
-		else
-			err = sd_strategy_unknown_opt(name, &opts[i]);
-	}
+	for (unsigned i = 0; !err && i < nr_opts; i++)
+		err = sd_broadcast_option(b, name, &opts[i]);
 	if (err) {
 		sd_arm64_asid_fini(&b->asid);
 		free(b);
@@ -88,9 +107,28 @@ void sd_broadcast_mm_fini(struct sd_machine *m, struct sd_mm *mm, void *mm_priv)
 	free(mm_priv);
 }
 
-void sd_broadcast_switch(struct sd_cpu *cpu, struct sd_mm *prev, struct sd_mm *next)
+void sd_broadcast_switch_context(struct sd_cpu *cpu, struct sd_mm *next,
+				 struct sd_arm64_switch *sw)
 {
 	struct sd_broadcast *b = bcast_of(cpu->m);
+
+	sd_arm64_asid_switch(&b->asid, cpu->id, &((struct sd_broadcast_mm *)next->strategy)->ctx_id,
+			     sw);
+	if (sw->allocated)
+		sd_stat_inc(cpu, SD_STAT_ASID_ALLOC);
+	if (sw->rolled_over)
+		sd_stat_inc(cpu, SD_STAT_ASID_ROLLOVER);
+	if (sw->flush_local_all) {
+		/* local_flush_tlb_all(): vmalle1, non-shareable. */
+		struct sd_tlb_inval all = { .kind = SD_TLB_INVAL_ALL };
+		sd_tlb_invalidate(&cpu->tlb, &all);
+		sd_stat_inc(cpu, SD_STAT_LOCAL_FLUSH_ALL);
+	}
+	cpu->asid = sw->asid;
+}
+
+void sd_broadcast_switch(struct sd_cpu *cpu, struct sd_mm *prev, struct sd_mm *next)
+{
 	struct sd_arm64_switch sw;
 
 	(void)prev;
@@ -98,19 +136,7 @@ void sd_broadcast_switch(struct sd_cpu *cpu, struct sd_mm *prev, struct sd_mm *n
 		cpu->asid = 0;         /* the reserved TTBR0: no user entries */
 		return;
 	}
-	sd_arm64_asid_switch(&b->asid, cpu->id, &((struct sd_broadcast_mm *)next->strategy)->ctx_id,
-			     &sw);
-	if (sw.allocated)
-		sd_stat_inc(cpu, SD_STAT_ASID_ALLOC);
-	if (sw.rolled_over)
-		sd_stat_inc(cpu, SD_STAT_ASID_ROLLOVER);
-	if (sw.flush_local_all) {
-		/* local_flush_tlb_all(): vmalle1, non-shareable. */
-		struct sd_tlb_inval all = { .kind = SD_TLB_INVAL_ALL };
-		sd_tlb_invalidate(&cpu->tlb, &all);
-		sd_stat_inc(cpu, SD_STAT_LOCAL_FLUSH_ALL);
-	}
-	cpu->asid = sw.asid;
+	sd_broadcast_switch_context(cpu, next, &sw);
 }
 
 void sd_broadcast_tlbi(struct sd_cpu *cpu, const struct sd_tlb_inval *op)
@@ -143,36 +169,69 @@ bool sd_broadcast_mm_asid(struct sd_cpu *cpu, struct sd_mm *mm, uint16_t *asid)
 	return true;
 }
 
+struct tlbi_issue {
+	struct sd_cpu *cpu;
+	uint16_t asid;
+	bool leaf_only;
+	bool local_only;
+};
+
+/* One TLBI op: a single broadcast message (or a local op), whatever the
+ * number of pages it covers; each TLB it reaches pays one scan at most. */
+static void issue_tlbi(const struct sd_tlbi_op *op, void *arg)
+{
+	const struct tlbi_issue *t = arg;
+	struct sd_tlb_inval inv = {
+		.kind = op->kind == SD_TLBI_OP_ASID ? SD_TLB_INVAL_ASID : SD_TLB_INVAL_RANGE,
+		.asid = t->asid,
+		.leaf_only = t->leaf_only,
+		.vpn = op->vpn,
+		.nr = op->pages,
+	};
+	struct sd_cpu *cpu = t->cpu;
+
+	if (op->kind == SD_TLBI_OP_RANGE)
+		sd_stat_inc(cpu, (enum sd_stat)(SD_STAT_TLBI_RANGE_S0 + op->scale));
+	else if (op->kind == SD_TLBI_OP_PAGE)
+		sd_stat_inc(cpu, SD_STAT_TLBI_PAGE_OP);
+	if (!t->local_only) {
+		sd_broadcast_tlbi(cpu, &inv);
+		return;
+	}
+	sd_tlb_invalidate(&cpu->tlb, &inv);
+	sd_stat_inc(cpu, inv.kind == SD_TLB_INVAL_ASID ? SD_STAT_LOCAL_FLUSH_ASID
+		    : op->kind == SD_TLBI_OP_PAGE ? SD_STAT_LOCAL_FLUSH_ONE
+						  : SD_STAT_LOCAL_FLUSH_RANGE);
+}
+
+void sd_broadcast_flush(struct sd_cpu *cpu, struct sd_mm *mm, uint64_t vpn, uint64_t nr,
+			bool freed_tables, bool local_only)
+{
+	struct sd_broadcast *b = bcast_of(cpu->m);
+	struct tlbi_issue t = {
+		.cpu = cpu, .leaf_only = !freed_tables, .local_only = local_only,
+	};
+
+	if (!sd_broadcast_mm_asid(cpu, mm, &t.asid))
+		return;
+	if (nr == 0) {
+		struct sd_tlbi_op all = { .kind = SD_TLBI_OP_ASID, .vpn = vpn };
+		issue_tlbi(&all, &t);
+	} else {
+		sd_tlbi_split(&b->split, vpn, nr, issue_tlbi, &t);
+	}
+	if (!local_only)
+		sd_stat_inc(cpu, SD_STAT_REMOTE_FLUSH);
+}
+
 static void bcast_flush_mm(struct sd_cpu *cpu, struct sd_mm *mm)
 {
-	struct sd_tlb_inval op = { .kind = SD_TLB_INVAL_ASID };
-
-	if (!sd_broadcast_mm_asid(cpu, mm, &op.asid))
-		return;
-	sd_broadcast_tlbi(cpu, &op);
-	sd_stat_inc(cpu, SD_STAT_REMOTE_FLUSH);
+	sd_broadcast_flush(cpu, mm, 0, 0, true, false);
 }
 
 static void bcast_flush_range(struct sd_cpu *cpu, const struct sd_flush_req *req)
 {
-	struct sd_broadcast *b = bcast_of(cpu->m);
-	struct sd_tlb_inval op = {
-		.kind = SD_TLB_INVAL_RANGE,
-		.leaf_only = !req->freed_tables,
-		.nr = 1,
-	};
-
-	if (req->nr >= b->max_tlbi_ops) {
-		bcast_flush_mm(cpu, req->mm);
-		return;
-	}
-	if (!sd_broadcast_mm_asid(cpu, req->mm, &op.asid))
-		return;
-	for (uint64_t i = 0; i < req->nr; i++) {
-		op.vpn = req->vpn + i;
-		sd_broadcast_tlbi(cpu, &op);
-	}
-	sd_stat_inc(cpu, SD_STAT_REMOTE_FLUSH);
+	sd_broadcast_flush(cpu, req->mm, req->vpn, req->nr, req->freed_tables, false);
 }
 
 static void bcast_enter_lazy(struct sd_cpu *cpu, struct sd_mm *mm)

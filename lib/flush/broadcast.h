@@ -5,6 +5,7 @@
 #include "../asid/arm64_asid.h"
 #include "../core/spinlock.h"
 #include "../tlb/tlb.h"
+#include "tlbi_range.h"
 
 struct sd_cpu;
 struct sd_mm;
@@ -20,7 +21,9 @@ struct sd_broadcast {
 	/* The interconnect: one broadcast message in flight at a time, as DVM
 	 * messages serialise, so concurrent initiators really contend. */
 	sd_cacheline_aligned struct sd_spinlock dvm;
-	uint64_t max_tlbi_ops;
+	/* How ranges are encoded: range=none|ascending|descending, lpa2=0|1,
+	 * max_tlbi_ops=N. */
+	struct sd_tlbi_split_cfg split;
 };
 
 /* Per-mm state: the arm64 context id (generation | ASID). */
@@ -36,11 +39,23 @@ int sd_broadcast_machine_init(struct sd_machine *m, struct sd_broadcast *b);
 int sd_broadcast_machine_create(struct sd_machine *m, const char *name,
 				const struct sd_strategy_opt *opts, unsigned nr_opts, void **priv);
 void sd_broadcast_machine_fini(struct sd_machine *m, void *priv);
+/* Apply one of broadcast's options (range=, lpa2=, max_tlbi_ops=) to @b. */
+int sd_broadcast_option(struct sd_broadcast *b, const char *name, const struct sd_strategy_opt *o);
 int sd_broadcast_mm_init(struct sd_machine *m, struct sd_mm *mm, void **mm_priv);
 void sd_broadcast_mm_fini(struct sd_machine *m, struct sd_mm *mm, void *mm_priv);
 void sd_broadcast_switch(struct sd_cpu *cpu, struct sd_mm *prev, struct sd_mm *next);
+/* check_and_switch_context() for a non-NULL @next; @sw says what it did. */
+void sd_broadcast_switch_context(struct sd_cpu *cpu, struct sd_mm *next,
+				 struct sd_arm64_switch *sw);
 /* TLBI ... IS: one message, applied to every CPU's TLB. */
 void sd_broadcast_tlbi(struct sd_cpu *cpu, const struct sd_tlb_inval *op);
+/*
+ * Flush [vpn, vpn + nr) of @mm (nr == 0: the whole ASID) as the configured
+ * sequence of TLBI ops: broadcast ones, or with @local_only the
+ * non-shareable ones that reach the initiator's TLB alone.
+ */
+void sd_broadcast_flush(struct sd_cpu *cpu, struct sd_mm *mm, uint64_t vpn, uint64_t nr,
+			bool freed_tables, bool local_only);
 /* The ASID @mm runs with now; 0 if it never ran (nothing to flush). */
 bool sd_broadcast_mm_asid(struct sd_cpu *cpu, struct sd_mm *mm, uint16_t *asid);
 

@@ -10,34 +10,14 @@
 #include "broadcast.h"
 #include "strategy.h"
 
-static void none_flush_local(struct sd_cpu *cpu, struct sd_mm *mm, const struct sd_tlb_inval *op)
-{
-	struct sd_tlb_inval local = *op;
-
-	if (!sd_broadcast_mm_asid(cpu, mm, &local.asid))
-		return;
-	sd_tlb_invalidate(&cpu->tlb, &local);
-	sd_stat_inc(cpu, op->kind == SD_TLB_INVAL_ASID ? SD_STAT_LOCAL_FLUSH_ASID
-						       : SD_STAT_LOCAL_FLUSH_RANGE);
-}
-
 static void none_flush_range(struct sd_cpu *cpu, const struct sd_flush_req *req)
 {
-	struct sd_tlb_inval op = {
-		.kind = SD_TLB_INVAL_RANGE,
-		.leaf_only = !req->freed_tables,
-		.vpn = req->vpn,
-		.nr = req->nr,
-	};
-
-	none_flush_local(cpu, req->mm, &op);
+	sd_broadcast_flush(cpu, req->mm, req->vpn, req->nr, req->freed_tables, true);
 }
 
 static void none_flush_mm(struct sd_cpu *cpu, struct sd_mm *mm)
 {
-	struct sd_tlb_inval op = { .kind = SD_TLB_INVAL_ASID };
-
-	none_flush_local(cpu, mm, &op);
+	sd_broadcast_flush(cpu, mm, 0, 0, true, true);
 }
 
 static int none_machine_init(struct sd_machine *m, const struct sd_strategy_opt *opts,

@@ -8,6 +8,7 @@
 
 static const struct sd_strategy_ops *const builtin[] = {
 	&sd_broadcast_ops,
+	&sd_local_ops,
 	&sd_none_ops,
 };
 
@@ -51,7 +52,7 @@ int sd_strategy_lookup(const char *spec, const struct sd_strategy_ops **ops,
 			return parse_opts(builtin[i]->name, colon ? colon + 1 : "", opts, nr_opts);
 		}
 	}
-	return sd_fail(-ENOENT, "unknown strategy '%.*s' (known: broadcast, none)", (int)len,
+	return sd_fail(-ENOENT, "unknown strategy '%.*s' (known: broadcast, local, none)", (int)len,
 		       spec);
 }
 

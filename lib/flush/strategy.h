@@ -62,6 +62,7 @@ int sd_strategy_opt_uint(const char *strategy, const struct sd_strategy_opt *opt
 			 uint64_t min, uint64_t max, uint64_t *out);
 
 extern const struct sd_strategy_ops sd_broadcast_ops;
+extern const struct sd_strategy_ops sd_local_ops;
 extern const struct sd_strategy_ops sd_none_ops;
 
 #endif

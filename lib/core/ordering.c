@@ -1,0 +1,59 @@
+/* SPDX-License-Identifier: MIT */
+#include "ordering.h"
+
+_Atomic(sd_order_hook_fn) sd_order_hook;
+_Atomic bool sd_order_delayed;
+
+#define SD_SB_ENTRIES 8
+
+struct sb_entry {
+	enum { SB_ADD, SB_SETALL } kind;
+	void *p;
+	int v;
+};
+
+static _Thread_local struct {
+	unsigned n;
+	struct sb_entry e[SD_SB_ENTRIES];
+} sb;
+
+void sd_order_set_hook(sd_order_hook_fn fn)
+{
+	atomic_store(&sd_order_hook, fn);
+}
+
+void sd_order_set_delayed_stores(bool on)
+{
+	atomic_store(&sd_order_delayed, on);
+}
+
+void sd_sb_drain(void)
+{
+	for (unsigned i = 0; i < sb.n; i++) {
+		if (sb.e[i].kind == SB_ADD)
+			atomic_fetch_add((_Atomic int *)sb.e[i].p, sb.e[i].v);
+		else
+			sd_cpumask_setall(sb.e[i].p);
+	}
+	sb.n = 0;
+}
+
+static void sb_push(int kind, void *p, int v)
+{
+	if (sb.n == SD_SB_ENTRIES)
+		sd_sb_drain();         /* a full buffer drains, as hardware's does */
+	sb.e[sb.n].kind = kind;
+	sb.e[sb.n].p = p;
+	sb.e[sb.n].v = v;
+	sb.n++;
+}
+
+void sd_sb_add_slow(_Atomic int *p, int v)
+{
+	sb_push(SB_ADD, (void *)p, v);
+}
+
+void sd_sb_setall_slow(struct sd_cpumask *mask)
+{
+	sb_push(SB_SETALL, mask, 0);
+}

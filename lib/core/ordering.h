@@ -1,0 +1,79 @@
+/* SPDX-License-Identifier: MIT */
+#ifndef SD_CORE_ORDERING_H
+#define SD_CORE_ORDERING_H
+
+#include "compiler.h"
+#include "cpumask.h"
+
+/*
+ * Test instrumentation for the store-buffering (Dekker) races, so that a test
+ * can force the interleavings that matter and see a missing fence fail.
+ *
+ * On x86 a pause between a store and a load drains the store buffer, so no
+ * schedule of real threads can show a StoreLoad reordering. Delay mode makes
+ * the reordering explicit instead: the ordering-critical stores (sd_sb_*) go
+ * into the calling thread's emulated store buffer and become visible only at
+ * the next sd_sb_fence(), which stands for the kernel's smp_mb(), or at
+ * sd_sb_drain() when the operation ends. Delete an sd_sb_fence() and the store
+ * stays invisible across the load that follows, exactly what a real store
+ * buffer allows. Hooks let the test stop a thread at the named points.
+ *
+ * In production both switches are off: a store is a plain atomic RMW and a
+ * point costs one relaxed load of a global that is never written.
+ */
+enum sd_order_point {
+	SD_ORDER_SWITCH_STORED,  /* switcher: nr_active++ done, before its fence */
+	SD_ORDER_SWITCH_LOADED,  /* switcher: stale bit read, before the op ends */
+	SD_ORDER_FLUSH_STORED,   /* flusher: stale mask set, before its fence */
+	SD_ORDER_FLUSH_LOADED,   /* flusher: nr_active re-read, before the op ends */
+	SD_ORDER_NR_POINTS,
+};
+
+typedef void (*sd_order_hook_fn)(enum sd_order_point point, unsigned cpu);
+
+/* Test-only switches (plain functions: callable from C++ tests). */
+void sd_order_set_hook(sd_order_hook_fn fn);
+void sd_order_set_delayed_stores(bool on);
+
+extern _Atomic(sd_order_hook_fn) sd_order_hook;
+extern _Atomic bool sd_order_delayed;
+
+static inline void sd_order_point(enum sd_order_point p, unsigned cpu)
+{
+	sd_order_hook_fn fn = atomic_load_explicit(&sd_order_hook, memory_order_relaxed);
+
+	if (unlikely(fn))
+		fn(p, cpu);
+}
+
+void sd_sb_add_slow(_Atomic int *p, int v);
+void sd_sb_setall_slow(struct sd_cpumask *mask);
+void sd_sb_drain(void);
+
+/* atomic_fetch_add(p, v) through the (possibly emulated) store buffer. */
+static inline void sd_sb_add(_Atomic int *p, int v)
+{
+	if (unlikely(atomic_load_explicit(&sd_order_delayed, memory_order_relaxed)))
+		sd_sb_add_slow(p, v);
+	else
+		atomic_fetch_add(p, v);
+}
+
+/* sd_cpumask_setall(mask) through the store buffer. */
+static inline void sd_sb_cpumask_setall(struct sd_cpumask *mask)
+{
+	if (unlikely(atomic_load_explicit(&sd_order_delayed, memory_order_relaxed)))
+		sd_sb_setall_slow(mask);
+	else
+		sd_cpumask_setall(mask);
+}
+
+/* smp_mb(): drain this thread's emulated buffer, then a full fence. */
+static inline void sd_sb_fence(void)
+{
+	if (unlikely(atomic_load_explicit(&sd_order_delayed, memory_order_relaxed)))
+		sd_sb_drain();
+	sd_smp_mb();
+}
+
+#endif
