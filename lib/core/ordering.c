@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 #include "ordering.h"
 
-_Atomic(sd_order_hook_fn) sd_order_hook;
-_Atomic bool sd_order_delayed;
+SD_ATOMIC(sd_order_hook_fn) sd_order_hook;
+SD_ATOMIC(bool) sd_order_delayed;
 
 #define SD_SB_ENTRIES 8
 
@@ -31,7 +31,7 @@ void sd_sb_drain(void)
 {
 	for (unsigned i = 0; i < sb.n; i++) {
 		if (sb.e[i].kind == SB_ADD)
-			atomic_fetch_add((_Atomic int *)sb.e[i].p, sb.e[i].v);
+			atomic_fetch_add((SD_ATOMIC(int) *)sb.e[i].p, sb.e[i].v);
 		else
 			sd_cpumask_setall(sb.e[i].p);
 	}
@@ -48,7 +48,7 @@ static void sb_push(int kind, void *p, int v)
 	sb.n++;
 }
 
-void sd_sb_add_slow(_Atomic int *p, int v)
+void sd_sb_add_slow(SD_ATOMIC(int) *p, int v)
 {
 	sb_push(SB_ADD, (void *)p, v);
 }

@@ -35,8 +35,8 @@ typedef void (*sd_order_hook_fn)(enum sd_order_point point, unsigned cpu);
 void sd_order_set_hook(sd_order_hook_fn fn);
 void sd_order_set_delayed_stores(bool on);
 
-extern _Atomic(sd_order_hook_fn) sd_order_hook;
-extern _Atomic bool sd_order_delayed;
+extern SD_ATOMIC(sd_order_hook_fn) sd_order_hook;
+extern SD_ATOMIC(bool) sd_order_delayed;
 
 static inline void sd_order_point(enum sd_order_point p, unsigned cpu)
 {
@@ -46,12 +46,12 @@ static inline void sd_order_point(enum sd_order_point p, unsigned cpu)
 		fn(p, cpu);
 }
 
-void sd_sb_add_slow(_Atomic int *p, int v);
+void sd_sb_add_slow(SD_ATOMIC(int) *p, int v);
 void sd_sb_setall_slow(struct sd_cpumask *mask);
 void sd_sb_drain(void);
 
 /* atomic_fetch_add(p, v) through the (possibly emulated) store buffer. */
-static inline void sd_sb_add(_Atomic int *p, int v)
+static inline void sd_sb_add(SD_ATOMIC(int) *p, int v)
 {
 	if (unlikely(atomic_load_explicit(&sd_order_delayed, memory_order_relaxed)))
 		sd_sb_add_slow(p, v);

@@ -37,7 +37,7 @@
 
 struct local_mm {
 	struct sd_broadcast_mm base;   /* first: broadcast reads mm->strategy as this */
-	sd_cacheline_aligned _Atomic int nr_active;
+	sd_cacheline_aligned SD_ATOMIC(int) nr_active;
 	struct sd_cpumask stale;
 };
 
