@@ -26,7 +26,9 @@
 //                                            time of the flush call alone (TSC)
 //   mprotect_page/broadcast/cpus:2           public sd_mprotect of 1 touched page, CPU 1 busy
 //   memory/per_cpu                           bytes per emulated CPU (no time)
-//   mprotect_threaded/broadcast/cpus:{1,2,4} one mm per CPU: touch, mprotect RO, mprotect RW
+//   mprotect_threaded/{broadcast,local}/cpus:{1,2,4,8,16} one mm per CPU: touch, mprotect RO, mprotect RW
+//   process_churn/{broadcast,local}/cpus:{1,2,4,8,16} short-lived mms: create, map, touch, unmap, destroy
+//   range_flush/broadcast:range={none,ascending,descending}/cpus:2/pages:P  one P-page flush
 //   scale/broadcast/cpus:{64,256,1024}       oversubscribed run, oracle checked: no livelock
 #include <benchmark/benchmark.h>
 
@@ -353,11 +355,12 @@ void BM_array_probe(State &st)
 
 // ---- machines ----
 
-sd_machine_config make_config(unsigned cpus, sd_oracle_mode oracle)
+sd_machine_config make_config(unsigned cpus, sd_oracle_mode oracle,
+			      const char *strategy = "broadcast")
 {
 	sd_machine_config cfg = SD_MACHINE_CONFIG_INIT;
 	cfg.nr_cpus = cpus;
-	cfg.strategy = "broadcast";
+	cfg.strategy = strategy;
 	cfg.oracle = oracle;
 	return cfg;
 }
@@ -818,10 +821,11 @@ void BM_memory_per_cpu(State &st)
 // address spaces of @pages pages each, mapped from this thread as CPU 0.
 class RunMachine {
 public:
-	RunMachine(unsigned cpus, sd_oracle_mode oracle, unsigned nr_mms, uint64_t pages)
+	RunMachine(unsigned cpus, sd_oracle_mode oracle, unsigned nr_mms, uint64_t pages,
+		   const char *strategy = "broadcast")
 		: mms_(nr_mms, nullptr)
 	{
-		sd_machine_config cfg = make_config(cpus, oracle);
+		sd_machine_config cfg = make_config(cpus, oracle, strategy);
 		sd_cpu *cpu = nullptr;
 
 		if ((err_ = sd_machine_create(&cfg, &m_))) {
@@ -965,9 +969,9 @@ void mprotect_threaded_body(sd_cpu *c, void *p)
 
 constexpr uint64_t kMprotectBatch = 2000;
 
-void BM_mprotect_threaded(State &st, unsigned cpus)
+void BM_mprotect_threaded(State &st, const char *strategy, unsigned cpus)
 {
-	RunMachine rm(cpus, SD_ORACLE_OFF, cpus, 1);
+	RunMachine rm(cpus, SD_ORACLE_OFF, cpus, 1, strategy);
 
 	if (!rm.ok(st))
 		return;
@@ -990,7 +994,112 @@ void BM_mprotect_threaded(State &st, unsigned cpus)
 	st.counters["remote_invalidations_per_flush"] =
 		flushes ? (double)d.counter[SD_STAT_REMOTE_INVAL] / (double)flushes : 0;
 	st.counters["flushes"] = Counter((double)flushes, Counter::kAvgIterations);
+	st.counters["local_only_flushes_per_flush"] =
+		flushes ? (double)d.counter[SD_STAT_LOCAL_ONLY_FLUSH] / (double)flushes : 0;
+	st.counters["stale_switch_flushes"] = (double)d.counter[SD_STAT_STALE_SWITCH_FLUSH];
 	st.counters["oversubscribed"] = oversubscribed(rm.m());
+}
+
+// Seed 000's sort-compute shape: short-lived processes. Each CPU, per
+// iteration: create an mm, map and touch 16 pages, run, unmap (a flush that
+// frees tables), switch away and destroy it. Exercises ASID allocation (a
+// rollover every 65535 mms), exit flushes and, for `local`, mms that never
+// run anywhere else.
+constexpr uint64_t kChurnPages = 16;
+constexpr uint64_t kChurnBatch = 200;
+
+void process_churn_body(sd_cpu *c, void *p)
+{
+	auto *r = static_cast<RunArg *>(p);
+	sd_machine *m = sd_cpu_machine(c);
+	int err = 0;
+
+	for (uint64_t i = 0; !err && i < r->count; i++) {
+		sd_mm *mm;
+		if ((err = sd_mm_create(m, &mm)))
+			break;
+		err = sd_mmap(c, mm, kRegion, kChurnPages * SD_PAGE_SIZE, SD_PROT_READ | SD_PROT_WRITE);
+		if (!err)
+			err = sd_switch_mm(c, mm);
+		for (uint64_t pg = 0; !err && pg < kChurnPages; pg++)
+			err = sd_access(c, kRegion + pg * SD_PAGE_SIZE, SD_WRITE, nullptr);
+		if (!err)
+			err = sd_munmap(c, mm, kRegion, kChurnPages * SD_PAGE_SIZE);
+		if (!err)
+			err = sd_switch_mm(c, nullptr);
+		int derr = sd_mm_destroy(mm);
+		err = err ? err : derr;
+	}
+	note_error(r, err);
+}
+
+void BM_process_churn(State &st, const char *strategy, unsigned cpus)
+{
+	RunMachine rm(cpus, SD_ORACLE_OFF, 1, 1, strategy);
+
+	if (!rm.ok(st))
+		return;
+	RunArg r;
+	r.rm = &rm;
+	r.count = kChurnBatch;
+	sd_stats before = all_stats(rm.m());
+	int err = 0;
+	while (st.KeepRunningBatch(kChurnBatch)) {
+		if (!err && !r.err.load())
+			err = sd_machine_run(rm.m(), process_churn_body, &r);
+	}
+	if (err || r.err.load()) {
+		fail(st, "process_churn run", err ? err : r.err.load());
+		return;
+	}
+	sd_stats d = delta(all_stats(rm.m()), before);
+	uint64_t flushes = d.counter[SD_STAT_FLUSH];
+	st.counters["flush_ns"] = flush_ns_mean(d);
+	st.counters["remote_invalidations_per_flush"] =
+		flushes ? (double)d.counter[SD_STAT_REMOTE_INVAL] / (double)flushes : 0;
+	st.counters["asid_allocations"] = (double)d.counter[SD_STAT_ASID_ALLOC];
+	st.counters["asid_rollovers"] = (double)d.counter[SD_STAT_ASID_ROLLOVER];
+	st.counters["oversubscribed"] = oversubscribed(rm.m());
+}
+
+// Seed 003: one flush of P pages through the strategy, per range order, on
+// 2 CPUs (the remote touched the range once, then idles). Time and TLBI ops
+// per flush; the split is in tlb_range ops by scale.
+void BM_range_flush(State &st, const char *strategy, uint64_t pages)
+{
+	RunMachine rm(2, SD_ORACLE_OFF, 1, pages, strategy);
+	sd_cpu *cpu = nullptr;
+
+	if (!rm.ok(st))
+		return;
+	int err = sd_cpu_attach(rm.m(), 0, &cpu);
+	if (!err)
+		err = sd_switch_mm(cpu, rm.mm(0));
+	for (uint64_t pg = 0; !err && pg < pages && pg < 4096; pg++)
+		err = sd_access(cpu, kRegion + pg * SD_PAGE_SIZE, SD_READ, nullptr);
+	if (err) {
+		fail(st, "range_flush setup", err);
+		return;
+	}
+	sd_flush_req req = { rm.mm(0), kRegion >> SD_PAGE_SHIFT, pages, false };
+	sd_stats before = all_stats(rm.m());
+	for (auto _ : st)
+		rm.m()->ops->flush_range(cpu, &req);
+	sd_stats d = delta(all_stats(rm.m()), before);
+	st.counters["tlbi_ops"] = Counter((double)d.counter[SD_STAT_TLBI_OP], Counter::kAvgIterations);
+	st.counters["range_ops_scale0"] =
+		Counter((double)d.counter[SD_STAT_TLBI_RANGE_S0], Counter::kAvgIterations);
+	st.counters["range_ops_scale1"] =
+		Counter((double)d.counter[SD_STAT_TLBI_RANGE_S1], Counter::kAvgIterations);
+	st.counters["range_ops_scale2"] =
+		Counter((double)d.counter[SD_STAT_TLBI_RANGE_S2], Counter::kAvgIterations);
+	st.counters["range_ops_scale3"] =
+		Counter((double)d.counter[SD_STAT_TLBI_RANGE_S3], Counter::kAvgIterations);
+	st.counters["page_ops"] = Counter((double)d.counter[SD_STAT_TLBI_PAGE_OP], Counter::kAvgIterations);
+	st.counters["asid_ops"] = Counter((double)d.counter[SD_STAT_TLBI_ASID_OP], Counter::kAvgIterations);
+	st.counters["oversubscribed"] = oversubscribed(rm.m());
+	sd_switch_mm(cpu, nullptr);
+	sd_cpu_detach(cpu);
 }
 
 // ---- registration ----
@@ -1014,9 +1123,28 @@ void register_all()
 		->UseManualTime();
 	RegisterBenchmark("mprotect_page/broadcast/cpus:2", BM_mprotect_page)->UseRealTime();
 	RegisterBenchmark("memory/per_cpu", BM_memory_per_cpu)->UseRealTime();
-	for (unsigned n : { 1u, 2u, 4u })
-		RegisterBenchmark(("mprotect_threaded/broadcast/cpus:" + std::to_string(n)).c_str(),
-				  [n](State &st) { BM_mprotect_threaded(st, n); })->UseRealTime();
+	// Seed 000: broadcast and local side by side, 8 and 16 oversubscribed.
+	for (const char *strategy : { "broadcast", "local" }) {
+		for (unsigned n : { 1u, 2u, 4u, 8u, 16u }) {
+			std::string tail = std::string(strategy) + "/cpus:" + std::to_string(n);
+			RegisterBenchmark(("mprotect_threaded/" + tail).c_str(),
+					  [strategy, n](State &st) { BM_mprotect_threaded(st, strategy, n); })
+				->UseRealTime();
+			RegisterBenchmark(("process_churn/" + tail).c_str(),
+					  [strategy, n](State &st) { BM_process_churn(st, strategy, n); })
+				->UseRealTime();
+		}
+	}
+	// Seed 003: the three range orders over the page counts of its table.
+	for (const char *order : { "none", "ascending", "descending" }) {
+		for (uint64_t p : { 1, 3, 17, 33, 64, 100, 511, 512, 1000, 4097, 65535 }) {
+			std::string spec = std::string("broadcast:range=") + order;
+			const char *strategy = strdup(spec.c_str());
+			RegisterBenchmark(("range_flush/" + spec + "/cpus:2/pages:" + std::to_string(p)).c_str(),
+					  [strategy, p](State &st) { BM_range_flush(st, strategy, p); })
+				->UseRealTime();
+		}
+	}
 	for (unsigned n : { 64u, 256u, 1024u })
 		RegisterBenchmark(("scale/broadcast/cpus:" + std::to_string(n)).c_str(),
 				  [n](State &st) { BM_scale(st, n); })->UseRealTime();

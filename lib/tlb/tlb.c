@@ -3,10 +3,13 @@
 
 #include "tlb.h"
 
-/* Ranges up to this many pages are cleared page by page (one L1 slot and one
- * L2 set each); longer ones cost one scan of the whole TLB, as a hardware
- * range operation does. */
-#define SD_TLB_RANGE_PER_PAGE_MAX 16
+/*
+ * A range is cleared page by page (one L1 slot and one L2 set each, ~10 ns)
+ * up to this many pages, and by one scan of the whole TLB (2112 entries by
+ * default, a few microseconds) beyond: a range op costs each target at most
+ * one scan, never one per page, whichever is cheaper for the software TLB.
+ */
+#define SD_TLB_RANGE_PER_PAGE_MAX 128
 
 size_t sd_tlb_storage_size(unsigned l1_entries, unsigned sets, unsigned ways)
 {

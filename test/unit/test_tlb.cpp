@@ -435,8 +435,8 @@ void check_range(Geometry g, uint64_t start, uint64_t nr, bool leaf_only)
 
 TEST_P(TlbGeom, InvalidateRangeSizesAndBoundaries)
 {
-	// 1 and 16 pages take the per-page path, 17 and more the scan.
-	const uint64_t sizes[] = {1, 2, 15, 16, 17, 33, 200};
+	// Up to 128 pages take the per-page path, 129 and more the scan.
+	const uint64_t sizes[] = {1, 2, 15, 16, 17, 33, 127, 128, 129, 200};
 	// Starts in the middle of a set range, at the last set (the range wraps
 	// to set 0 and to L1 slot 0), at the last page of a 2 MiB region (the
 	// range crosses into the next walk-cache region), and at vpn 0.
