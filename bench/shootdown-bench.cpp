@@ -969,26 +969,37 @@ void mprotect_threaded_body(sd_cpu *c, void *p)
 
 constexpr uint64_t kMprotectBatch = 2000;
 
+// Time batches of @batch iterations, each one sd_machine_run of @body in
+// which every CPU does @batch operations. Returns the counters' delta, or
+// false after reporting an error.
+bool run_batches(State &st, RunMachine &rm, sd_cpu_fn body, uint64_t batch, const char *what,
+		 sd_stats *d)
+{
+	RunArg r;
+	r.rm = &rm;
+	r.count = batch;
+	sd_stats before = all_stats(rm.m());
+	int err = 0;
+	while (st.KeepRunningBatch(batch)) {
+		if (!err && !r.err.load())
+			err = sd_machine_run(rm.m(), body, &r);
+	}
+	if (err || r.err.load()) {
+		fail(st, what, err ? err : r.err.load());
+		return false;
+	}
+	*d = delta(all_stats(rm.m()), before);
+	return true;
+}
+
 void BM_mprotect_threaded(State &st, const char *strategy, unsigned cpus)
 {
 	RunMachine rm(cpus, SD_ORACLE_OFF, cpus, 1, strategy);
+	sd_stats d;
 
-	if (!rm.ok(st))
+	if (!rm.ok(st) ||
+	    !run_batches(st, rm, mprotect_threaded_body, kMprotectBatch, "mprotect_threaded run", &d))
 		return;
-	RunArg r;
-	r.rm = &rm;
-	r.count = kMprotectBatch;
-	sd_stats before = all_stats(rm.m());
-	int err = 0;
-	while (st.KeepRunningBatch(kMprotectBatch)) {
-		if (!err && !r.err.load())
-			err = sd_machine_run(rm.m(), mprotect_threaded_body, &r);
-	}
-	if (err || r.err.load()) {
-		fail(st, "mprotect_threaded run", err ? err : r.err.load());
-		return;
-	}
-	sd_stats d = delta(all_stats(rm.m()), before);
 	uint64_t flushes = d.counter[SD_STAT_FLUSH];
 	st.counters["flush_ns"] = flush_ns_mean(d);
 	st.counters["remote_invalidations_per_flush"] =
@@ -1036,23 +1047,11 @@ void process_churn_body(sd_cpu *c, void *p)
 void BM_process_churn(State &st, const char *strategy, unsigned cpus)
 {
 	RunMachine rm(cpus, SD_ORACLE_OFF, 1, 1, strategy);
+	sd_stats d;
 
-	if (!rm.ok(st))
+	if (!rm.ok(st) ||
+	    !run_batches(st, rm, process_churn_body, kChurnBatch, "process_churn run", &d))
 		return;
-	RunArg r;
-	r.rm = &rm;
-	r.count = kChurnBatch;
-	sd_stats before = all_stats(rm.m());
-	int err = 0;
-	while (st.KeepRunningBatch(kChurnBatch)) {
-		if (!err && !r.err.load())
-			err = sd_machine_run(rm.m(), process_churn_body, &r);
-	}
-	if (err || r.err.load()) {
-		fail(st, "process_churn run", err ? err : r.err.load());
-		return;
-	}
-	sd_stats d = delta(all_stats(rm.m()), before);
 	uint64_t flushes = d.counter[SD_STAT_FLUSH];
 	st.counters["flush_ns"] = flush_ns_mean(d);
 	st.counters["remote_invalidations_per_flush"] =
