@@ -5,10 +5,14 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
+#include <mutex>
 #include <random>
 #include <string>
+#include <thread>
 
 extern "C" {
 #include <shootdown/shootdown.h>
@@ -87,6 +91,45 @@ struct Attached {
 	}
 	Attached(const Attached &) = delete;
 	Attached &operator=(const Attached &) = delete;
+};
+
+// Aborts the process with a message if the scope is not left within @secs:
+// a stress run that stops making progress (livelock, deadlock) fails loudly
+// instead of hanging CI until its timeout.
+class Watchdog {
+public:
+	Watchdog(const std::string &what, double secs)
+		: t_([this, what, secs] {
+			  std::unique_lock<std::mutex> g(mu_);
+			  if (!cv_.wait_for(g, std::chrono::duration<double>(secs),
+					    [this] { return done_; })) {
+				  std::fprintf(stderr, "WATCHDOG: %s still running after %.0f s: "
+						       "livelock or deadlock (DESIGN invariant 6)\n",
+					       what.c_str(), secs);
+				  std::fflush(stdout);
+				  std::fflush(stderr);
+				  std::abort();
+			  }
+		  })
+	{
+	}
+	~Watchdog()
+	{
+		{
+			std::lock_guard<std::mutex> g(mu_);
+			done_ = true;
+		}
+		cv_.notify_all();
+		t_.join();
+	}
+	Watchdog(const Watchdog &) = delete;
+	Watchdog &operator=(const Watchdog &) = delete;
+
+private:
+	std::mutex mu_;
+	std::condition_variable cv_;
+	bool done_ = false;
+	std::thread t_;
 };
 
 } // namespace sdtest

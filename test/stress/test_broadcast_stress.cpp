@@ -326,34 +326,6 @@ void cpu_main(sd_cpu *c, void *arg)
 	cpu.run();
 }
 
-// Aborts the process with a message if a configuration does not finish.
-class Watchdog {
-public:
-	Watchdog(const std::string &what, double secs) : t_([this, what, secs] {
-		std::unique_lock<std::mutex> g(mu_);
-		if (!cv_.wait_for(g, std::chrono::duration<double>(secs), [this] { return done_; })) {
-			std::fprintf(stderr, "[stress] WATCHDOG: %s still running after %.0f s: "
-					     "livelock or deadlock\n", what.c_str(), secs);
-			std::fflush(stdout);
-			std::abort();
-		}
-	}) {}
-	~Watchdog()
-	{
-		{
-			std::lock_guard<std::mutex> g(mu_);
-			done_ = true;
-		}
-		cv_.notify_all();
-		t_.join();
-	}
-
-private:
-	std::mutex mu_;
-	std::condition_variable cv_;
-	bool done_ = false;
-	std::thread t_;
-};
 
 class BroadcastStress : public ::testing::TestWithParam<StressConfig> {};
 
@@ -419,7 +391,7 @@ TEST_P(BroadcastStress, OracleChecked)
 	auto t0 = Clock::now();
 	w.deadline = t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(secs));
 	{
-		Watchdog dog(sc.name, secs + 120);
+		sdtest::Watchdog dog(sc.name, secs + 120);
 		ASSERT_EQ(0, sd_machine_run(w.m, cpu_main, &w)) << sd_last_error();
 	}
 	double took = std::chrono::duration<double>(Clock::now() - t0).count();

@@ -135,7 +135,10 @@ void run(const Params &p, sd_stats *out)
 		     p.strategy, p.cpus, p.cpus > std::thread::hardware_concurrency() ?
 		     " (oversubscribed)" : "", p.asid_bits, p.single_mms, p.shared_mms,
 		     w.tasks.size(), w.seconds);
-	ASSERT_EQ(0, sd_machine_run(machine.m, cpu_body, &w));
+	{
+		sdtest::Watchdog dog(std::string(p.strategy) + " stress", w.seconds + 120);
+		ASSERT_EQ(0, sd_machine_run(machine.m, cpu_body, &w));
+	}
 
 	sd_stats_snapshot(machine.m, out);
 	uint64_t v = sd_oracle_violations(machine.m);

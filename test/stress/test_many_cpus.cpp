@@ -44,34 +44,6 @@ unsigned cpu_count()
 	return n;
 }
 
-class Watchdog {
-public:
-	Watchdog(const std::string &what, double secs) : t_([this, what, secs] {
-		std::unique_lock<std::mutex> g(mu_);
-		if (!cv_.wait_for(g, std::chrono::duration<double>(secs), [this] { return done_; })) {
-			std::fprintf(stderr, "[many_cpus] WATCHDOG: %s stuck for %.0f s: livelock or "
-					     "deadlock (DESIGN invariant 6)\n", what.c_str(), secs);
-			std::fflush(stderr);
-			std::fflush(stdout);
-			std::abort();
-		}
-	}) {}
-	~Watchdog()
-	{
-		{
-			std::lock_guard<std::mutex> g(mu_);
-			done_ = true;
-		}
-		cv_.notify_all();
-		t_.join();
-	}
-
-private:
-	std::mutex mu_;
-	std::condition_variable cv_;
-	bool done_ = false;
-	std::thread t_;
-};
 
 struct Shared {
 	sd_mm *mms[kMms] = {};
@@ -169,7 +141,7 @@ TEST(ManyCpus, BroadcastToEveryTlbTerminates)
 
 	auto t0 = Clock::now();
 	{
-		Watchdog dog("sd_machine_run with " + std::to_string(n) + " CPUs", kWatchdogSeconds);
+		sdtest::Watchdog dog("sd_machine_run with " + std::to_string(n) + " CPUs", kWatchdogSeconds);
 		ASSERT_EQ(0, sd_machine_run(m, workload, &s)) << sd_last_error();
 	}
 	double secs = std::chrono::duration<double>(Clock::now() - t0).count();
