@@ -93,6 +93,28 @@ struct Attached {
 	Attached &operator=(const Attached &) = delete;
 };
 
+// With SD_TOPOLOGY the per-CPU areas come from the heap; if the library does
+// not zero them, a CPU's frame cache holds garbage and detaching it corrupts
+// the heap. Check (through the counters, which share the area) before
+// attaching, so that bug fails the test instead of crashing the binary.
+inline bool fresh_cpus_clean(sd_machine *m)
+{
+	for (unsigned c = 0; c < sd_machine_nr_cpus(m); c++) {
+		sd_stats st;
+		if (sd_stats_cpu(m, c, &st))
+			return false;
+		for (unsigned i = 0; i < SD_STAT_NR; i++)
+			if (st.counter[i]) {
+				ADD_FAILURE() << "library bug: cpu " << c << " starts with "
+					      << sd_stat_name(static_cast<sd_stat>(i)) << " = "
+					      << st.counter[i]
+					      << ": per-CPU area not zeroed; not attaching";
+				return false;
+			}
+	}
+	return true;
+}
+
 // Aborts the process with a message if the scope is not left within @secs:
 // a stress run that stops making progress (livelock, deadlock) fails loudly
 // instead of hanging CI until its timeout.

@@ -102,27 +102,6 @@ struct EnvGuard {
 	}
 };
 
-// With SD_TOPOLOGY the per-CPU areas come from the heap; if the library does
-// not zero them, a CPU's frame cache holds garbage and detaching it corrupts
-// the heap. Check (through the counters, which share the area) before
-// attaching, so that bug fails the test instead of crashing the binary.
-bool fresh_cpus_clean(sd_machine *m)
-{
-	for (unsigned c = 0; c < sd_machine_nr_cpus(m); c++) {
-		sd_stats st;
-		if (sd_stats_cpu(m, c, &st))
-			return false;
-		for (unsigned i = 0; i < SD_STAT_NR; i++)
-			if (st.counter[i]) {
-				ADD_FAILURE() << "library bug: cpu " << c << " starts with "
-					      << sd_stat_name(static_cast<sd_stat>(i)) << " = "
-					      << st.counter[i]
-					      << ": per-CPU area not zeroed; not attaching";
-				return false;
-			}
-	}
-	return true;
-}
 
 // ---- machine configuration ----
 
@@ -877,7 +856,7 @@ TEST(Errors, LenientPinningOnSyntheticTopologyRunsUnpinned)
 	EnvGuard env("SD_TOPOLOGY", "pack:2 core:8 pu:2");
 	Machine mach(cfg_cpus(2));
 	ASSERT_NE(nullptr, mach.m);
-	if (!fresh_cpus_clean(mach.m))
+	if (!sdtest::fresh_cpus_clean(mach.m))
 		return;
 	Attached a(mach.m, 0);
 	ASSERT_NE(nullptr, a.c);
