@@ -524,6 +524,9 @@ int sd_switch_mm(struct sd_cpu *c, struct sd_mm *next)
 		atomic_fetch_add(&next->users, 1);
 	sd_irq_off(c);
 	c->m->ops->switch_mm(c, prev, next);
+	/* Relaxed: the access path that reads these runs on this thread; any
+	 * ordering other CPUs need (nr_active, cpumasks) is the strategy's,
+	 * with its own barriers, inside switch_mm above. */
 	atomic_store_explicit(&c->mm, next, memory_order_relaxed);
 	atomic_store_explicit(&c->lazy, 0, memory_order_relaxed);
 	sd_irq_on(c);
