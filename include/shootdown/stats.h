@@ -52,6 +52,14 @@ SD_BEGIN_DECLS
 	X(IPI_SENT, "ipis_sent")                                                \
 	X(IPI_RECV, "ipis_received")                                            \
 	X(IPI_DEFERRED, "ipis_deferred")        /* arrived with interrupts off */ \
+	X(IPI_UNNEEDED, "ipis_unneeded")        /* x86: mm not loaded (REMOTE_WRONG_CPU) */ \
+	X(CPUMASK_WRITE, "cpumask_writes")      /* x86: atomic RMWs on an mm_cpumask */ \
+	X(FLUSH_FULL, "tlb_flushes_full")       /* x86: flush_tlb_func, whole PCID */ \
+	X(FLUSH_PARTIAL, "tlb_flushes_partial") /* x86: flush_tlb_func, per page */ \
+	X(FLUSH_GEN_SKIP, "flushes_skipped_gen") /* x86: already at that tlb_gen */ \
+	X(LAZY_SKIP, "lazy_cpus_skipped")       /* x86: lazy targets not IPI'd */ \
+	X(CPUMASK_TRIM, "cpumask_trims")        /* x86: flushes that trimmed */ \
+	X(SWITCH_FLUSH, "switch_flushes")       /* x86: flushes at switch-in */ \
 	X(ASID_ALLOC, "asid_allocations")                                       \
 	X(ASID_ROLLOVER, "asid_rollovers")                                      \
 	X(CTX_SWITCH, "context_switches")                                       \

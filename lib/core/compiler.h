@@ -56,6 +56,21 @@ static inline void sd_smp_mb(void)
 }
 #endif
 
+/*
+ * smp_mb__after_atomic(): order a preceding read-modify-write as a full
+ * barrier. On x86 every locked instruction already is one (the kernel's
+ * version is barrier() there); elsewhere, and for TSan, which cannot see
+ * that, it is a real fence.
+ */
+static inline void sd_smp_mb__after_atomic(void)
+{
+#if (defined(__x86_64__) || defined(__i386__)) && !defined(SD_TSAN)
+	atomic_signal_fence(memory_order_seq_cst);
+#else
+	sd_smp_mb();
+#endif
+}
+
 /* C11 aligned_alloc wants a size that is a multiple of the alignment. */
 static inline size_t sd_round_up(size_t size, size_t align)
 {

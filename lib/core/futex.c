@@ -2,6 +2,7 @@
 #include <limits.h>
 #include <linux/futex.h>
 #include <sched.h>
+#include <time.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -10,7 +11,18 @@
 
 void sd_futex_wait(SD_ATOMIC(int) *word, int expected)
 {
+#ifdef SD_TSAN
+	/* TSan holds a signal back while its thread sits in a raw futex
+	 * syscall, so a parked CPU could never answer an IPI. nanosleep() is
+	 * one of its blocking interceptors, where signals are delivered at
+	 * once: poll with short sleeps instead (callers loop anyway). */
+	struct timespec ts = { 0, 20000 };
+
+	if (atomic_load_explicit(word, memory_order_relaxed) == expected)
+		nanosleep(&ts, NULL);
+#else
 	syscall(SYS_futex, (int *)word, FUTEX_WAIT_PRIVATE, expected, NULL, NULL, 0);
+#endif
 }
 
 void sd_futex_wake(SD_ATOMIC(int) *word, int nr)

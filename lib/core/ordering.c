@@ -7,9 +7,9 @@ SD_ATOMIC(bool) sd_order_delayed;
 #define SD_SB_ENTRIES 8
 
 struct sb_entry {
-	enum { SB_ADD, SB_SETALL } kind;
+	enum { SB_ADD, SB_SETALL, SB_STORE } kind;
 	void *p;
-	int v;
+	uintptr_t v;
 };
 
 static _Thread_local struct {
@@ -31,14 +31,17 @@ void sd_sb_drain(void)
 {
 	for (unsigned i = 0; i < sb.n; i++) {
 		if (sb.e[i].kind == SB_ADD)
-			atomic_fetch_add((SD_ATOMIC(int) *)sb.e[i].p, sb.e[i].v);
+			atomic_fetch_add((SD_ATOMIC(int) *)sb.e[i].p, (int)sb.e[i].v);
+		else if (sb.e[i].kind == SB_STORE)
+			atomic_store_explicit((SD_ATOMIC(uintptr_t) *)sb.e[i].p, sb.e[i].v,
+					      memory_order_release);
 		else
 			sd_cpumask_setall(sb.e[i].p);
 	}
 	sb.n = 0;
 }
 
-static void sb_push(int kind, void *p, int v)
+static void sb_push(int kind, void *p, uintptr_t v)
 {
 	if (sb.n == SD_SB_ENTRIES)
 		sd_sb_drain();         /* a full buffer drains, as hardware's does */
@@ -50,7 +53,12 @@ static void sb_push(int kind, void *p, int v)
 
 void sd_sb_add_slow(SD_ATOMIC(int) *p, int v)
 {
-	sb_push(SB_ADD, (void *)p, v);
+	sb_push(SB_ADD, (void *)p, (uintptr_t)v);
+}
+
+void sd_sb_store_slow(SD_ATOMIC(uintptr_t) *p, uintptr_t v)
+{
+	sb_push(SB_STORE, (void *)p, v);
 }
 
 void sd_sb_setall_slow(struct sd_cpumask *mask)

@@ -22,10 +22,11 @@
  * point costs one relaxed load of a global that is never written.
  */
 enum sd_order_point {
-	SD_ORDER_SWITCH_STORED,  /* switcher: nr_active++ done, before its fence */
-	SD_ORDER_SWITCH_LOADED,  /* switcher: stale bit read, before the op ends */
-	SD_ORDER_FLUSH_STORED,   /* flusher: stale mask set, before its fence */
-	SD_ORDER_FLUSH_LOADED,   /* flusher: nr_active re-read, before the op ends */
+	SD_ORDER_SWITCH_STORED,  /* switcher: its store done, before its fence */
+	SD_ORDER_SWITCH_LOADED,  /* switcher: the flusher's word read, op not ended */
+	SD_ORDER_FLUSH_STORED,   /* flusher: its store done, before its fence */
+	SD_ORDER_FLUSH_LOADED,   /* flusher: the switcher's word read (targets
+				  * chosen), before the op ends */
 	SD_ORDER_NR_POINTS,
 };
 
@@ -47,6 +48,7 @@ static inline void sd_order_point(enum sd_order_point p, unsigned cpu)
 }
 
 void sd_sb_add_slow(SD_ATOMIC(int) *p, int v);
+void sd_sb_store_slow(SD_ATOMIC(uintptr_t) *p, uintptr_t v);
 void sd_sb_setall_slow(struct sd_cpumask *mask);
 void sd_sb_drain(void);
 
@@ -66,6 +68,36 @@ static inline void sd_sb_cpumask_setall(struct sd_cpumask *mask)
 		sd_sb_setall_slow(mask);
 	else
 		sd_cpumask_setall(mask);
+}
+
+/* A plain (release) store of a word through the store buffer. */
+static inline void sd_sb_store(SD_ATOMIC(uintptr_t) *p, uintptr_t v)
+{
+	if (unlikely(atomic_load_explicit(&sd_order_delayed, memory_order_relaxed)))
+		sd_sb_store_slow(p, v);
+	else
+		atomic_store_explicit(p, v, memory_order_release);
+}
+
+/*
+ * sd_cpumask_set/clear(mask, cpu) as a fully ordered RMW: a locked
+ * instruction drains the store buffer before it, and orders everything
+ * after it, as x86's `lock bts` does.
+ */
+static inline void sd_sb_cpumask_set(struct sd_cpumask *mask, unsigned cpu)
+{
+	if (unlikely(atomic_load_explicit(&sd_order_delayed, memory_order_relaxed)))
+		sd_sb_drain();
+	sd_cpumask_set(mask, cpu);
+	sd_smp_mb__after_atomic();
+}
+
+static inline void sd_sb_cpumask_clear(struct sd_cpumask *mask, unsigned cpu)
+{
+	if (unlikely(atomic_load_explicit(&sd_order_delayed, memory_order_relaxed)))
+		sd_sb_drain();
+	sd_cpumask_clear(mask, cpu);
+	sd_smp_mb__after_atomic();
 }
 
 /* smp_mb(): drain this thread's emulated buffer, then a full fence. */

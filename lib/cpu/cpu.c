@@ -30,6 +30,7 @@ void sd_cpu_area_init(struct sd_cpu *c, struct sd_machine *m, unsigned id, size_
 	c->alloc_size = size;
 	__cds_lfs_init(&c->ipi_queue);
 	atomic_init(&c->ipi_kick, 0);
+	atomic_init(&c->ipi_senders, 0);
 	atomic_init(&c->tid, 0);
 	atomic_init(&c->attached, 0);
 	atomic_init(&c->mm, NULL);
@@ -78,6 +79,8 @@ int sd_cpu_attach(struct sd_machine *m, unsigned id, struct sd_cpu **out)
 	c->pinned = pinned;
 	c->irq_depth = 0;
 	c->ipi_pending = 0;
+	/* A kick left by a signal that found the thread gone. */
+	atomic_store(&c->ipi_kick, 0);
 	atomic_store(&c->tid, (int)syscall(SYS_gettid));
 	sd_this_cpu = c;
 	urcu_qsbr_register_thread();
@@ -96,13 +99,12 @@ int sd_cpu_detach(struct sd_cpu *c)
 		return sd_fail(-EBUSY, "sd_cpu_detach: interrupts are off");
 	m = c->m;
 	sd_switch_mm(c, NULL);
-	sd_ipi_drain(c);
+	sd_ipi_offline(c);
 	sd_frame_cache_drain(&m->frames, &c->frames);
 	sd_rcu_tsan_release();
 	urcu_qsbr_unregister_thread();
 	sd_topology_unbind_self(&m->topo, &c->binding);
 	sd_this_cpu = NULL;
-	atomic_store(&c->tid, 0);
 	atomic_store(&c->attached, 0);
 	atomic_fetch_sub(&m->nr_attached, 1);
 	return 0;

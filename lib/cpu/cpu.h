@@ -38,6 +38,7 @@ struct sd_cpu {
 	/* IPI endpoint: written by senders (sd_ipi_call). */
 	sd_cacheline_aligned struct __cds_lfs_stack ipi_queue;
 	SD_ATOMIC(int) ipi_kick;          /* a signal is on its way; don't send another */
+	SD_ATOMIC(int) ipi_senders;       /* posts in progress: detach waits them out */
 	SD_ATOMIC(int) tid;               /* kernel thread id, 0 while detached */
 	SD_ATOMIC(int) attached;
 
@@ -109,6 +110,40 @@ int sd_cpu_check_self_slow(const struct sd_cpu *c);
 size_t sd_cpu_area_size(unsigned l1, unsigned sets, unsigned ways);
 void sd_cpu_area_init(struct sd_cpu *c, struct sd_machine *m, unsigned id, size_t size,
 		      unsigned l1, unsigned sets, unsigned ways);
+
+/*
+ * One IPI request (the kernel's call_single_data): queued on the target,
+ * run there, acknowledged through @state. Owned by the sender, which must
+ * not reuse it before sd_ipi_wait() returned.
+ */
+enum { SD_IPI_PENDING, SD_IPI_PARKED, SD_IPI_DONE };
+
+struct sd_ipi_req {
+	struct cds_lfs_node node;
+	sd_ipi_fn fn;
+	void *arg;
+	SD_ATOMIC(int) state;          /* SD_IPI_*: the sender parks on it */
+};
+
+/*
+ * Queue @req on @t and interrupt it with a real signal, unless one is
+ * already on its way. Returns false, queueing nothing, if @t has no thread
+ * (an offline CPU: it runs nothing and needs no IPI). Callable with
+ * interrupts off; only the wait needs them on.
+ */
+bool sd_ipi_post(struct sd_cpu *from, struct sd_cpu *t, struct sd_ipi_req *req);
+
+/*
+ * Wait until the target has run @req: spin, yield, then park on a futex
+ * that the target's handler wakes. Interrupts must be on, so that IPIs
+ * aimed at the waiter meanwhile are answered (no deadlock between two
+ * initiators aiming at each other).
+ */
+void sd_ipi_wait(struct sd_cpu *from, struct sd_ipi_req *req);
+
+/* Going offline (detach): no new posts, wait out posts in progress, answer
+ * everything queued. Owner only, interrupts on. */
+void sd_ipi_offline(struct sd_cpu *c);
 
 /* IPI endpoint: install/remove the process-wide handler for @sig. */
 int sd_ipi_install(int sig);

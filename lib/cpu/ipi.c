@@ -9,6 +9,7 @@
  */
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <string.h>
 #include <unistd.h>
@@ -16,16 +17,10 @@
 
 #include "../core/backoff.h"
 #include "../core/error.h"
+#include "../core/futex.h"
 #include "../core/tsan.h"
 #include "../machine/machine.h"
 #include "cpu.h"
-
-struct ipi_request {
-	struct cds_lfs_node node;
-	sd_ipi_fn fn;
-	void *arg;
-	SD_ATOMIC(int) done;
-};
 
 /*
  * Run every queued request, with interrupts off as a hard-IRQ handler would
@@ -45,17 +40,23 @@ static void ipi_run_queue(struct sd_cpu *c)
 		struct cds_lfs_node *node = head ? &head->node : NULL;
 
 		while (node) {
-			struct ipi_request *req = caa_container_of(node, struct ipi_request, node);
+			struct sd_ipi_req *req = caa_container_of(node, struct sd_ipi_req, node);
 
 			/* Pairs with the release before cds_lfs_push(). */
 			sd_tsan_acquire(req);
-			/* Read next before the ack: the request lives on the
-			 * sender's stack and dies once done is seen. */
+			/* Read next before the ack: the sender may reuse the
+			 * request (or leave the stack frame it lives in) as soon
+			 * as it sees DONE. */
 			struct cds_lfs_node *next = node->next;
 
 			req->fn(c, req->arg);
 			sd_stat_inc(c, SD_STAT_IPI_RECV);
-			atomic_store_explicit(&req->done, 1, memory_order_release);
+			/* Only a parked sender needs the wake-up system call. A
+			 * wake that lands after the sender left is harmless: the
+			 * word is still mapped, and every futex wait loops. */
+			if (atomic_exchange_explicit(&req->state, SD_IPI_DONE,
+						     memory_order_acq_rel) == SD_IPI_PARKED)
+				sd_futex_wake(&req->state, 1);
 			node = next;
 		}
 		atomic_signal_fence(memory_order_seq_cst);
@@ -152,11 +153,71 @@ void sd_ipi_uninstall(int sig)
 	pthread_mutex_unlock(&install_lock);
 }
 
+bool sd_ipi_post(struct sd_cpu *from, struct sd_cpu *t, struct sd_ipi_req *req)
+{
+	int tid;
+
+	atomic_init(&req->state, SD_IPI_PENDING);
+	cds_lfs_node_init(&req->node);
+	/*
+	 * Against sd_ipi_offline(): we count ourselves, then read tid; it
+	 * clears tid, then waits for the count to drop, then drains. Both
+	 * sides store then load with a full barrier between (seq_cst RMW and
+	 * loads), so either we see tid == 0 and queue nothing, or it sees us
+	 * and drains after our push.
+	 */
+	atomic_fetch_add(&t->ipi_senders, 1);
+	tid = atomic_load(&t->tid);
+	if (!tid) {
+		atomic_fetch_sub(&t->ipi_senders, 1);
+		return false;
+	}
+	/* The push's barrier is inside liburcu, where TSan cannot see it. */
+	sd_tsan_release(req);
+	cds_lfs_push(&t->ipi_queue, &req->node);
+	/* One signal in flight is enough: the handler drains the whole queue
+	 * (a non-empty call_single_queue already has its IPI). */
+	if (!atomic_exchange(&t->ipi_kick, 1))
+		syscall(SYS_tgkill, getpid(), tid, from->m->cfg.ipi_signal);
+	atomic_fetch_sub_explicit(&t->ipi_senders, 1, memory_order_release);
+	sd_stat_inc(from, SD_STAT_IPI_SENT);
+	return true;
+}
+
+void sd_ipi_wait(struct sd_cpu *from, struct sd_ipi_req *req)
+{
+	unsigned n;
+	int expected = SD_IPI_PENDING;
+
+	(void)from;
+	for (n = 0; n < SD_BACKOFF_SPINS + SD_BACKOFF_YIELDS; n++) {
+		if (atomic_load_explicit(&req->state, memory_order_acquire) == SD_IPI_DONE)
+			return;
+		if (n < SD_BACKOFF_SPINS)
+			sd_cpu_relax();
+		else
+			sched_yield();
+	}
+	/* Park: the handler's exchange sees PARKED and wakes us. A signal
+	 * (an IPI to us) interrupts the wait; its handler runs first. */
+	if (atomic_compare_exchange_strong(&req->state, &expected, SD_IPI_PARKED))
+		while (atomic_load_explicit(&req->state, memory_order_acquire) != SD_IPI_DONE)
+			sd_futex_wait(&req->state, SD_IPI_PARKED);
+}
+
+void sd_ipi_offline(struct sd_cpu *c)
+{
+	struct sd_backoff b = SD_BACKOFF_INIT;
+
+	atomic_store(&c->tid, 0);
+	while (atomic_load(&c->ipi_senders))
+		sd_backoff_wait(&b);
+	sd_ipi_drain(c);
+}
+
 int sd_ipi_call(struct sd_cpu *from, unsigned target, sd_ipi_fn fn, void *arg)
 {
-	struct ipi_request req;
-	struct sd_cpu *t;
-	struct sd_backoff b = SD_BACKOFF_INIT;
+	struct sd_ipi_req req;
 
 	if (sd_cpu_check_self(from))
 		return sd_fail(-EPERM, "sd_ipi_call: caller is not attached as this CPU");
@@ -164,23 +225,10 @@ int sd_ipi_call(struct sd_cpu *from, unsigned target, sd_ipi_fn fn, void *arg)
 		return sd_fail(-EINVAL, "sd_ipi_call: bad target %u or NULL function", target);
 	if (from->irq_depth)
 		return sd_fail(-EDEADLK, "sd_ipi_call: interrupts are off on CPU %u", from->id);
-	t = from->m->cpus[target];
-	int tid = atomic_load(&t->tid);
-	if (!tid)
-		return sd_fail(-EINVAL, "sd_ipi_call: CPU %u has no thread", target);
-
 	req.fn = fn;
 	req.arg = arg;
-	atomic_init(&req.done, 0);
-	cds_lfs_node_init(&req.node);
-	/* The push's barrier is inside liburcu, where TSan cannot see it. */
-	sd_tsan_release(&req);
-	cds_lfs_push(&t->ipi_queue, &req.node);
-	/* One signal in flight is enough: the handler drains the whole queue. */
-	if (!atomic_exchange(&t->ipi_kick, 1))
-		syscall(SYS_tgkill, getpid(), tid, from->m->cfg.ipi_signal);
-	sd_stat_inc(from, SD_STAT_IPI_SENT);
-	while (!atomic_load_explicit(&req.done, memory_order_acquire))
-		sd_backoff_wait(&b);
+	if (!sd_ipi_post(from, from->m->cpus[target], &req))
+		return sd_fail(-EINVAL, "sd_ipi_call: CPU %u has no thread", target);
+	sd_ipi_wait(from, &req);
 	return 0;
 }

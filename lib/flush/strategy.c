@@ -9,6 +9,7 @@
 static const struct sd_strategy_ops *const builtin[] = {
 	&sd_broadcast_ops,
 	&sd_local_ops,
+	&sd_ipi_ops,
 	&sd_none_ops,
 };
 
@@ -52,8 +53,8 @@ int sd_strategy_lookup(const char *spec, const struct sd_strategy_ops **ops,
 			return parse_opts(builtin[i]->name, colon ? colon + 1 : "", opts, nr_opts);
 		}
 	}
-	return sd_fail(-ENOENT, "unknown strategy '%.*s' (known: broadcast, local, none)", (int)len,
-		       spec);
+	return sd_fail(-ENOENT, "unknown strategy '%.*s' (known: broadcast, local, ipi, none)",
+		       (int)len, spec);
 }
 
 int sd_strategy_unknown_opt(const char *strategy, const struct sd_strategy_opt *opt)

@@ -464,6 +464,13 @@ const StressConfig kConfigs[] = {
 	// Hits racing invalidations of the entries they use (it caught the L2-to-L1
 	// promotion race of tlb.c before 96bbfbd: ~1000 violations in 3 s).
 	{"broadcast_hot_cpus2", 2, "broadcast", 0, 0, false, 0.5, true},
+	// x86 shootdown, both cpumask modes, oversubscribed up to 16 CPUs; the
+	// ceiling of 4 makes most multi-page flushes full ones.
+	{"ipi_lazy_cpus2", 2, "ipi", 0, 0, false, 1.0},
+	{"ipi_eager_cpus4", 4, "ipi:cpumask=eager", 0, 0, false, 0.5},
+	{"ipi_lazy_trim1_cpus8", 8, "ipi:cpumask=lazy,trim_ms=1", 0, 40, false, 0.5},
+	{"ipi_lazy_ceiling4_cpus16", 16, "ipi:ceiling=4", 0, 40, false, 0.5},
+	{"ipi_hot_cpus2", 2, "ipi", 0, 0, false, 0.5, true},
 	// The broken strategy: stops as soon as the oracle fires.
 	{"none_cpus4_expect_violations", 4, "none", 0, 0, true, 0.5},
 };

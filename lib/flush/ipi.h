@@ -1,0 +1,88 @@
+/* SPDX-License-Identifier: MIT */
+#ifndef SD_FLUSH_IPI_H
+#define SD_FLUSH_IPI_H
+
+#include "../core/cpumask.h"
+#include "../cpu/cpu.h"
+
+struct sd_machine;
+struct sd_mm;
+
+/* TLB_NR_DYN_ASIDS: PCID slots 0..5 per CPU; a slot's TLB tag is slot + 1
+ * (tag 0 is init_mm, which owns no user translations). */
+#define SD_IPI_NR_DYN_ASIDS 6
+/* tlb_single_page_flush_ceiling: more pages than this is a full flush. */
+#define SD_IPI_FLUSH_CEILING 33
+/* LOADED_MM_SWITCHING: loaded_mm while CR3 and the cpumask are changing. */
+#define SD_IPI_LOADED_SWITCHING ((uintptr_t)1)
+/* TLB_GENERATION_INVALID: a batch flush names no generation. */
+#define SD_IPI_GEN_INVALID 0
+
+enum sd_ipi_cpumask_mode {
+	SD_IPI_CPUMASK_EAGER,   /* clear at switch-out, set at switch-in */
+	SD_IPI_CPUMASK_LAZY,    /* seed 002: set if unset, cleared by IPIs */
+};
+
+/* Test-only planted bugs, to see the race tests fail (sd_ipi_test_break). */
+enum {
+	SD_IPI_BREAK_SWITCHING_RULE = 1 << 0, /* CVE-2025-37964: skip SWITCHING CPUs */
+	SD_IPI_BREAK_SWITCH_FENCE = 1 << 1,   /* CVE-2025-40174: no smp_mb when set */
+};
+
+/* flush_tlb_info: one per CPU, filled by its initiator, read by targets. */
+struct sd_ipi_flush_info {
+	struct sd_mm *mm;          /* NULL: a batch, whatever mm is loaded */
+	uint64_t vpn, nr;          /* nr == 0: the whole address space */
+	uint64_t new_tlb_gen;      /* SD_IPI_GEN_INVALID for a batch */
+	unsigned initiating_cpu;
+	bool freed_tables;
+	bool trim_cpumask;
+};
+
+/* One dynamic ASID slot: entries tagged with it are no older than the
+ * page tables of mm ctx_id as of generation tlb_gen. */
+struct sd_ipi_ctx {
+	uint64_t ctx_id;
+	uint64_t tlb_gen;
+};
+
+/* cpu_tlbstate, cpu_tlbstate_shared and the CPU's flush_tlb_info. */
+struct sd_ipi_cpu {
+	/* Written by the owner at switches, read by every flusher. */
+	sd_cacheline_aligned SD_ATOMIC(uintptr_t) loaded_mm;  /* sd_mm *, NULL or SWITCHING */
+	uint16_t loaded_asid;                  /* owner-private from here */
+	uint16_t next_asid;
+	struct sd_ipi_ctx ctxs[SD_IPI_NR_DYN_ASIDS];
+	/* is_lazy has a line of its own: remote flushers read it on every
+	 * flush, and it must not bounce with the switch-time writes above. */
+	sd_cacheline_aligned SD_ATOMIC(bool) is_lazy;
+	sd_cacheline_aligned struct sd_ipi_flush_info info;
+	struct sd_ipi_req *csd;                /* one per target CPU */
+	unsigned *targets;                     /* scratch: CPUs IPI'd by a flush */
+};
+
+struct sd_ipi_mm {
+	uint64_t ctx_id;                       /* never reused (no ABA) */
+	/* Every flush RMWs tlb_gen: a contended line of its own. */
+	sd_cacheline_aligned SD_ATOMIC(uint64_t) tlb_gen;
+	SD_ATOMIC(uint64_t) next_trim_ns;      /* next_trim_cpumask */
+	struct sd_cpumask cpumask;             /* words on their own line */
+};
+
+/* Machine-wide state. */
+struct sd_ipi {
+	enum sd_ipi_cpumask_mode mode;
+	unsigned ceiling;
+	uint64_t trim_ns;
+	unsigned broken;                       /* SD_IPI_BREAK_*, tests only */
+	SD_ATOMIC(uint64_t) last_ctx_id;
+	struct sd_ipi_cpu *percpu;
+	struct sd_ipi_req *csd_all;
+	unsigned *targets_all;
+};
+
+/* Plant a bug (tests only): @mask of SD_IPI_BREAK_*; 0 repairs. The machine
+ * must run the `ipi` strategy. */
+int sd_ipi_test_break(struct sd_machine *m, unsigned mask);
+
+#endif
