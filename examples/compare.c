@@ -147,7 +147,8 @@ static int parse(int argc, char **argv, struct options *o)
 {
 	o->strategies[0] = "broadcast";
 	o->strategies[1] = "local";
-	o->nr_strategies = 2;
+	o->strategies[2] = "ipi";
+	o->nr_strategies = 3;
 	o->cpus[0] = 1, o->cpus[1] = 2, o->cpus[2] = 4;
 	o->nr_cpus = 3;
 	o->iterations = 100000;

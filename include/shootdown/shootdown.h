@@ -13,6 +13,7 @@
 #include "machine.h"
 #include "cpu.h"
 #include "mm.h"
+#include "tlbbatch.h"
 #include "stats.h"
 #include "oracle.h"
 

@@ -81,8 +81,11 @@ int sd_cpu_attach(struct sd_machine *m, unsigned id, struct sd_cpu **out)
 	c->ipi_pending = 0;
 	/* A kick left by a signal that found the thread gone. */
 	atomic_store(&c->ipi_kick, 0);
-	atomic_store(&c->tid, (int)syscall(SYS_gettid));
+	/* The handler finds its CPU through sd_this_cpu: set it before the
+	 * tid makes us reachable, or the first IPI would find no CPU, leave
+	 * the kick set and never be answered. */
 	sd_this_cpu = c;
+	atomic_store(&c->tid, (int)syscall(SYS_gettid));
 	urcu_qsbr_register_thread();
 	atomic_fetch_add(&m->nr_attached, 1);
 	*out = c;

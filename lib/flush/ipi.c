@@ -536,6 +536,46 @@ static void ipi_flush_mm(struct sd_cpu *cpu, struct sd_mm *mm)
 	ipi_flush(cpu, mm, 0, 0, true);
 }
 
+/*
+ * arch_tlbbatch_add_pending(): bump the generation (the zaps before it are
+ * what it covers) and gather the CPUs that may cache the mm.
+ */
+static void ipi_batch_add(struct sd_cpu *cpu, struct sd_cpumask *cpus, struct sd_mm *mm)
+{
+	struct sd_ipi_mm *im = ipi_mm(mm);
+
+	(void)cpu;
+	atomic_fetch_add(&im->tlb_gen, 1);
+	sd_smp_mb__after_atomic();
+	for (unsigned w = 0; w < sd_cpumask_nwords(cpus); w++) {
+		uint64_t bits = atomic_load_explicit(&im->cpumask.words[w], memory_order_relaxed);
+		/* The batch is its owner's alone: no RMW needed. */
+		atomic_store_explicit(&cpus->words[w],
+				      atomic_load_explicit(&cpus->words[w], memory_order_relaxed) | bits,
+				      memory_order_relaxed);
+	}
+}
+
+/*
+ * arch_tlbbatch_flush(): one full flush naming no mm and no generation;
+ * each target catches up whatever mm it has loaded, lazy CPUs at switch-in.
+ */
+static void ipi_batch_flush(struct sd_cpu *cpu, struct sd_cpumask *cpus)
+{
+	struct sd_ipi_flush_info *f = &ipi_cpu(cpu)->info;
+
+	*f = (struct sd_ipi_flush_info){
+		.mm = NULL, .new_tlb_gen = SD_IPI_GEN_INVALID, .initiating_cpu = cpu->id,
+	};
+	if (cpumask_any_but(cpus, cpu->id)) {
+		flush_tlb_multi(cpu, cpus, f);
+	} else if (sd_cpumask_test(cpus, cpu->id)) {
+		sd_irq_off(cpu);
+		flush_tlb_func(cpu, f, true);
+		sd_irq_on(cpu);
+	}
+}
+
 const struct sd_strategy_ops sd_ipi_ops = {
 	.name = "ipi",
 	.summary = "x86 shootdown: IPIs as signals, mm_cpumask, tlb_gen, 6 PCID slots",
@@ -547,4 +587,6 @@ const struct sd_strategy_ops sd_ipi_ops = {
 	.flush_mm = ipi_flush_mm,
 	.switch_mm = ipi_switch,
 	.enter_lazy = ipi_enter_lazy,
+	.batch_add = ipi_batch_add,
+	.batch_flush = ipi_batch_flush,
 };

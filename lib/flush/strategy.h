@@ -8,6 +8,7 @@
 struct sd_machine;
 struct sd_cpu;
 struct sd_mm;
+struct sd_cpumask;
 
 /* One flush request from the mm layer: [vpn, vpn + nr) of @mm changed. */
 struct sd_flush_req {
@@ -46,6 +47,15 @@ struct sd_strategy_ops {
 	void (*flush_mm)(struct sd_cpu *cpu, struct sd_mm *mm);
 	void (*switch_mm)(struct sd_cpu *cpu, struct sd_mm *prev, struct sd_mm *next);
 	void (*enter_lazy)(struct sd_cpu *cpu, struct sd_mm *mm);
+	/*
+	 * Optional batched flushes (arch_tlbbatch_*). batch_add notes a
+	 * deferred flush of @mm in the batch's @cpus; batch_flush then runs one
+	 * flush for everything noted and returns only when invariant 1 holds
+	 * for all of it. Without them, a batch flushes each noted mm with
+	 * flush_mm.
+	 */
+	void (*batch_add)(struct sd_cpu *cpu, struct sd_cpumask *cpus, struct sd_mm *mm);
+	void (*batch_flush)(struct sd_cpu *cpu, struct sd_cpumask *cpus);
 };
 
 /*

@@ -15,6 +15,7 @@
 #include "../core/error.h"
 #include "../machine/machine.h"
 #include "mm.h"
+#include "tlbbatch.h"
 
 /* Pass a quiescent state every this many accesses, so a CPU that only
  * reads never holds a grace period back for long. */
@@ -46,6 +47,7 @@ int sd_mm_create(struct sd_machine *m, struct sd_mm **out)
 	}
 	pthread_mutex_init(&mm->lock, NULL);
 	atomic_init(&mm->users, 0);
+	atomic_init(&mm->batch_pending, 0);
 	mm->id = atomic_fetch_add(&m->next_mm_id, 1) + 1;
 	atomic_fetch_add(&m->nr_mms, 1);
 	*out = mm;
@@ -69,6 +71,9 @@ int sd_mm_destroy(struct sd_mm *mm)
 	if (atomic_load(&mm->users))
 		return sd_fail(-EBUSY, "mm %llu is still loaded on %u CPU(s)",
 			       (unsigned long long)mm->id, atomic_load(&mm->users));
+	if (atomic_load(&mm->batch_pending))
+		return sd_fail(-EBUSY, "mm %llu is in a TLB batch that was not flushed yet",
+			       (unsigned long long)mm->id);
 	m = mm->m;
 	/* No CPU has it loaded, so no walk of it is in flight: its tables can
 	 * go now. Its ASID is never reused without a flush (arm64: a new
@@ -153,7 +158,19 @@ struct gather {
 	struct u64_vec pages;   /* checked mode: present pages that changed */
 	bool flush;             /* a present PTE changed: some TLB may cache it */
 	bool checked;
+	bool owed;              /* a TLB batch still owes this mm a flush */
 };
+
+/*
+ * flush_tlb_batched_pending(): read under the mm lock. A reclaim that zapped
+ * PTEs of this mm and deferred its flush into a batch counted itself before
+ * unlocking, so a change that follows sees it and flushes the whole mm
+ * rather than return while old translations may still be cached.
+ */
+static void note_batched_pending(struct sd_mm *mm, struct gather *g)
+{
+	g->owed = atomic_load_explicit(&mm->batch_pending, memory_order_acquire) != 0;
+}
 
 /* A present PTE of page @vpn changed; @pfn != 0 if its frame goes too. */
 static void gather_page(struct gather *g, uint64_t vpn, uint64_t pfn)
@@ -172,14 +189,17 @@ static void finish_change(struct sd_cpu *c, struct sd_mm *mm, uint64_t vpn, uint
 {
 	struct sd_machine *m = c->m;
 
-	if (g->flush || (fl && fl->n)) {
+	if (g->flush || (fl && fl->n) || g->owed) {
 		struct sd_flush_req req = {
 			.mm = mm, .vpn = vpn, .nr = nr, .freed_tables = fl && fl->n,
 		};
 		struct timespec t0, t1;
 
 		clock_gettime(CLOCK_MONOTONIC, &t0);
-		m->ops->flush_range(c, &req);
+		if (g->owed)
+			m->ops->flush_mm(c, mm);
+		else
+			m->ops->flush_range(c, &req);
 		clock_gettime(CLOCK_MONOTONIC, &t1);
 		sd_stat_inc(c, SD_STAT_FLUSH);
 		sd_stat_flush_latency(c, (uint64_t)(t1.tv_sec - t0.tv_sec) * 1000000000u +
@@ -246,6 +266,7 @@ int sd_munmap(struct sd_cpu *c, struct sd_mm *mm, uint64_t va, uint64_t len)
 		return err;
 	pthread_mutex_lock(&mm->lock);
 	version = change_version(mm);
+	note_batched_pending(mm, &g);
 	for_each_pte(mm, vpn, nr, leaf, slot) {
 		uint64_t old = atomic_load_explicit(slot, memory_order_relaxed);
 		if (!old)
@@ -274,6 +295,7 @@ int sd_madvise_dontneed(struct sd_cpu *c, struct sd_mm *mm, uint64_t va, uint64_
 		return err;
 	pthread_mutex_lock(&mm->lock);
 	version = change_version(mm);
+	note_batched_pending(mm, &g);
 	for_each_pte(mm, vpn, nr, leaf, slot) {
 		uint64_t old = atomic_load_explicit(slot, memory_order_relaxed);
 		if (!(old & SD_PTE_PRESENT))
@@ -286,6 +308,50 @@ int sd_madvise_dontneed(struct sd_cpu *c, struct sd_mm *mm, uint64_t va, uint64_
 	}
 	pthread_mutex_unlock(&mm->lock);
 	finish_change(c, mm, vpn, nr, version, &g, NULL);
+	return 0;
+}
+
+/*
+ * try_to_unmap() with TTU_BATCH_FLUSH: the zap of sd_madvise_dontneed(), but
+ * the flush, the frees and the floors all wait for sd_tlbbatch_flush().
+ */
+int sd_reclaim(struct sd_cpu *c, struct sd_tlbbatch *b, struct sd_mm *mm, uint64_t va,
+	       uint64_t len)
+{
+	uint64_t vpn = va >> SD_PAGE_SHIFT, nr = len >> SD_PAGE_SHIFT;
+	struct sd_pt *leaf;
+	SD_ATOMIC(uint64_t) *slot;
+	uint32_t version;
+	bool zapped = false;
+	int err = check_change(c, mm, va, len, "sd_reclaim");
+
+	if (err)
+		return err;
+	if (!b || b->m != c->m)
+		return sd_fail(-EINVAL, "sd_reclaim: batch is NULL or belongs to another machine");
+	/* Room first, so that noting the mm after the zap cannot fail. */
+	if (sd_tlbbatch_reserve(b))
+		return sd_fail(-ENOMEM, "sd_reclaim: out of memory");
+	pthread_mutex_lock(&mm->lock);
+	version = change_version(mm);
+	for_each_pte(mm, vpn, nr, leaf, slot) {
+		uint64_t old = atomic_load_explicit(slot, memory_order_relaxed);
+		if (!(old & SD_PTE_PRESENT))
+			continue;
+		atomic_store_explicit(slot,
+				      sd_pte_make(0, old & (SD_PTE_VMA | SD_PTE_PROT_MASK), version),
+				      memory_order_release);
+		zapped = true;
+		/* Out of memory: leak the frame, skip the floor (see gather_page). */
+		(void)sd_tlbbatch_hold_frame(b, sd_pte_pfn(old));
+		if (c->checked)
+			(void)sd_tlbbatch_hold_floor(b, mm, __i, version);
+	}
+	/* Noted before unlocking: the next change of this mm sees it owed. */
+	if (zapped)
+		(void)sd_tlbbatch_note(c, b, mm);
+	pthread_mutex_unlock(&mm->lock);
+	sd_cpu_qs(c);
 	return 0;
 }
 
@@ -312,6 +378,7 @@ int sd_mprotect(struct sd_cpu *c, struct sd_mm *mm, uint64_t va, uint64_t len, u
 			       (unsigned long long)(nr - mapped), (unsigned long long)nr);
 	}
 	version = change_version(mm);
+	note_batched_pending(mm, &g);
 	for_each_pte(mm, vpn, nr, leaf, slot) {
 		uint64_t old = atomic_load_explicit(slot, memory_order_relaxed);
 		uint64_t keep = old & (SD_PTE_VMA | SD_PTE_PRESENT);

@@ -575,4 +575,64 @@ TEST(Ipi, DeferredRequestAnsweredBeforeDetach)
 	EXPECT_EQ(0, target.detach_err());
 }
 
+TEST(Ipi, AttachDetachChurnWhileSendersPost)
+{
+	// CPUs 1..3 attach and detach in a loop while CPU 0 keeps posting to
+	// them. A post either finds the CPU offline (nothing queued) or is
+	// answered: before the detach finishes, or by a signal reaching the
+	// freshly attached thread (which must already know its CPU). No
+	// request is stranded, so CPU 0 never hangs (watchdog).
+	Machine mach(cfg_cpus(4));
+	ASSERT_NE(nullptr, mach.m);
+	sdtest::Watchdog dog("attach/detach churn", 120);
+	std::atomic<bool> stop{false};
+	std::atomic<uint64_t> answered{0}, offline{0}, attaches{0};
+	std::vector<std::thread> churn;
+	for (unsigned id = 1; id < 4; id++) {
+		churn.emplace_back([&, id] {
+			while (!stop.load()) {
+				sd_cpu *c = nullptr;
+				uint64_t recv = cpu_counter(mach.m, id, SD_STAT_IPI_RECV);
+				if (sd_cpu_attach(mach.m, id, &c) == 0) {
+					attaches++;
+					// CPU 0 posts to us nonstop: one must get through
+					// while we stay attached, not only at our detach.
+					EXPECT_TRUE(stop.load() || wait_until([&] {
+						return stop.load() ||
+						       cpu_counter(mach.m, id, SD_STAT_IPI_RECV) > recv;
+					}, 5.0)) << "an IPI to a freshly attached CPU was lost";
+					std::this_thread::sleep_for(std::chrono::microseconds(50 * id));
+					EXPECT_EQ(0, sd_cpu_detach(c));
+				}
+			}
+		});
+	}
+	{
+		Attached s(mach.m, 0);
+		ASSERT_NE(nullptr, s.c);
+		auto end = Clock::now() + std::chrono::milliseconds(1500);
+		Probe p;
+		while (Clock::now() < end) {
+			for (unsigned t = 1; t < 4; t++) {
+				int err = sd_ipi_call(s.c, t, probe_fn, &p);
+				if (err == 0)
+					answered++;
+				else if (err == -EINVAL)
+					offline++;
+				else
+					ADD_FAILURE() << "sd_ipi_call: " << sd_strerror(err);
+			}
+		}
+		EXPECT_EQ((int)answered.load(), p.runs.load());
+	}
+	stop = true;
+	for (auto &t : churn)
+		t.join();
+	std::printf("[churn] %llu attaches, %llu IPIs answered, %llu found the CPU offline\n",
+		    (unsigned long long)attaches.load(), (unsigned long long)answered.load(),
+		    (unsigned long long)offline.load());
+	EXPECT_GT(answered.load(), 0u);
+	EXPECT_GT(attaches.load(), 3u);
+}
+
 } // namespace

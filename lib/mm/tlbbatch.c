@@ -1,0 +1,175 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Batched unmap flushes (arch_tlbbatch_*, mm/rmap.c's tlb_ubc). The batch
+ * collects mms, frames and oracle floors; the strategy decides what one
+ * flush of it costs: `ipi` sends one shootdown to the union of cpumasks,
+ * the others flush each noted mm in turn.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "../core/error.h"
+#include "../machine/machine.h"
+#include "mm.h"
+#include "tlbbatch.h"
+
+int sd_tlbbatch_create(struct sd_machine *m, struct sd_tlbbatch **out)
+{
+	struct sd_tlbbatch *b;
+
+	if (!m || !out)
+		return sd_fail(-EINVAL, "sd_tlbbatch_create: NULL argument");
+	b = calloc(1, sizeof(*b));
+	if (!b)
+		return -ENOMEM;
+	if (sd_cpumask_init(&b->cpus, m->nr_cpus)) {
+		free(b);
+		return -ENOMEM;
+	}
+	b->m = m;
+	*out = b;
+	return 0;
+}
+
+static bool batch_empty(const struct sd_tlbbatch *b)
+{
+	return !b->nr_mms && !b->nr_frames && !b->nr_pages;
+}
+
+int sd_tlbbatch_destroy(struct sd_tlbbatch *b)
+{
+	if (!b)
+		return 0;
+	if (!batch_empty(b))
+		return sd_fail(-EBUSY, "sd_tlbbatch_destroy: the batch still owes a flush "
+			       "(%zu mm(s)); call sd_tlbbatch_flush() first", b->nr_mms);
+	sd_cpumask_destroy(&b->cpus);
+	free(b->mms);
+	free(b->frames);
+	free(b->pages);
+	free(b);
+	return 0;
+}
+
+/* Grow *@v (of @size-byte elements) to hold one more; 0 or -ENOMEM. */
+static int grow(void **v, size_t *cap, size_t n, size_t size)
+{
+	if (n < *cap)
+		return 0;
+	size_t ncap = *cap ? 2 * *cap : 16;
+	void *p = realloc(*v, ncap * size);
+	if (!p)
+		return -ENOMEM;
+	*v = p;
+	*cap = ncap;
+	return 0;
+}
+
+int sd_tlbbatch_reserve(struct sd_tlbbatch *b)
+{
+	return grow((void **)&b->mms, &b->cap_mms, b->nr_mms, sizeof(*b->mms));
+}
+
+int sd_tlbbatch_note(struct sd_cpu *cpu, struct sd_tlbbatch *b, struct sd_mm *mm)
+{
+	const struct sd_strategy_ops *ops = cpu->m->ops;
+	size_t i;
+
+	for (i = 0; i < b->nr_mms && b->mms[i] != mm; i++)
+		;
+	if (i == b->nr_mms) {
+		if (grow((void **)&b->mms, &b->cap_mms, b->nr_mms, sizeof(*b->mms)))
+			return sd_fail(-ENOMEM, "sd_tlbbatch_add: out of memory");
+		b->mms[b->nr_mms++] = mm;
+		/* flush_tlb_batched_pending() sees this until our flush. */
+		atomic_fetch_add(&mm->batch_pending, 1);
+	}
+	/* Every add bumps the generation, as every zap needs its flush. */
+	if (ops->batch_add)
+		ops->batch_add(cpu, &b->cpus, mm);
+	return 0;
+}
+
+int sd_tlbbatch_hold_frame(struct sd_tlbbatch *b, uint64_t pfn)
+{
+	if (grow((void **)&b->frames, &b->cap_frames, b->nr_frames, sizeof(*b->frames)))
+		return -ENOMEM;
+	b->frames[b->nr_frames++] = pfn;
+	return 0;
+}
+
+int sd_tlbbatch_hold_floor(struct sd_tlbbatch *b, struct sd_mm *mm, uint64_t vpn,
+			   uint32_t version)
+{
+	if (grow((void **)&b->pages, &b->cap_pages, b->nr_pages, sizeof(*b->pages)))
+		return -ENOMEM;
+	b->pages[b->nr_pages++] = (struct sd_tlbbatch_page){ mm, vpn, version };
+	return 0;
+}
+
+static int check_batch(struct sd_cpu *cpu, struct sd_tlbbatch *b, const char *what)
+{
+	if (sd_cpu_check_self(cpu))
+		return sd_fail(-EPERM, "%s: caller is not attached as this CPU", what);
+	if (!b || b->m != cpu->m)
+		return sd_fail(-EINVAL, "%s: batch is NULL or belongs to another machine", what);
+	return 0;
+}
+
+int sd_tlbbatch_add(struct sd_cpu *cpu, struct sd_tlbbatch *b, struct sd_mm *mm)
+{
+	int err = check_batch(cpu, b, "sd_tlbbatch_add");
+
+	if (err)
+		return err;
+	if (!mm || mm->m != cpu->m)
+		return sd_fail(-EINVAL, "sd_tlbbatch_add: mm is NULL or belongs to another machine");
+	return sd_tlbbatch_note(cpu, b, mm);
+}
+
+static void flush_batch(struct sd_cpu *cpu, struct sd_tlbbatch *b)
+{
+	const struct sd_strategy_ops *ops = cpu->m->ops;
+	struct timespec t0, t1;
+
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	if (ops->batch_flush) {
+		ops->batch_flush(cpu, &b->cpus);
+	} else {
+		for (size_t i = 0; i < b->nr_mms; i++)
+			ops->flush_mm(cpu, b->mms[i]);
+	}
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	sd_stat_inc(cpu, SD_STAT_FLUSH);
+	sd_stat_flush_latency(cpu, (uint64_t)(t1.tv_sec - t0.tv_sec) * 1000000000u +
+				   (uint64_t)(t1.tv_nsec - t0.tv_nsec));
+}
+
+int sd_tlbbatch_flush(struct sd_cpu *cpu, struct sd_tlbbatch *b)
+{
+	struct sd_machine *m;
+	int err = check_batch(cpu, b, "sd_tlbbatch_flush");
+
+	if (err)
+		return err;
+	if (cpu->irq_depth)
+		return sd_fail(-EINVAL, "sd_tlbbatch_flush: called with interrupts off");
+	if (batch_empty(b))
+		return 0;
+	m = cpu->m;
+	flush_batch(cpu, b);
+	/* Only now is no translation older than the zaps left anywhere. */
+	for (size_t i = 0; i < b->nr_pages; i++)
+		sd_oracle_floor_raise(&b->pages[i].mm->floor, b->pages[i].vpn, 1,
+				      b->pages[i].version);
+	for (size_t i = 0; i < b->nr_frames; i++)
+		sd_frame_free(&m->frames, &cpu->frames, b->frames[i]);
+	for (size_t i = 0; i < b->nr_mms; i++)
+		atomic_fetch_sub_explicit(&b->mms[i]->batch_pending, 1, memory_order_release);
+	sd_cpumask_clearall(&b->cpus);
+	b->nr_mms = b->nr_frames = b->nr_pages = 0;
+	sd_cpu_qs(cpu);
+	return 0;
+}
