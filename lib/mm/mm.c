@@ -282,11 +282,35 @@ int sd_munmap(struct sd_cpu *c, struct sd_mm *mm, uint64_t va, uint64_t len)
 	return 0;
 }
 
+/*
+ * zap_pte_range(): drop the frame of every present page of the range, keep
+ * the mapping; @zapped(@arg, vpn, pfn) hears of each. Under mm->lock.
+ */
+static void zap_present(struct sd_mm *mm, uint64_t vpn, uint64_t nr, uint32_t version,
+			void (*zapped)(void *arg, uint64_t vpn, uint64_t pfn), void *arg)
+{
+	struct sd_pt *leaf;
+	SD_ATOMIC(uint64_t) *slot;
+
+	for_each_pte(mm, vpn, nr, leaf, slot) {
+		uint64_t old = atomic_load_explicit(slot, memory_order_relaxed);
+		if (!(old & SD_PTE_PRESENT))
+			continue;
+		atomic_store_explicit(slot,
+				      sd_pte_make(0, old & (SD_PTE_VMA | SD_PTE_PROT_MASK), version),
+				      memory_order_release);
+		zapped(arg, __i, sd_pte_pfn(old));
+	}
+}
+
+static void gather_zapped(void *g, uint64_t vpn, uint64_t pfn)
+{
+	gather_page(g, vpn, pfn);
+}
+
 int sd_madvise_dontneed(struct sd_cpu *c, struct sd_mm *mm, uint64_t va, uint64_t len)
 {
 	uint64_t vpn = va >> SD_PAGE_SHIFT, nr = len >> SD_PAGE_SHIFT;
-	struct sd_pt *leaf;
-	SD_ATOMIC(uint64_t) *slot;
 	struct gather g = { .checked = c->checked };
 	uint32_t version;
 	int err = check_change(c, mm, va, len, "sd_madvise_dontneed");
@@ -296,16 +320,7 @@ int sd_madvise_dontneed(struct sd_cpu *c, struct sd_mm *mm, uint64_t va, uint64_
 	pthread_mutex_lock(&mm->lock);
 	version = change_version(mm);
 	note_batched_pending(mm, &g);
-	for_each_pte(mm, vpn, nr, leaf, slot) {
-		uint64_t old = atomic_load_explicit(slot, memory_order_relaxed);
-		if (!(old & SD_PTE_PRESENT))
-			continue;
-		/* zap_pte_range(): drop the frame, keep the mapping. */
-		atomic_store_explicit(slot,
-				      sd_pte_make(0, old & (SD_PTE_VMA | SD_PTE_PROT_MASK), version),
-				      memory_order_release);
-		gather_page(&g, __i, sd_pte_pfn(old));
-	}
+	zap_present(mm, vpn, nr, version, gather_zapped, &g);
 	pthread_mutex_unlock(&mm->lock);
 	finish_change(c, mm, vpn, nr, version, &g, NULL);
 	return 0;
@@ -315,40 +330,45 @@ int sd_madvise_dontneed(struct sd_cpu *c, struct sd_mm *mm, uint64_t va, uint64_
  * try_to_unmap() with TTU_BATCH_FLUSH: the zap of sd_madvise_dontneed(), but
  * the flush, the frees and the floors all wait for sd_tlbbatch_flush().
  */
+/* What a reclaim hands to its batch. */
+struct reclaim {
+	struct sd_tlbbatch *batch;
+	struct sd_mm *mm;
+	uint32_t version;
+	bool checked;
+	bool zapped;
+};
+
+static void reclaim_zapped(void *arg, uint64_t vpn, uint64_t pfn)
+{
+	struct reclaim *r = arg;
+
+	r->zapped = true;
+	/* Out of memory: leak the frame, skip the floor (see gather_page). */
+	(void)sd_tlbbatch_hold_frame(r->batch, pfn);
+	if (r->checked)
+		(void)sd_tlbbatch_hold_floor(r->batch, r->mm, vpn, r->version);
+}
+
 int sd_reclaim(struct sd_cpu *c, struct sd_tlbbatch *b, struct sd_mm *mm, uint64_t va,
 	       uint64_t len)
 {
-	uint64_t vpn = va >> SD_PAGE_SHIFT, nr = len >> SD_PAGE_SHIFT;
-	struct sd_pt *leaf;
-	SD_ATOMIC(uint64_t) *slot;
-	uint32_t version;
-	bool zapped = false;
+	struct reclaim r = { .batch = b, .mm = mm };
 	int err = check_change(c, mm, va, len, "sd_reclaim");
 
 	if (err)
 		return err;
+	r.checked = c->checked;
 	if (!b || b->m != c->m)
 		return sd_fail(-EINVAL, "sd_reclaim: batch is NULL or belongs to another machine");
 	/* Room first, so that noting the mm after the zap cannot fail. */
 	if (sd_tlbbatch_reserve(b))
 		return sd_fail(-ENOMEM, "sd_reclaim: out of memory");
 	pthread_mutex_lock(&mm->lock);
-	version = change_version(mm);
-	for_each_pte(mm, vpn, nr, leaf, slot) {
-		uint64_t old = atomic_load_explicit(slot, memory_order_relaxed);
-		if (!(old & SD_PTE_PRESENT))
-			continue;
-		atomic_store_explicit(slot,
-				      sd_pte_make(0, old & (SD_PTE_VMA | SD_PTE_PROT_MASK), version),
-				      memory_order_release);
-		zapped = true;
-		/* Out of memory: leak the frame, skip the floor (see gather_page). */
-		(void)sd_tlbbatch_hold_frame(b, sd_pte_pfn(old));
-		if (c->checked)
-			(void)sd_tlbbatch_hold_floor(b, mm, __i, version);
-	}
+	r.version = change_version(mm);
+	zap_present(mm, va >> SD_PAGE_SHIFT, len >> SD_PAGE_SHIFT, r.version, reclaim_zapped, &r);
 	/* Noted before unlocking: the next change of this mm sees it owed. */
-	if (zapped)
+	if (r.zapped)
 		(void)sd_tlbbatch_note(c, b, mm);
 	pthread_mutex_unlock(&mm->lock);
 	sd_cpu_qs(c);
