@@ -30,6 +30,23 @@
 //   process_churn/{broadcast,local}/cpus:{1,2,4,8,16} short-lived mms: create, map, touch, unmap, destroy
 //   range_flush/broadcast:range={none,ascending,descending}/cpus:2/pages:P  one P-page flush
 //   scale/broadcast/cpus:{64,256,1024}       oversubscribed run, oracle checked: no livelock
+//
+// x86 (`ipi`) and seed 002 (lazy mm_cpumask):
+//   flush_page/ipi/cpus:2/remote:{busy,idle}  the ipi strategy's flush of 1 page; CPU 1
+//                                            in the same mm reading it (busy: an IPI, a
+//                                            real signal, every flush) or idle (lazy: none).
+//                                            Registered right after baseline/signal_roundtrip,
+//                                            its yardstick.
+//   context_switch/ipi:cpumask={eager,lazy}/cpus:{1,2,4,8}[/flush_every:{0,500}]
+//                                            hackbench (process mode) shape: tasks, each its
+//                                            own mm, claimed from one pool, 2 switches per
+//                                            message, 1 flush per 50 switches by default
+//   forked_worker/ipi:cpumask={eager,lazy,lazy,trim_ms=1}/cpus:{2,4}
+//                                            one worker mm migrates CPU to CPU, and frees
+//                                            (a flush) after each migration
+//   tlb_flush2_threads/{ipi,broadcast,local}/cpus:{1,2,4,8}
+//                                            will-it-scale tlb_flush2, threads of one mm:
+//                                            write a page, madvise(DONTNEED) it, read it
 #include <benchmark/benchmark.h>
 
 #include <pthread.h>
@@ -38,6 +55,7 @@
 #endif
 #include <sched.h>
 #include <signal.h>
+#include <linux/futex.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -60,6 +78,7 @@ extern "C" {
 // Internals (shootdown_internal_dep): the TLB's L1 probe, the strategy's
 // flush, per-CPU state and the machine's allocations.
 #include "flush/broadcast.h"
+#include "flush/ipi.h"
 #include "flush/strategy.h"
 #include "machine/machine.h"
 #include "mm/mm.h"
@@ -402,9 +421,10 @@ double flush_ns_mean(const sd_stats &s)
 // @pages pages mapped at kRegion and touched. Undone at scope exit.
 class Single {
 public:
-	Single(unsigned cpus, sd_oracle_mode oracle, uint64_t pages)
+	Single(unsigned cpus, sd_oracle_mode oracle, uint64_t pages,
+	       const char *strategy = "broadcast")
 	{
-		sd_machine_config cfg = make_config(cpus, oracle);
+		sd_machine_config cfg = make_config(cpus, oracle, strategy);
 
 		if ((err_ = sd_machine_create(&cfg, &m_))) {
 			what_ = "sd_machine_create";
@@ -526,7 +546,8 @@ void BM_tlb_lookup_sd_access(State &st)
 // (lazy mode, its TLB untouched) and waits.
 class TwoCpuPage {
 public:
-	TwoCpuPage(bool busy) : s_(2, SD_ORACLE_OFF, 1)
+	explicit TwoCpuPage(bool busy, const char *strategy = "broadcast")
+		: s_(2, SD_ORACLE_OFF, 1, strategy)
 	{
 		if (s_.m() == nullptr || s_.mm() == nullptr)
 			return;
@@ -599,17 +620,35 @@ void report_two_cpu(State &st, const TwoCpuPage &t, const sd_stats &c0, const sd
 	st.counters["oversubscribed"] = oversubscribed(t.m());
 }
 
-// The strategy's flush of one page, called as the mm layer calls it.
-void BM_flush_page(State &st, bool busy)
+// The x86 side of a two-CPU flush: IPIs sent by CPU 0, and what CPU 1 did
+// with them, per iteration.
+void report_two_cpu_ipi(State &st, const sd_stats &c0, const sd_stats &c1)
 {
-	TwoCpuPage t(busy);
+	auto per_iter = [](uint64_t v) { return Counter((double)v, Counter::kAvgIterations); };
+
+	st.counters["ipis_sent"] = per_iter(c0.counter[SD_STAT_IPI_SENT]);
+	st.counters["ipis_received"] = per_iter(c1.counter[SD_STAT_IPI_RECV]);
+	st.counters["ipis_deferred"] = per_iter(c1.counter[SD_STAT_IPI_DEFERRED]);
+	st.counters["lazy_cpus_skipped"] = per_iter(c0.counter[SD_STAT_LAZY_SKIP]);
+	st.counters["remote_flushes_partial"] = per_iter(c1.counter[SD_STAT_FLUSH_PARTIAL]);
+	st.counters["remote_flushes_full"] = per_iter(c1.counter[SD_STAT_FLUSH_FULL]);
+	st.counters["remote_flushes_skipped_gen"] = per_iter(c1.counter[SD_STAT_FLUSH_GEN_SKIP]);
+}
+
+// The strategy's flush of one page, called as the mm layer calls it.
+void BM_flush_page(State &st, bool busy, const char *strategy = "broadcast")
+{
+	TwoCpuPage t(busy, strategy);
 
 	if (!t.ok(st))
 		return;
 	sd_stats b0 = cpu_stats(t.m(), 0), b1 = cpu_stats(t.m(), 1);
 	for (auto _ : st)
 		flush_page(t.cpu(), t.mm(), kRegionVpn);
-	report_two_cpu(st, t, delta(cpu_stats(t.m(), 0), b0), delta(cpu_stats(t.m(), 1), b1));
+	sd_stats d0 = delta(cpu_stats(t.m(), 0), b0), d1 = delta(cpu_stats(t.m(), 1), b1);
+	report_two_cpu(st, t, d0, d1);
+	if (t.m()->ops == &sd_ipi_ops)
+		report_two_cpu_ipi(st, d0, d1);
 }
 
 // ---- a cheap wall-clock for one short call (remote:refilled) ----
@@ -817,16 +856,25 @@ void BM_memory_per_cpu(State &st)
 
 // ---- many CPUs ----
 
+// A TLB geometry for sd_machine_config; 0 is the default (256 x 8, L1 64).
+struct TlbGeometry {
+	unsigned sets = 0, ways = 0, l1_entries = 0;
+};
+
 // Machines whose CPUs run a function under sd_machine_run(), with @nr_mms
 // address spaces of @pages pages each, mapped from this thread as CPU 0.
 class RunMachine {
 public:
 	RunMachine(unsigned cpus, sd_oracle_mode oracle, unsigned nr_mms, uint64_t pages,
-		   const char *strategy = "broadcast")
+		   const char *strategy = "broadcast", TlbGeometry tlb = {})
 		: mms_(nr_mms, nullptr)
 	{
 		sd_machine_config cfg = make_config(cpus, oracle, strategy);
 		sd_cpu *cpu = nullptr;
+
+		cfg.tlb_sets = tlb.sets;
+		cfg.tlb_ways = tlb.ways;
+		cfg.tlb_l1_entries = tlb.l1_entries;
 
 		if ((err_ = sd_machine_create(&cfg, &m_))) {
 			what_ = "sd_machine_create";
@@ -875,11 +923,43 @@ private:
 	const char *what_ = "";
 };
 
+// a / b, 0 when b is 0.
+inline double ratio(uint64_t a, uint64_t b)
+{
+	return b ? (double)a / (double)b : 0.0;
+}
+
 struct RunArg {
 	const RunMachine *rm;
 	uint64_t count;                 // per-CPU operations for this run
 	std::atomic<int> err{0};
+	sd_cpu_fn body = nullptr;       // run_batches(): the body it wraps
+	std::atomic<uint64_t> thread_cpu_ns{0};   // CPU time of the CPUs' threads in body
+	std::atomic<uint64_t> thread_wall_ns{0};  // their wall time in body
 };
+
+inline uint64_t thread_cpu_ns()
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+// run_batches()' body: the real one, timed by the thread's CPU and wall clocks.
+void timed_body(sd_cpu *c, void *p)
+{
+	auto *r = static_cast<RunArg *>(p);
+	const auto w0 = std::chrono::steady_clock::now();
+	const uint64_t t0 = thread_cpu_ns();
+
+	r->body(c, p);
+	r->thread_cpu_ns.fetch_add(thread_cpu_ns() - t0, std::memory_order_relaxed);
+	r->thread_wall_ns.fetch_add(
+		(uint64_t)std::chrono::duration_cast<std::chrono::nanoseconds>(
+			std::chrono::steady_clock::now() - w0).count(),
+		std::memory_order_relaxed);
+}
 
 void note_error(RunArg *r, int err)
 {
@@ -969,20 +1049,37 @@ void mprotect_threaded_body(sd_cpu *c, void *p)
 
 constexpr uint64_t kMprotectBatch = 2000;
 
+// What run_batches() measured besides the counters.
+struct RunTimes {
+	double wall_s = 0;      // wall-clock seconds of all the runs
+	double pu_share = 0;    // the CPUs' threads: CPU time / wall time in their bodies
+};
+
 // Time batches of @batch iterations, each one sd_machine_run of @body in
 // which every CPU does @batch operations. Returns the counters' delta, or
-// false after reporting an error.
+// false after reporting an error. @arg: the body's argument, for bodies
+// that need more than RunArg (its rm and count are set here); @times: wall
+// time, and the share of a PU the CPUs' threads got while running the body:
+// near 1 pinned, near PUs/CPUs oversubscribed, less when they slept or other
+// processes took their PUs.
 bool run_batches(State &st, RunMachine &rm, sd_cpu_fn body, uint64_t batch, const char *what,
-		 sd_stats *d)
+		 sd_stats *d, RunArg *arg = nullptr, RunTimes *times = nullptr)
 {
-	RunArg r;
+	RunArg own;
+	RunArg &r = arg ? *arg : own;
 	r.rm = &rm;
 	r.count = batch;
+	r.body = body;
 	sd_stats before = all_stats(rm.m());
 	int err = 0;
+	const auto t0 = std::chrono::steady_clock::now();
 	while (st.KeepRunningBatch(batch)) {
 		if (!err && !r.err.load())
-			err = sd_machine_run(rm.m(), body, &r);
+			err = sd_machine_run(rm.m(), timed_body, &r);
+	}
+	if (times) {
+		times->wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+		times->pu_share = ratio(r.thread_cpu_ns.load(), r.thread_wall_ns.load());
 	}
 	if (err || r.err.load()) {
 		fail(st, what, err ? err : r.err.load());
@@ -1101,6 +1198,365 @@ void BM_range_flush(State &st, const char *strategy, uint64_t pages)
 	sd_cpu_detach(cpu);
 }
 
+// ---- x86 IPI shootdown and seed 002's lazy mm_cpumask ----
+
+// A per-CPU xorshift64: no state shared between CPUs.
+inline uint64_t next_rand(uint64_t *s)
+{
+	uint64_t x = *s;
+	x ^= x << 13;
+	x ^= x >> 7;
+	x ^= x << 17;
+	return *s = x;
+}
+
+// A turn word one CPU waits on and another passes to it: the waiter spins
+// up to @spins pauses, then sleeps on a futex, so that on an oversubscribed
+// machine the CPU whose turn it is gets a PU. (IPIs still reach a sleeper:
+// the signal interrupts the futex wait, which SA_RESTART resumes.)
+struct Turn {
+	alignas(64) std::atomic<uint32_t> v{0};
+	alignas(64) std::atomic<uint32_t> sleepers{0};
+};
+
+void turn_wait(Turn &t, uint32_t want, unsigned spins)
+{
+	for (unsigned n = 0; t.v.load(std::memory_order_acquire) != want; n++) {
+		if (n < spins) {
+			cpu_relax();
+			continue;
+		}
+		// Dekker with turn_pass(): count ourselves, then re-read; it
+		// stores, then reads the count. seq_cst on both sides.
+		t.sleepers.fetch_add(1);
+		uint32_t cur = t.v.load();
+		if (cur != want)
+			syscall(SYS_futex, &t.v, FUTEX_WAIT_PRIVATE, cur, nullptr, nullptr, 0);
+		t.sleepers.fetch_sub(1);
+	}
+}
+
+void turn_pass(Turn &t, uint32_t next)
+{
+	t.v.store(next);
+	if (t.sleepers.load())
+		syscall(SYS_futex, &t.v, FUTEX_WAKE_PRIVATE, 1, nullptr, nullptr, 0);
+}
+
+// Counters every x86 workload reports, from the delta @d of all CPUs.
+void report_ipi_common(State &st, const sd_stats &d)
+{
+	const uint64_t flushes = d.counter[SD_STAT_FLUSH];
+
+	st.counters["flush_ns"] = flush_ns_mean(d);
+	st.counters["ipis_per_flush"] = ratio(d.counter[SD_STAT_IPI_SENT], flushes);
+	st.counters["unneeded_ipis_per_flush"] = ratio(d.counter[SD_STAT_IPI_UNNEEDED], flushes);
+	st.counters["ipis_deferred_per_flush"] = ratio(d.counter[SD_STAT_IPI_DEFERRED], flushes);
+	st.counters["lazy_skips_per_flush"] = ratio(d.counter[SD_STAT_LAZY_SKIP], flushes);
+	st.counters["cpumask_trims"] = (double)d.counter[SD_STAT_CPUMASK_TRIM];
+}
+
+// hackbench --groups G --loops L in process mode, where every task is its
+// own mm. 2 groups per CPU of 6 tasks (3 senders, 3 receivers): 12 tasks
+// per CPU against 6 PCID slots (the seed's run had 800 tasks on 72 CPUs,
+// about 11 per CPU). A message is two switches on one CPU: to a sender of a
+// random group, which writes the message into its buffer page and reads
+// another of its pages, then to a receiver of that group, which does the
+// same with its own pages (each task is its own mm: the pipe itself is
+// kernel memory, which no user TLB holds). Tasks are taken from one pool by
+// all CPUs, as a scheduler that moves them freely would: a CPU claims a task
+// before it switches to it and lets it go after it has switched away, so a
+// task never runs on two CPUs at once; about half the switches find their
+// task last ran on another CPU (migrations_per_switch). Every 50th switch of
+// a CPU, the task it switched to frees its buffer page (madvise(DONTNEED),
+// a flush) and touches it again; the flush_every:N variants change that rate
+// (flush_every:0: never, as in hackbench itself, whose pipes flush nothing).
+//
+// What lazy mode pays here: a flush IPIs every CPU of the mask that is in
+// the middle of a switch (LOADED_MM_SWITCHING, the CVE-2025-37964 rule),
+// whatever mm it is switching to, and with the lazy mask every CPU the task
+// ever ran on stays in it. Each such IPI is wrong-CPU (counted in
+// unneeded_ipis_per_flush; with cpumask_trims 0 and a task running on one
+// CPU at a time, nothing else sends one) and costs the flusher a signal
+// round trip.
+//
+// The TLB is 16 sets x 8 ways with a 16-entry L1 (kSwitchTlb): the tasks use
+// 4 pages at the same addresses, so with the default's associativity (8
+// ways) every hit and miss is as with the default geometry, but the
+// emulated CR3 load with flush, a scan of every entry of the TLB, costs a
+// thirteenth (160 entries against 2128). With the default geometry that
+// scan, a few microseconds, makes up most of a switch and sits inside the
+// LOADED_MM_SWITCHING window; on hardware the PCID flush does not grow with
+// the TLB.
+constexpr TlbGeometry kSwitchTlb = { 16, 8, 16 };
+constexpr unsigned kCsGroupsPerCpu = 2;
+constexpr unsigned kCsTasksPerGroup = 6;
+constexpr uint64_t kCsPages = 4;
+constexpr uint64_t kCsFlushEvery = 50;
+constexpr uint64_t kCsBatch = 4000;
+
+struct alignas(64) CsTask {
+	std::atomic<int> owner{-1};     // the CPU running it, or -1
+	int last_cpu = -1;              // written by its owner only
+};
+
+struct CsArg : RunArg {
+	unsigned groups = 0;
+	uint64_t flush_every = kCsFlushEvery;   // 0: never
+	std::unique_ptr<CsTask[]> tasks;
+	std::atomic<uint64_t> migrations{0};
+	std::atomic<uint64_t> claim_misses{0};
+};
+
+inline bool cs_claim(CsTask *t, int id)
+{
+	int free_ = -1;
+
+	return t->owner.load(std::memory_order_relaxed) == -1 &&
+	       t->owner.compare_exchange_strong(free_, id, std::memory_order_acquire,
+						std::memory_order_relaxed);
+}
+
+void context_switch_body(sd_cpu *c, void *p)
+{
+	auto *r = static_cast<CsArg *>(static_cast<RunArg *>(p));
+	const int id = (int)sd_cpu_id(c);
+	const unsigned half = kCsTasksPerGroup / 2;
+	uint64_t rng = 0x9e3779b97f4a7c15ull * (uint64_t)(id + 1);
+	uint64_t migrations = 0, misses = 0;
+	unsigned g = 0;
+	CsTask *cur = nullptr;
+	int err = 0;
+
+	for (uint64_t i = 0; !err && i < r->count; i++) {
+		const unsigned role = (unsigned)(i & 1);    // 0: sender, 1: receiver
+		unsigned idx;
+		CsTask *t;
+
+		if (!role)
+			g = (unsigned)(next_rand(&rng) % r->groups);
+		for (unsigned tries = 0;; tries++) {
+			idx = g * kCsTasksPerGroup + role * half + (unsigned)(next_rand(&rng) % half);
+			t = &r->tasks[idx];
+			if (cs_claim(t, id))
+				break;
+			misses++;
+			if (tries % 8 == 7)             // that side of the group is busy
+				g = (unsigned)(next_rand(&rng) % r->groups);
+			if (tries >= 64)
+				sched_yield();
+		}
+		sd_mm *mm = r->rm->mm(idx);
+		err = sd_switch_mm(c, mm);
+		if (cur)
+			cur->owner.store(-1, std::memory_order_release);
+		cur = t;
+		if (t->last_cpu != id) {
+			migrations += t->last_cpu >= 0;
+			t->last_cpu = id;
+		}
+		if (!err)
+			err = sd_access(c, kRegion, SD_WRITE, nullptr);
+		if (!err)
+			err = sd_access(c, kRegion + (1 + (i >> 1) % (kCsPages - 1)) * SD_PAGE_SIZE,
+					SD_READ, nullptr);
+		if (!err && r->flush_every && (i + 1) % r->flush_every == 0) {
+			err = sd_madvise_dontneed(c, mm, kRegion, SD_PAGE_SIZE);
+			if (!err)
+				err = sd_access(c, kRegion, SD_WRITE, nullptr);
+		}
+	}
+	int serr = sd_switch_mm(c, nullptr);
+	if (cur)
+		cur->owner.store(-1, std::memory_order_release);
+	r->migrations.fetch_add(migrations, std::memory_order_relaxed);
+	r->claim_misses.fetch_add(misses, std::memory_order_relaxed);
+	note_error(r, err ? err : serr);
+}
+
+void BM_context_switch(State &st, const char *strategy, unsigned cpus,
+		       uint64_t flush_every = kCsFlushEvery)
+{
+	const unsigned groups = kCsGroupsPerCpu * cpus;
+	const unsigned tasks = groups * kCsTasksPerGroup;
+	RunMachine rm(cpus, SD_ORACLE_OFF, tasks, kCsPages, strategy, kSwitchTlb);
+	CsArg arg;
+	sd_stats d;
+
+	if (!rm.ok(st))
+		return;
+	arg.groups = groups;
+	arg.flush_every = flush_every;
+	arg.tasks.reset(new CsTask[tasks]);
+	RunTimes times;
+	if (!run_batches(st, rm, context_switch_body, kCsBatch, "context_switch run", &d, &arg,
+			 &times))
+		return;
+	st.counters["pu_share"] = times.pu_share;
+	// Every run ends with one switch to no mm per CPU: not a task switch.
+	const uint64_t switches = d.counter[SD_STAT_CTX_SWITCH];
+	report_ipi_common(st, d);
+	st.counters["switches"] = Counter((double)switches, Counter::kAvgIterations);
+	st.counters["cpumask_writes_per_switch"] = ratio(d.counter[SD_STAT_CPUMASK_WRITE], switches);
+	st.counters["switch_flushes_per_switch"] = ratio(d.counter[SD_STAT_SWITCH_FLUSH], switches);
+	st.counters["asid_allocations_per_switch"] = ratio(d.counter[SD_STAT_ASID_ALLOC], switches);
+	st.counters["migrations_per_switch"] = ratio(arg.migrations.load(), switches);
+	st.counters["claim_misses_per_switch"] = ratio(arg.claim_misses.load(), switches);
+	st.counters["flushes_per_switch"] = ratio(d.counter[SD_STAT_FLUSH], switches);
+	st.counters["unneeded_ipis_per_switch"] = ratio(d.counter[SD_STAT_IPI_UNNEEDED], switches);
+	st.counters["oversubscribed"] = oversubscribed(rm.m());
+}
+
+// Dave Hansen's case from the seed thread: a task runs on CPU A, migrates to
+// CPU B, and there frees memory, which needs a flush. One worker mm hops
+// around the CPUs in turn (hop h runs on CPU h % N); every CPU also has its
+// own mm, the other process it runs while the worker is elsewhere. A hop:
+// switch to the worker (the migration), read two of its pages, write a third
+// (malloc), madvise(DONTNEED) it (free: the flush), switch back to the CPU's
+// own mm, pass the turn on. With the lazy mask, the CPUs the worker left
+// stay in its mm_cpumask, running another mm: an IPI goes to them only when
+// the mask is trimmed (once per trim_ms per mm) and then clears their bit.
+// Time per iteration: one hop (one migration and one flush). Every switch to
+// the worker finds its generation moved on (the last hop flushed), so it
+// flushes the worker's PCID: the TLB is kSwitchTlb, for the same reason as
+// in context_switch.
+constexpr uint64_t kFwPages = 4;
+constexpr uint64_t kFwBatch = 2000;
+
+struct FwArg : RunArg {
+	std::unique_ptr<Turn[]> turn;   // per CPU: the hop it may run next
+	unsigned spins = 0;             // pauses before a waiter sleeps
+};
+
+void forked_worker_body(sd_cpu *c, void *p)
+{
+	auto *r = static_cast<FwArg *>(static_cast<RunArg *>(p));
+	const unsigned id = sd_cpu_id(c);
+	const unsigned n = sd_machine_nr_cpus(sd_cpu_machine(c));
+	sd_mm *worker = r->rm->mm(0), *own = r->rm->mm(1 + id);
+	int err = sd_switch_mm(c, own);
+
+	if (!err)
+		err = sd_access(c, kRegion, SD_WRITE, nullptr);
+	for (uint64_t h = id; h < r->count; h += n) {
+		turn_wait(r->turn[id], (uint32_t)h, r->spins);
+		if (!err)
+			err = sd_switch_mm(c, worker);
+		for (uint64_t pg = 1; !err && pg < 3; pg++)
+			err = sd_access(c, kRegion + pg * SD_PAGE_SIZE, SD_READ, nullptr);
+		if (!err)
+			err = sd_access(c, kRegion, SD_WRITE, nullptr);
+		if (!err)
+			err = sd_madvise_dontneed(c, worker, kRegion, SD_PAGE_SIZE);
+		if (!err)
+			err = sd_switch_mm(c, own);
+		// The last hop of a run hands the first hop of the next run to
+		// CPU 0 (whose own last wait of this run is over by then).
+		if (h + 1 == r->count)
+			turn_pass(r->turn[0], 0);
+		else
+			turn_pass(r->turn[(h + 1) % n], (uint32_t)(h + 1));
+	}
+	int serr = sd_switch_mm(c, nullptr);
+	note_error(r, err ? err : serr);
+}
+
+void BM_forked_worker(State &st, const char *strategy, unsigned cpus)
+{
+	RunMachine rm(cpus, SD_ORACLE_OFF, 1 + cpus, kFwPages, strategy, kSwitchTlb);
+	FwArg arg;
+	sd_stats d;
+
+	RunTimes times;
+
+	if (!rm.ok(st))
+		return;
+	arg.turn.reset(new Turn[cpus]);
+	// Pinned, a waiter spins (for a millisecond or so, many hops); when
+	// oversubscribed it would keep the next CPU off its PU, so it sleeps.
+	arg.spins = oversubscribed(rm.m()) ? 64 : 1u << 16;
+	if (!run_batches(st, rm, forked_worker_body, kFwBatch, "forked_worker run", &d, &arg, &times))
+		return;
+	st.counters["pu_share"] = times.pu_share;
+	const uint64_t hops = st.iterations();
+	report_ipi_common(st, d);
+	st.counters["ipis_per_migration"] = ratio(d.counter[SD_STAT_IPI_SENT], hops);
+	st.counters["unneeded_ipis_per_migration"] = ratio(d.counter[SD_STAT_IPI_UNNEEDED], hops);
+	st.counters["cpumask_writes_per_migration"] = ratio(d.counter[SD_STAT_CPUMASK_WRITE], hops);
+	st.counters["flushes_per_migration"] = ratio(d.counter[SD_STAT_FLUSH], hops);
+	st.counters["oversubscribed"] = oversubscribed(rm.m());
+}
+
+// will-it-scale tlb_flush2, threads mode: the CPUs are threads of one mm,
+// each with a private 1 MiB region (in a leaf table of its own). A loop:
+// write a page, madvise(DONTNEED) it (a flush), read it again (will-it-scale
+// asserts it reads 0: a fresh page). After each pass over the 256 pages the
+// region is unmapped (a full flush that frees its table) and mapped again,
+// as will-it-scale does. Time per iteration: one loop, as each thread sees
+// it; loops_per_s is the total over all threads.
+constexpr uint64_t kTf2Pages = 256;
+constexpr uint64_t kTf2Batch = 1024;
+
+inline uint64_t tf2_region(unsigned id)
+{
+	return kRegion + (uint64_t)(id + 1) * 512 * SD_PAGE_SIZE;    // 2 MiB apart
+}
+
+void tlb_flush2_body(sd_cpu *c, void *p)
+{
+	auto *r = static_cast<RunArg *>(p);
+	sd_mm *mm = r->rm->mm(0);
+	const uint64_t base = tf2_region(sd_cpu_id(c));
+	const uint64_t len = kTf2Pages * SD_PAGE_SIZE;
+	bool mapped = false;
+	int err = sd_switch_mm(c, mm);
+
+	for (uint64_t i = 0; !err && i < r->count; i++) {
+		const uint64_t va = base + (i % kTf2Pages) * SD_PAGE_SIZE;
+		if (i % kTf2Pages == 0) {
+			if (mapped)
+				err = sd_munmap(c, mm, base, len);
+			if (!err)
+				err = sd_mmap(c, mm, base, len, SD_PROT_READ | SD_PROT_WRITE);
+			mapped = !err;
+		}
+		if (!err)
+			err = sd_access(c, va, SD_WRITE, nullptr);
+		if (!err)
+			err = sd_madvise_dontneed(c, mm, va, SD_PAGE_SIZE);
+		if (!err)
+			err = sd_access(c, va, SD_READ, nullptr);
+	}
+	if (mapped) {
+		int uerr = sd_munmap(c, mm, base, len);
+		err = err ? err : uerr;
+	}
+	int serr = sd_switch_mm(c, nullptr);
+	note_error(r, err ? err : serr);
+}
+
+void BM_tlb_flush2_threads(State &st, const char *strategy, unsigned cpus)
+{
+	RunMachine rm(cpus, SD_ORACLE_OFF, 1, 1, strategy);
+	sd_stats d;
+	RunTimes times;
+
+	if (!rm.ok(st) ||
+	    !run_batches(st, rm, tlb_flush2_body, kTf2Batch, "tlb_flush2_threads run", &d, nullptr,
+			 &times))
+		return;
+	const double wall = times.wall_s;
+	st.counters["pu_share"] = times.pu_share;
+	const uint64_t flushes = d.counter[SD_STAT_FLUSH];
+	const double loops = (double)st.iterations() * cpus;
+	report_ipi_common(st, d);
+	st.counters["loops_per_s"] = wall > 0 ? loops / wall : 0;
+	st.counters["loops_per_s_per_thread"] = wall > 0 ? loops / wall / cpus : 0;
+	st.counters["flushes_per_loop"] = loops > 0 ? (double)flushes / loops : 0;
+	st.counters["remote_invalidations_per_flush"] = ratio(d.counter[SD_STAT_REMOTE_INVAL], flushes);
+	st.counters["oversubscribed"] = oversubscribed(rm.m());
+}
+
 // ---- registration ----
 
 void register_all()
@@ -1109,6 +1565,13 @@ void register_all()
 
 	RegisterBenchmark("baseline/cacheline_roundtrip", BM_cacheline_roundtrip)->UseRealTime();
 	RegisterBenchmark("baseline/signal_roundtrip", BM_signal_roundtrip)->UseRealTime();
+	// x86: an IPI shootdown of one page is a signal round trip plus the
+	// flush protocol; right after the bare round trip, to be compared in
+	// the same placement.
+	RegisterBenchmark("flush_page/ipi/cpus:2/remote:busy",
+			  [](State &st) { BM_flush_page(st, true, "ipi"); })->UseRealTime();
+	RegisterBenchmark("flush_page/ipi/cpus:2/remote:idle",
+			  [](State &st) { BM_flush_page(st, false, "ipi"); })->UseRealTime();
 	RegisterBenchmark("baseline/array_probe", BM_array_probe)
 		->ArgName("dependent")->Arg(0)->Arg(1)->UseRealTime();
 	RegisterBenchmark("tlb_lookup/l1/cpus:1", BM_tlb_lookup_l1)->UseRealTime();
@@ -1147,6 +1610,42 @@ void register_all()
 	for (unsigned n : { 64u, 256u, 1024u })
 		RegisterBenchmark(("scale/broadcast/cpus:" + std::to_string(n)).c_str(),
 				  [n](State &st) { BM_scale(st, n); })->UseRealTime();
+	// Seed 002: eager against lazy mm_cpumask, each pair run back to back;
+	// on 2 CPUs also without flushes (hackbench's own case) and with a
+	// tenth of them.
+	for (unsigned n : { 1u, 2u, 4u, 8u }) {
+		for (const char *strategy : { "ipi:cpumask=eager", "ipi:cpumask=lazy" })
+			RegisterBenchmark(("context_switch/" + std::string(strategy) + "/cpus:" +
+					   std::to_string(n)).c_str(),
+					  [strategy, n](State &st) { BM_context_switch(st, strategy, n); })
+				->UseRealTime();
+	}
+	for (uint64_t every : { 0u, 500u }) {
+		for (const char *strategy : { "ipi:cpumask=eager", "ipi:cpumask=lazy" })
+			RegisterBenchmark(("context_switch/" + std::string(strategy) +
+					   "/cpus:2/flush_every:" + std::to_string(every)).c_str(),
+					  [strategy, every](State &st) {
+						  BM_context_switch(st, strategy, 2, every);
+					  })
+				->UseRealTime();
+	}
+	for (unsigned n : { 2u, 4u }) {
+		for (const char *strategy :
+		     { "ipi:cpumask=eager", "ipi:cpumask=lazy", "ipi:cpumask=lazy,trim_ms=1" })
+			RegisterBenchmark(("forked_worker/" + std::string(strategy) + "/cpus:" +
+					   std::to_string(n)).c_str(),
+					  [strategy, n](State &st) { BM_forked_worker(st, strategy, n); })
+				->UseRealTime();
+	}
+	// will-it-scale tlb_flush2 (seed 004's benchmark) under the x86 and arm64
+	// strategies.
+	for (unsigned n : { 1u, 2u, 4u, 8u }) {
+		for (const char *strategy : { "ipi", "broadcast", "local" })
+			RegisterBenchmark(("tlb_flush2_threads/" + std::string(strategy) + "/cpus:" +
+					   std::to_string(n)).c_str(),
+					  [strategy, n](State &st) { BM_tlb_flush2_threads(st, strategy, n); })
+				->UseRealTime();
+	}
 }
 
 } // namespace
