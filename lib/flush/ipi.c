@@ -304,13 +304,24 @@ static void ipi_switch_to(struct sd_cpu *cpu, struct sd_mm *next)
 	if (need_flush) {
 		me->ctxs[slot].ctx_id = im->ctx_id;
 		me->ctxs[slot].tlb_gen = next_gen;
-		flush_slot_full(cpu, slot);     /* load CR3 with a flush */
-		sd_stat_inc(cpu, SD_STAT_SWITCH_FLUSH);
 	}
 	me->loaded_asid = (uint16_t)slot;
 	cpu->asid = slot_tag(slot);
 	sd_sb_store(&me->loaded_mm, (uintptr_t)next);
 	sd_sb_drain();
+	/*
+	 * The CR3 write with a flush. Hardware drops a PCID's entries in a
+	 * few cycles; our scan of the TLB takes far longer, and inside the
+	 * SWITCHING window it would make flushers IPI switching CPUs much
+	 * more often than on a real machine. It comes after loaded_mm is
+	 * published, interrupts still off, which no one can tell apart: no
+	 * access runs before they are on again, and an IPI arriving meanwhile
+	 * waits for the scan to finish.
+	 */
+	if (need_flush) {
+		flush_slot_full(cpu, slot);
+		sd_stat_inc(cpu, SD_STAT_SWITCH_FLUSH);
+	}
 }
 
 static void ipi_switch(struct sd_cpu *cpu, struct sd_mm *prev, struct sd_mm *next)

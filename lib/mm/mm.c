@@ -46,7 +46,6 @@ int sd_mm_create(struct sd_machine *m, struct sd_mm **out)
 		return err;
 	}
 	pthread_mutex_init(&mm->lock, NULL);
-	atomic_init(&mm->users, 0);
 	atomic_init(&mm->batch_pending, 0);
 	mm->id = atomic_fetch_add(&m->next_mm_id, 1) + 1;
 	atomic_fetch_add(&m->nr_mms, 1);
@@ -62,15 +61,32 @@ static void free_frame_of(uint64_t pte, void *arg)
 		sd_frame_free(&m->frames, NULL, sd_pte_pfn(pte));
 }
 
+/*
+ * 1 + the first CPU with @mm loaded (lazily or not), or 0. A scan rather
+ * than a count: a counter would be two contended atomics on every context
+ * switch, which Linux does not pay for switches between user tasks.
+ * Switching to an mm while it is being destroyed is the caller's bug, as
+ * for a task's mm in the kernel.
+ */
+static unsigned loaded_anywhere(const struct sd_mm *mm)
+{
+	const struct sd_machine *m = mm->m;
+
+	for (unsigned i = 0; i < m->nr_cpus; i++)
+		if (atomic_load_explicit(&m->cpus[i]->mm, memory_order_acquire) == mm)
+			return i + 1;
+	return 0;
+}
+
 int sd_mm_destroy(struct sd_mm *mm)
 {
 	struct sd_machine *m;
 
 	if (!mm)
 		return sd_fail(-EINVAL, "sd_mm_destroy: NULL mm");
-	if (atomic_load(&mm->users))
-		return sd_fail(-EBUSY, "mm %llu is still loaded on %u CPU(s)",
-			       (unsigned long long)mm->id, atomic_load(&mm->users));
+	if (loaded_anywhere(mm))
+		return sd_fail(-EBUSY, "mm %llu is still loaded on CPU %u (switch it out first)",
+			       (unsigned long long)mm->id, loaded_anywhere(mm) - 1);
 	if (atomic_load(&mm->batch_pending))
 		return sd_fail(-EBUSY, "mm %llu is in a TLB batch that was not flushed yet",
 			       (unsigned long long)mm->id);
@@ -607,8 +623,6 @@ int sd_switch_mm(struct sd_cpu *c, struct sd_mm *next)
 		return sd_fail(-EINVAL, "sd_switch_mm: mm belongs to another machine");
 	rcu_online(c);
 	prev = atomic_load_explicit(&c->mm, memory_order_relaxed);
-	if (next && next != prev)
-		atomic_fetch_add(&next->users, 1);
 	sd_irq_off(c);
 	c->m->ops->switch_mm(c, prev, next);
 	/* Relaxed: the access path that reads these runs on this thread; any
@@ -617,8 +631,6 @@ int sd_switch_mm(struct sd_cpu *c, struct sd_mm *next)
 	atomic_store_explicit(&c->mm, next, memory_order_relaxed);
 	atomic_store_explicit(&c->lazy, 0, memory_order_relaxed);
 	sd_irq_on(c);
-	if (prev && prev != next)
-		atomic_fetch_sub(&prev->users, 1);
 	sd_stat_inc(c, SD_STAT_CTX_SWITCH);
 	sd_cpu_qs(c);
 	return 0;

@@ -22,10 +22,8 @@ struct sd_mm {
 	pthread_mutex_t lock;
 	void *strategy;                /* the strategy's per-mm state */
 	struct sd_oracle_floor floor;  /* checked mode only */
-	/* CPUs with this mm loaded, lazily or not: written at switches. */
-	sd_cacheline_aligned SD_ATOMIC(unsigned) users;
 	/* TLB batches that owe this mm a flush (mm->tlb_flush_batched). */
-	SD_ATOMIC(unsigned) batch_pending;
+	sd_cacheline_aligned SD_ATOMIC(unsigned) batch_pending;
 };
 
 #endif
