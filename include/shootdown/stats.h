@@ -60,6 +60,13 @@ SD_BEGIN_DECLS
 	X(LAZY_SKIP, "lazy_cpus_skipped")       /* x86: lazy targets not IPI'd */ \
 	X(CPUMASK_TRIM, "cpumask_trims")        /* x86: flushes that trimmed */ \
 	X(SWITCH_FLUSH, "switch_flushes")       /* x86: flushes at switch-in */ \
+	X(INVLPGB, "invlpgb_ops")               /* gbcast: broadcasts issued */ \
+	X(TLBSYNC, "tlbsyncs")                  /* gbcast: TLBSYNCs */ \
+	X(GLOBAL_ASID_ALLOC, "global_asid_allocations") \
+	X(GLOBAL_ASID_FREE, "global_asid_frees")    \
+	X(GLOBAL_ASID_RESET, "global_asid_resets")  /* wrap-around flushes */ \
+	X(TRANSITION_IPI, "transition_ipis")    /* gbcast: IPI flushes for stragglers */ \
+	X(FALLBACK_IPI_FLUSH, "fallback_ipi_flushes") /* gbcast: mm without a global ASID */ \
 	X(ASID_ALLOC, "asid_allocations")                                       \
 	X(ASID_ROLLOVER, "asid_rollovers")                                      \
 	X(CTX_SWITCH, "context_switches")                                       \

@@ -31,6 +31,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "../core/backoff.h"
 #include "../core/error.h"
 #include "../core/ordering.h"
 #include "../machine/machine.h"
@@ -68,7 +69,42 @@ static uint64_t now_ns(void)
 
 /* ---- setup ---- */
 
-static int ipi_option(struct sd_ipi *ipi, const struct sd_strategy_opt *o)
+/* Options only `gbcast` has: the global ASID pool and its policy. */
+static int gbcast_option(struct sd_ipi *ipi, const struct sd_strategy_opt *o)
+{
+	uint64_t v;
+	int err;
+
+	if (!strcmp(o->key, "pool")) {
+		err = sd_strategy_opt_uint("gbcast", o, 1, 0xffffu - SD_IPI_NR_DYN_ASIDS - 2, &v);
+		ipi->pool = (unsigned)v;
+		return err;
+	}
+	if (!strcmp(o->key, "threshold")) {
+		err = sd_strategy_opt_uint("gbcast", o, 0, 1u << 20, &v);
+		ipi->threshold = (unsigned)v;
+		return err;
+	}
+	if (!strcmp(o->key, "sample")) {
+		err = sd_strategy_opt_uint("gbcast", o, 1, 1u << 20, &v);
+		ipi->sample = (unsigned)v;
+		return err;
+	}
+	if (!strcmp(o->key, "count_max")) {
+		err = sd_strategy_opt_uint("gbcast", o, 1, 1u << 16, &v);
+		ipi->count_max = (unsigned)v;
+		return err;
+	}
+	if (!strcmp(o->key, "threshold_growth")) {
+		err = sd_strategy_opt_uint("gbcast", o, 0, 1, &v);
+		ipi->threshold_growth = v;
+		return err;
+	}
+	return sd_strategy_unknown_opt("gbcast", o);
+}
+
+static int ipi_option(struct sd_ipi *ipi, const char *name, const struct sd_strategy_opt *o,
+		      bool *lru_global)
 {
 	uint64_t v;
 	int err;
@@ -79,36 +115,68 @@ static int ipi_option(struct sd_ipi *ipi, const struct sd_strategy_opt *o)
 		else if (!strcmp(o->value, "lazy"))
 			ipi->mode = SD_IPI_CPUMASK_LAZY;
 		else
-			return sd_fail(-EINVAL, "option cpumask=%s for 'ipi': want eager or lazy",
-				       o->value);
+			return sd_fail(-EINVAL, "option cpumask=%s for '%s': want eager or lazy",
+				       o->value, name);
 		return 0;
 	}
 	if (!strcmp(o->key, "ceiling")) {
-		err = sd_strategy_opt_uint("ipi", o, 0, 1u << 20, &v);
+		err = sd_strategy_opt_uint(name, o, 0, 1u << 20, &v);
 		ipi->ceiling = (unsigned)v;
 		return err;
 	}
 	if (!strcmp(o->key, "trim_ms")) {
-		err = sd_strategy_opt_uint("ipi", o, 1, 3600u * 1000u, &v);
+		err = sd_strategy_opt_uint(name, o, 1, 3600u * 1000u, &v);
 		ipi->trim_ns = v * 1000000u;
 		return err;
 	}
-	return sd_strategy_unknown_opt("ipi", o);
+	if (!strcmp(o->key, "lru")) {
+		if (strcmp(o->value, "global") && strcmp(o->value, "percpu"))
+			return sd_fail(-EINVAL, "option lru=%s for '%s': want global or percpu",
+				       o->value, name);
+		*lru_global = !strcmp(o->value, "global");
+		return 0;
+	}
+	if (ipi->invlpgb)
+		return gbcast_option(ipi, o);
+	return sd_strategy_unknown_opt(name, o);
 }
 
 static void ipi_free(struct sd_ipi *ipi)
 {
+	if (ipi->invlpgb) {
+		sd_global_asid_fini(&ipi->gasid);
+		sd_invlpgb_fini(&ipi->ib);
+	}
 	free(ipi->percpu);
 	free(ipi->csd_all);
 	free(ipi->targets_all);
 	free(ipi);
 }
 
-static int ipi_machine_init(struct sd_machine *m, const struct sd_strategy_opt *opts,
-			    unsigned nr_opts, void **priv)
+static void flush_all_nonglobals_cb(void *arg);
+
+static int gbcast_init(struct sd_machine *m, struct sd_ipi *ipi)
+{
+	int err = sd_invlpgb_init(&ipi->ib, m->nr_cpus);
+
+	if (err)
+		return err;
+	err = sd_global_asid_init(&ipi->gasid, SD_IPI_NR_DYN_ASIDS, ipi->pool,
+				  flush_all_nonglobals_cb, m);
+	if (err) {
+		sd_invlpgb_fini(&ipi->ib);
+		return err == -EINVAL ? sd_fail(err, "gbcast: pool=%u is too large", ipi->pool)
+				      : err;
+	}
+	return 0;
+}
+
+static int machine_init(struct sd_machine *m, const char *name, bool invlpgb,
+			const struct sd_strategy_opt *opts, unsigned nr_opts, void **priv)
 {
 	unsigned n = m->nr_cpus;
 	struct sd_ipi *ipi = calloc(1, sizeof(*ipi));
+	bool lru_global = false;
 	int err = 0;
 
 	if (!ipi)
@@ -116,9 +184,19 @@ static int ipi_machine_init(struct sd_machine *m, const struct sd_strategy_opt *
 	ipi->mode = SD_IPI_CPUMASK_LAZY;      /* what Linux does since 6.13 */
 	ipi->ceiling = SD_IPI_FLUSH_CEILING;
 	ipi->trim_ns = 1000000000u;            /* HZ: once per second */
+	ipi->invlpgb = invlpgb;
+	ipi->pool = SD_GBCAST_POOL;
+	ipi->threshold = SD_GBCAST_THRESHOLD;
+	ipi->sample = SD_GBCAST_SAMPLE;
+	ipi->count_max = SD_GBCAST_COUNT_MAX;
 	atomic_init(&ipi->last_ctx_id, 0);
 	for (unsigned i = 0; !err && i < nr_opts; i++)
-		err = ipi_option(ipi, &opts[i]);
+		err = ipi_option(ipi, name, &opts[i], &lru_global);
+	ipi->invlpgb = false;                  /* nothing of gbcast's to free yet */
+	if (!err && invlpgb) {
+		err = gbcast_init(m, ipi);
+		ipi->invlpgb = !err;
+	}
 	if (err) {
 		ipi_free(ipi);
 		return err;
@@ -137,12 +215,26 @@ static int ipi_machine_init(struct sd_machine *m, const struct sd_strategy_opt *
 	for (unsigned i = 0; i < n; i++) {
 		struct sd_ipi_cpu *pc = &ipi->percpu[i];
 		atomic_init(&pc->loaded_mm, 0);
+		atomic_init(&pc->loaded_asid, 0);
 		atomic_init(&pc->is_lazy, false);
 		pc->csd = &ipi->csd_all[(size_t)i * n];
 		pc->targets = &ipi->targets_all[(size_t)i * n];
 	}
+	m->lru_global = lru_global;
 	*priv = ipi;
 	return 0;
+}
+
+static int ipi_machine_init(struct sd_machine *m, const struct sd_strategy_opt *opts,
+			    unsigned nr_opts, void **priv)
+{
+	return machine_init(m, "ipi", false, opts, nr_opts, priv);
+}
+
+static int gbcast_machine_init(struct sd_machine *m, const struct sd_strategy_opt *opts,
+			       unsigned nr_opts, void **priv)
+{
+	return machine_init(m, "gbcast", true, opts, nr_opts, priv);
 }
 
 static void ipi_machine_fini(struct sd_machine *m, void *priv)
@@ -167,6 +259,8 @@ static int ipi_mm_init(struct sd_machine *m, struct sd_mm *mm, void **mm_priv)
 	/* init_new_context(): generation 1 is "no flush yet". */
 	atomic_init(&im->tlb_gen, 1);
 	atomic_init(&im->next_trim_ns, now_ns() + ipi->trim_ns);
+	atomic_init(&im->global_asid, 0);
+	atomic_init(&im->asid_transition, false);
 	*mm_priv = im;
 	return 0;
 }
@@ -174,17 +268,26 @@ static int ipi_mm_init(struct sd_machine *m, struct sd_mm *mm, void **mm_priv)
 static void ipi_mm_fini(struct sd_machine *m, struct sd_mm *mm, void *mm_priv)
 {
 	struct sd_ipi_mm *im = mm_priv;
+	uint16_t gasid = atomic_load_explicit(&im->global_asid, memory_order_relaxed);
 
-	(void)m;
 	(void)mm;
+	/* destroy_context_free_global_asid(): its entries may still be
+	 * cached; the ASID is reused only after the next wrap-around. */
+	if (gasid) {
+		sd_global_asid_free(&ipi_of(m)->gasid, gasid);
+		/* No CPU of this machine is attached here necessarily: count
+		 * on the CPU that destroys, if any. */
+		if (sd_this_cpu && sd_this_cpu->m == m)
+			sd_stat_inc(sd_this_cpu, SD_STAT_GLOBAL_ASID_FREE);
+	}
 	sd_cpumask_destroy(&im->cpumask);
 	free(im);
 }
 
 int sd_ipi_test_break(struct sd_machine *m, unsigned mask)
 {
-	if (!m || m->ops != &sd_ipi_ops)
-		return sd_fail(-EINVAL, "sd_ipi_test_break: machine does not run 'ipi'");
+	if (!m || (m->ops != &sd_ipi_ops && m->ops != &sd_gbcast_ops))
+		return sd_fail(-EINVAL, "sd_ipi_test_break: machine runs neither 'ipi' nor 'gbcast'");
 	ipi_of(m)->broken = mask;
 	return 0;
 }
@@ -210,22 +313,57 @@ static void cpumask_write(struct sd_cpu *cpu, struct sd_mm *mm, bool set)
 
 /* ---- context switch ---- */
 
-/* choose_new_asid(): the slot already holding @next, or the round-robin
- * victim. */
-static unsigned choose_new_asid(struct sd_cpu *cpu, struct sd_ipi_cpu *me,
-				const struct sd_ipi_mm *next, uint64_t next_gen, bool *need_flush)
+static inline uint16_t loaded_asid(const struct sd_ipi_cpu *me)
 {
+	return atomic_load_explicit(&me->loaded_asid, memory_order_relaxed);
+}
+
+static inline bool is_global_asid(uint16_t asid)
+{
+	return asid >= SD_IPI_NR_DYN_ASIDS;
+}
+
+/* mm_global_asid(): acquire, pairing with the release in
+ * mm_assign_global_asid(), so whoever sees the ASID sees the transition. */
+static inline uint16_t mm_global_asid(struct sd_mm *mm)
+{
+	return atomic_load_explicit(&ipi_mm(mm)->global_asid, memory_order_acquire);
+}
+
+/* mm_needs_global_asid(): the mm has a global ASID this CPU is not using. */
+static bool mm_needs_global_asid(struct sd_mm *mm, uint16_t asid)
+{
+	uint16_t gasid = mm_global_asid(mm);
+
+	return gasid && asid != gasid;
+}
+
+/*
+ * choose_new_asid(): the mm's global ASID (never needs a flush: INVLPGB
+ * reached every TLB, lazy or not), else the slot already holding @next,
+ * else the round-robin victim.
+ */
+static uint16_t choose_new_asid(struct sd_cpu *cpu, struct sd_ipi_cpu *me, struct sd_mm *next,
+				uint64_t next_gen, bool *need_flush)
+{
+	const struct sd_ipi_mm *im = ipi_mm(next);
+	uint16_t gasid = mm_global_asid(next);
+
+	if (gasid) {
+		*need_flush = false;
+		return gasid;
+	}
 	for (unsigned s = 0; s < SD_IPI_NR_DYN_ASIDS; s++) {
-		if (me->ctxs[s].ctx_id == next->ctx_id) {
+		if (me->ctxs[s].ctx_id == im->ctx_id) {
 			*need_flush = me->ctxs[s].tlb_gen < next_gen;
-			return s;
+			return (uint16_t)s;
 		}
 	}
 	unsigned s = me->next_asid;
 	me->next_asid = (uint16_t)((s + 1) % SD_IPI_NR_DYN_ASIDS);
 	sd_stat_inc(cpu, SD_STAT_ASID_ALLOC);
 	*need_flush = true;
-	return s;
+	return (uint16_t)s;
 }
 
 /*
@@ -245,21 +383,67 @@ static void join_cpumask(struct sd_cpu *cpu, struct sd_ipi *ipi, struct sd_mm *n
 		sd_sb_fence();         /* CVE-2025-40174 */
 }
 
+/*
+ * reload_tlb: load @asid for @next, recording and flushing a dynamic slot
+ * if choose_new_asid() said so. loaded_mm is published first and the scan
+ * that stands for CR3-with-flush comes after, interrupts still off:
+ * hardware drops a PCID's entries in a few cycles, while our scan inside
+ * the SWITCHING window would make flushers IPI switching CPUs far more
+ * often than on a real machine. No one can tell the order apart: no access
+ * runs before interrupts are on again, and an IPI arriving meanwhile waits
+ * for the scan.
+ */
+static void load_asid(struct sd_cpu *cpu, struct sd_ipi_cpu *me, struct sd_mm *next,
+		      uint16_t asid, uint64_t next_gen, bool need_flush)
+{
+	if (need_flush) {
+		me->ctxs[asid].ctx_id = ipi_mm(next)->ctx_id;
+		me->ctxs[asid].tlb_gen = next_gen;
+	}
+	atomic_store_explicit(&me->loaded_asid, asid, memory_order_relaxed);
+	cpu->asid = slot_tag(asid);
+	sd_sb_store(&me->loaded_mm, (uintptr_t)next);
+	sd_sb_drain();
+	if (need_flush) {
+		flush_slot_full(cpu, asid);
+		sd_stat_inc(cpu, SD_STAT_SWITCH_FLUSH);
+	}
+}
+
+/* The mm got a global ASID while this CPU ran it on a dynamic one: move
+ * over (the prev == next reload of switch_mm_irqs_off()). is_lazy is left
+ * as it is: the IPI handler calls this for lazy CPUs too. */
+static void reload_global(struct sd_cpu *cpu, struct sd_ipi_cpu *me, struct sd_mm *mm)
+{
+	uint64_t gen = atomic_load_explicit(&ipi_mm(mm)->tlb_gen, memory_order_acquire);
+	bool need_flush;
+	uint16_t asid = choose_new_asid(cpu, me, mm, gen, &need_flush);
+
+	load_asid(cpu, me, mm, asid, gen, need_flush);
+}
+
 /* prev == next: leaving lazy mode on the mm we kept loaded. */
 static void switch_same(struct sd_cpu *cpu, struct sd_ipi_cpu *me, struct sd_mm *mm, bool was_lazy)
 {
-	if (!mm || !was_lazy)
+	if (!mm)
+		return;
+	if (mm_needs_global_asid(mm, loaded_asid(me))) {
+		reload_global(cpu, me, mm);
+		return;
+	}
+	/* A global ASID is kept current by INVLPGB, lazy or not. */
+	if (is_global_asid(loaded_asid(me)) || !was_lazy)
 		return;
 	/* Order is_lazy = false before the tlb_gen read. Pairs with the
 	 * flusher's tlb_gen RMW before its is_lazy read: either it saw us
 	 * not lazy and IPIs us, or we see its generation here. */
 	sd_sb_fence();
 	uint64_t gen = atomic_load_explicit(&ipi_mm(mm)->tlb_gen, memory_order_acquire);
-	struct sd_ipi_ctx *ctx = &me->ctxs[me->loaded_asid];
+	struct sd_ipi_ctx *ctx = &me->ctxs[loaded_asid(me)];
 
 	if (ctx->tlb_gen == gen)
 		return;
-	flush_slot_full(cpu, me->loaded_asid);
+	flush_slot_full(cpu, loaded_asid(me));
 	sd_stat_inc(cpu, SD_STAT_SWITCH_FLUSH);
 	ctx->tlb_gen = gen;
 }
@@ -287,6 +471,7 @@ static void ipi_switch_to(struct sd_cpu *cpu, struct sd_mm *next)
 		cpumask_write(cpu, prev, false);   /* stop remote flushes for prev */
 	if (!next) {
 		cpu->asid = 0;
+		atomic_store_explicit(&me->loaded_asid, 0, memory_order_relaxed);
 		sd_sb_store(&me->loaded_mm, 0);
 		sd_sb_drain();
 		return;
@@ -294,34 +479,13 @@ static void ipi_switch_to(struct sd_cpu *cpu, struct sd_mm *next)
 	join_cpumask(cpu, ipi, next);
 	sd_order_point(SD_ORDER_SWITCH_STORED, cpu->id);
 
-	struct sd_ipi_mm *im = ipi_mm(next);
-	uint64_t next_gen = atomic_load_explicit(&im->tlb_gen, memory_order_acquire);
+	uint64_t next_gen = atomic_load_explicit(&ipi_mm(next)->tlb_gen, memory_order_acquire);
 	sd_order_point(SD_ORDER_SWITCH_LOADED, cpu->id);
 
 	bool need_flush;
-	unsigned slot = choose_new_asid(cpu, me, im, next_gen, &need_flush);
+	uint16_t asid = choose_new_asid(cpu, me, next, next_gen, &need_flush);
 
-	if (need_flush) {
-		me->ctxs[slot].ctx_id = im->ctx_id;
-		me->ctxs[slot].tlb_gen = next_gen;
-	}
-	me->loaded_asid = (uint16_t)slot;
-	cpu->asid = slot_tag(slot);
-	sd_sb_store(&me->loaded_mm, (uintptr_t)next);
-	sd_sb_drain();
-	/*
-	 * The CR3 write with a flush. Hardware drops a PCID's entries in a
-	 * few cycles; our scan of the TLB takes far longer, and inside the
-	 * SWITCHING window it would make flushers IPI switching CPUs much
-	 * more often than on a real machine. It comes after loaded_mm is
-	 * published, interrupts still off, which no one can tell apart: no
-	 * access runs before they are on again, and an IPI arriving meanwhile
-	 * waits for the scan to finish.
-	 */
-	if (need_flush) {
-		flush_slot_full(cpu, slot);
-		sd_stat_inc(cpu, SD_STAT_SWITCH_FLUSH);
-	}
+	load_asid(cpu, me, next, asid, next_gen, need_flush);
 }
 
 static void ipi_switch(struct sd_cpu *cpu, struct sd_mm *prev, struct sd_mm *next)
@@ -360,6 +524,12 @@ static void flush_tlb_func(struct sd_cpu *cpu, const struct sd_ipi_flush_info *f
 	}
 	if (!loaded)
 		return;                            /* init_mm: no user entries */
+	/* A transition IPI: move onto the mm's global ASID, which INVLPGB
+	 * keeps current, and nothing is left to flush. */
+	if (mm_needs_global_asid(loaded, loaded_asid(me)))
+		reload_global(cpu, me, loaded);
+	if (is_global_asid(loaded_asid(me)))
+		return;
 	if (atomic_load_explicit(&me->is_lazy, memory_order_relaxed)) {
 		/* Only a forced IPI (freed page tables) gets here: stop using
 		 * tables that are about to be freed, by leaving for init_mm. */
@@ -367,7 +537,8 @@ static void flush_tlb_func(struct sd_cpu *cpu, const struct sd_ipi_flush_info *f
 		return;
 	}
 
-	struct sd_ipi_ctx *ctx = &me->ctxs[me->loaded_asid];
+	uint16_t slot = loaded_asid(me);
+	struct sd_ipi_ctx *ctx = &me->ctxs[slot];
 	uint64_t local_gen = ctx->tlb_gen;
 
 	/* Already caught up: no touch of the contended mm line at all. */
@@ -390,13 +561,13 @@ static void flush_tlb_func(struct sd_cpu *cpu, const struct sd_ipi_flush_info *f
 	 */
 	if (f->nr && f->new_tlb_gen == local_gen + 1 && f->new_tlb_gen == mm_gen) {
 		struct sd_tlb_inval inv = {
-			.kind = SD_TLB_INVAL_RANGE, .asid = slot_tag(me->loaded_asid),
+			.kind = SD_TLB_INVAL_RANGE, .asid = slot_tag(slot),
 			.leaf_only = !f->freed_tables, .vpn = f->vpn, .nr = f->nr,
 		};
 		sd_tlb_invalidate(&cpu->tlb, &inv);
 		sd_stat_inc(cpu, SD_STAT_FLUSH_PARTIAL);
 	} else {
-		flush_slot_full(cpu, me->loaded_asid);
+		flush_slot_full(cpu, slot);
 	}
 	/* The generation read before flushing: later bumps still need us. */
 	ctx->tlb_gen = mm_gen;
@@ -471,8 +642,11 @@ static void flush_tlb_multi(struct sd_cpu *cpu, const struct sd_cpumask *mask,
 {
 	struct sd_ipi *ipi = ipi_of(cpu->m);
 	struct sd_ipi_cpu *me = &ipi->percpu[cpu->id];
-	/* Freed tables reach lazy CPUs too: they must stop walking them. */
-	bool all = f->freed_tables;
+	/* Freed tables reach lazy CPUs too: they must stop walking them. So
+	 * does an ASID transition: every straggler must move over. */
+	bool all = f->freed_tables ||
+		   (f->mm && atomic_load_explicit(&ipi_mm(f->mm)->asid_transition,
+						  memory_order_relaxed));
 	bool run_local = false;
 	unsigned t, nr_sent = 0;
 
@@ -500,6 +674,160 @@ static void flush_tlb_multi(struct sd_cpu *cpu, const struct sd_cpumask *mask,
 		sd_ipi_wait(cpu, &me->csd[me->targets[i]]);
 }
 
+/* ---- gbcast: global ASIDs and INVLPGB ---- */
+
+/* invlpgb_flush_all_nonglobals(): every user entry of every PCID on every
+ * CPU, then TLBSYNC. The wrap-around of the global ASID space runs it,
+ * under the global ASID lock, on the allocating CPU. */
+static void flush_all_nonglobals(struct sd_cpu *cpu)
+{
+	struct sd_tlb_inval all = { .kind = SD_TLB_INVAL_ALL };
+	struct sd_ipi *ipi = ipi_of(cpu->m);
+
+	sd_invlpgb(cpu, &ipi->ib, &all);
+	(void)sd_tlbsync(cpu, &ipi->ib);
+}
+
+static void flush_all_nonglobals_cb(void *arg)
+{
+	(void)arg;
+	flush_all_nonglobals(sd_this_cpu);     /* the allocating CPU */
+	sd_stat_inc(sd_this_cpu, SD_STAT_GLOBAL_ASID_RESET);
+}
+
+/*
+ * The threshold of mm_active_cpus_exceeds(): the merged kernel's fixed 3,
+ * or, with threshold_growth=1, one that doubles (2T + 1) each time the
+ * free global ASIDs fall below another half of the pool. The cover letter
+ * of the early series says the threshold grows as the space is used up;
+ * its formula is not public, so this step function is an assumption.
+ */
+static unsigned global_asid_threshold(struct sd_ipi *ipi)
+{
+	unsigned t = ipi->threshold;
+
+	if (!ipi->threshold_growth)
+		return t;
+	unsigned avail = sd_global_asid_available(&ipi->gasid);
+	for (unsigned frac = ipi->pool / 2; frac && avail < frac; frac /= 2)
+		t = 2 * t + 1;
+	return t;
+}
+
+/* mm_active_cpus_exceeds(): more than @threshold CPUs run @mm, not lazily. */
+static bool mm_active_cpus_exceeds(struct sd_ipi *ipi, struct sd_mm *mm, unsigned threshold)
+{
+	const struct sd_cpumask *mask = &ipi_mm(mm)->cpumask;
+	unsigned t, count = 0;
+
+	if (sd_cpumask_weight(mask) <= threshold)
+		return false;
+	sd_cpumask_for_each(t, mask) {
+		struct sd_ipi_cpu *pc = &ipi->percpu[t];
+		if (atomic_load_explicit(&pc->loaded_mm, memory_order_relaxed) != (uintptr_t)mm ||
+		    atomic_load_explicit(&pc->is_lazy, memory_order_relaxed))
+			continue;
+		if (++count > threshold)
+			return true;
+	}
+	return false;
+}
+
+/*
+ * use_global_asid() and mm_assign_global_asid(): under the lock, recheck,
+ * allocate, then set the transition flag before publishing the ASID with
+ * release ordering, so whoever sees the ASID sees the transition too.
+ */
+static void use_global_asid(struct sd_cpu *cpu, struct sd_ipi *ipi, struct sd_mm *mm)
+{
+	struct sd_ipi_mm *im = ipi_mm(mm);
+	uint16_t asid = 0;
+
+	sd_global_asid_lock(&ipi->gasid);
+	if (!mm_global_asid(mm))
+		asid = sd_global_asid_alloc_locked(&ipi->gasid);   /* 0: ran out */
+	if (asid) {
+		atomic_store_explicit(&im->asid_transition, true, memory_order_relaxed);
+		atomic_store_explicit(&im->global_asid, asid, memory_order_release);
+		sd_stat_inc(cpu, SD_STAT_GLOBAL_ASID_ALLOC);
+	}
+	sd_global_asid_unlock(&ipi->gasid);
+}
+
+/* consider_global_asid(): after IPI flushes, sampled, by the threshold. */
+static void consider_global_asid(struct sd_cpu *cpu, struct sd_ipi *ipi, struct sd_mm *mm)
+{
+	struct sd_ipi_cpu *me = &ipi->percpu[cpu->id];
+
+	if (!ipi->invlpgb || ++me->flushes_sampled % ipi->sample)
+		return;
+	if (mm_active_cpus_exceeds(ipi, mm, global_asid_threshold(ipi)))
+		use_global_asid(cpu, ipi, mm);
+}
+
+/*
+ * finish_asid_transition(): CPUs that still run the mm on a dynamic ASID
+ * are not reached by INVLPGB on the global one. Wait out CPUs in the middle
+ * of a switch (they may have chosen a dynamic ASID just before the global
+ * one was published); if any runs the mm on another ASID, IPI the whole
+ * mask, whose handler also moves it over. Once none does, the transition
+ * is over.
+ */
+static void finish_asid_transition(struct sd_cpu *cpu, struct sd_ipi *ipi,
+				   struct sd_ipi_flush_info *f)
+{
+	struct sd_ipi_mm *im = ipi_mm(f->mm);
+	uint16_t gasid = mm_global_asid(f->mm);
+	unsigned t;
+
+	if (!atomic_load_explicit(&im->asid_transition, memory_order_acquire))
+		return;
+	sd_cpumask_for_each(t, &im->cpumask) {
+		struct sd_ipi_cpu *pc = &ipi->percpu[t];
+		struct sd_backoff b = SD_BACKOFF_INIT;
+		uintptr_t loaded;
+
+		while ((loaded = atomic_load_explicit(&pc->loaded_mm, memory_order_acquire)) ==
+		       SD_IPI_LOADED_SWITCHING)
+			sd_backoff_wait(&b);
+		if (loaded != (uintptr_t)f->mm)
+			continue;
+		if (atomic_load_explicit(&pc->loaded_asid, memory_order_relaxed) != gasid) {
+			if (ipi->broken & SD_IPI_BREAK_NO_TRANSITION)
+				return;
+			sd_stat_inc(cpu, SD_STAT_TRANSITION_IPI);
+			flush_tlb_multi(cpu, &im->cpumask, f);
+			return;
+		}
+	}
+	atomic_store_explicit(&im->asid_transition, false, memory_order_relaxed);
+}
+
+/* broadcast_tlb_flush(): INVLPGBs on the global ASID (no IPI, lazy CPUs
+ * included), the stragglers, then TLBSYNC on this same CPU. */
+static void broadcast_tlb_flush(struct sd_cpu *cpu, struct sd_ipi *ipi,
+				struct sd_ipi_flush_info *f)
+{
+	uint16_t tag = slot_tag(mm_global_asid(f->mm));
+
+	if (!f->nr) {
+		struct sd_tlb_inval all = { .kind = SD_TLB_INVAL_ASID, .asid = tag };
+		sd_invlpgb(cpu, &ipi->ib, &all);
+	} else {
+		for (uint64_t v = f->vpn, end = f->vpn + f->nr; v < end;) {
+			uint64_t n = end - v < ipi->count_max ? end - v : ipi->count_max;
+			struct sd_tlb_inval op = {
+				.kind = SD_TLB_INVAL_RANGE, .asid = tag,
+				.leaf_only = !f->freed_tables, .vpn = v, .nr = n,
+			};
+			sd_invlpgb(cpu, &ipi->ib, &op);
+			v += n;
+		}
+	}
+	finish_asid_transition(cpu, ipi, f);
+	(void)sd_tlbsync(cpu, &ipi->ib);
+}
+
 /* flush_tlb_mm_range(): @nr == 0 flushes the whole mm. */
 static void ipi_flush(struct sd_cpu *cpu, struct sd_mm *mm, uint64_t vpn, uint64_t nr,
 		      bool freed_tables)
@@ -523,11 +851,16 @@ static void ipi_flush(struct sd_cpu *cpu, struct sd_mm *mm, uint64_t vpn, uint64
 	f->freed_tables = freed_tables;
 	f->trim_cpumask = false;
 
-	if (cpumask_any_but(&im->cpumask, cpu->id)) {
+	if (ipi->invlpgb && mm_global_asid(mm)) {
+		broadcast_tlb_flush(cpu, ipi, f);
+	} else if (cpumask_any_but(&im->cpumask, cpu->id)) {
 		f->trim_cpumask = should_trim_cpumask(ipi, mm);
 		if (f->trim_cpumask)
 			sd_stat_inc(cpu, SD_STAT_CPUMASK_TRIM);
+		if (ipi->invlpgb)
+			sd_stat_inc(cpu, SD_STAT_FALLBACK_IPI_FLUSH);
 		flush_tlb_multi(cpu, &im->cpumask, f);
+		consider_global_asid(cpu, ipi, mm);
 	} else if (atomic_load_explicit(&me->loaded_mm, memory_order_relaxed) == (uintptr_t)mm) {
 		sd_irq_off(cpu);
 		flush_tlb_func(cpu, f, true);
@@ -553,9 +886,18 @@ static void ipi_flush_mm(struct sd_cpu *cpu, struct sd_mm *mm)
  */
 static void ipi_batch_add(struct sd_cpu *cpu, struct sd_cpumask *cpus, struct sd_mm *mm)
 {
+	struct sd_ipi *ipi = ipi_of(cpu->m);
 	struct sd_ipi_mm *im = ipi_mm(mm);
 
-	(void)cpu;
+	/* The v4 series, planted back for the race test: an mm with a global
+	 * ASID got an INVLPGB on that ASID alone, and its CPUs were not added,
+	 * so stragglers on dynamic ASIDs kept their entries (Jann Horn). */
+	if (ipi->invlpgb && (ipi->broken & SD_IPI_BREAK_BATCH_GLOBAL_ONLY) && mm_global_asid(mm)) {
+		struct sd_tlb_inval op = { .kind = SD_TLB_INVAL_ASID,
+					   .asid = slot_tag(mm_global_asid(mm)) };
+		sd_invlpgb(cpu, &ipi->ib, &op);
+		return;
+	}
 	atomic_fetch_add(&im->tlb_gen, 1);
 	sd_smp_mb__after_atomic();
 	for (unsigned w = 0; w < sd_cpumask_nwords(cpus); w++) {
@@ -573,11 +915,21 @@ static void ipi_batch_add(struct sd_cpu *cpu, struct sd_cpumask *cpus, struct sd
  */
 static void ipi_batch_flush(struct sd_cpu *cpu, struct sd_cpumask *cpus)
 {
+	struct sd_ipi *ipi = ipi_of(cpu->m);
 	struct sd_ipi_flush_info *f = &ipi_cpu(cpu)->info;
 
 	*f = (struct sd_ipi_flush_info){
 		.mm = NULL, .new_tlb_gen = SD_IPI_GEN_INVALID, .initiating_cpu = cpu->id,
 	};
+	/* gbcast (6.15): one INVLPGB of every non-global entry, dynamic and
+	 * global ASIDs alike, on every CPU, and its TLBSYNC: no IPI at all. */
+	if (ipi->invlpgb && !(ipi->broken & SD_IPI_BREAK_BATCH_GLOBAL_ONLY)) {
+		flush_all_nonglobals(cpu);
+		sd_cpumask_clearall(cpus);
+		return;
+	}
+	if (ipi->invlpgb)
+		(void)sd_tlbsync(cpu, &ipi->ib);   /* the v4 global-ASID INVLPGBs */
 	if (cpumask_any_but(cpus, cpu->id)) {
 		flush_tlb_multi(cpu, cpus, f);
 	} else if (sd_cpumask_test(cpus, cpu->id)) {
@@ -591,6 +943,21 @@ const struct sd_strategy_ops sd_ipi_ops = {
 	.name = "ipi",
 	.summary = "x86 shootdown: IPIs as signals, mm_cpumask, tlb_gen, 6 PCID slots",
 	.machine_init = ipi_machine_init,
+	.machine_fini = ipi_machine_fini,
+	.mm_init = ipi_mm_init,
+	.mm_fini = ipi_mm_fini,
+	.flush_range = ipi_flush_range,
+	.flush_mm = ipi_flush_mm,
+	.switch_mm = ipi_switch,
+	.enter_lazy = ipi_enter_lazy,
+	.batch_add = ipi_batch_add,
+	.batch_flush = ipi_batch_flush,
+};
+
+const struct sd_strategy_ops sd_gbcast_ops = {
+	.name = "gbcast",
+	.summary = "AMD INVLPGB: global ASIDs, broadcast + TLBSYNC, IPI fallback",
+	.machine_init = gbcast_machine_init,
 	.machine_fini = ipi_machine_fini,
 	.mm_init = ipi_mm_init,
 	.mm_fini = ipi_mm_fini,

@@ -2,8 +2,10 @@
 #ifndef SD_FLUSH_IPI_H
 #define SD_FLUSH_IPI_H
 
+#include "../asid/global_asid.h"
 #include "../core/cpumask.h"
 #include "../cpu/cpu.h"
+#include "invlpgb.h"
 
 struct sd_machine;
 struct sd_mm;
@@ -17,6 +19,14 @@ struct sd_mm;
 #define SD_IPI_LOADED_SWITCHING ((uintptr_t)1)
 /* TLB_GENERATION_INVALID: a batch flush names no generation. */
 #define SD_IPI_GEN_INVALID 0
+/* Global ASIDs (gbcast): 4094 - 6 - 1 without PTI. */
+#define SD_GBCAST_POOL 4087
+/* mm_active_cpus_exceeds(mm, 3): a global ASID from 4 active CPUs on. */
+#define SD_GBCAST_THRESHOLD 3
+/* consider_global_asid() samples 1 flush in 32. */
+#define SD_GBCAST_SAMPLE 32
+/* invlpgb_count_max: pages per INVLPGB (CPUID 0x80000008 EDX[15:0] + 1). */
+#define SD_GBCAST_COUNT_MAX 8
 
 enum sd_ipi_cpumask_mode {
 	SD_IPI_CPUMASK_EAGER,   /* clear at switch-out, set at switch-in */
@@ -27,7 +37,12 @@ enum sd_ipi_cpumask_mode {
 enum {
 	SD_IPI_BREAK_SWITCHING_RULE = 1 << 0, /* CVE-2025-37964: skip SWITCHING CPUs */
 	SD_IPI_BREAK_SWITCH_FENCE = 1 << 1,   /* CVE-2025-40174: no smp_mb when set */
+	SD_IPI_BREAK_BATCH_GLOBAL_ONLY = 1 << 2, /* v4 reclaim: INVLPGB the global PCID only */
+	SD_IPI_BREAK_NO_TRANSITION = 1 << 3,  /* never IPI dynamic-ASID stragglers */
 };
+
+/* Where freed pages go: through one global LRU lock, or per-CPU batches. */
+enum sd_lru_mode { SD_LRU_PERCPU, SD_LRU_GLOBAL };
 
 /* flush_tlb_info: one per CPU, filled by its initiator, read by targets. */
 struct sd_ipi_flush_info {
@@ -50,8 +65,11 @@ struct sd_ipi_ctx {
 struct sd_ipi_cpu {
 	/* Written by the owner at switches, read by every flusher. */
 	sd_cacheline_aligned SD_ATOMIC(uintptr_t) loaded_mm;  /* sd_mm *, NULL or SWITCHING */
-	uint16_t loaded_asid;                  /* owner-private from here */
-	uint16_t next_asid;
+	/* loaded_mm_asid: a slot 0..5, or a global ASID from 6 on; read by
+	 * finish_asid_transition() on other CPUs. */
+	SD_ATOMIC(uint16_t) loaded_asid;
+	uint16_t next_asid;                    /* owner-private from here */
+	unsigned flushes_sampled;              /* consider_global_asid() sampling */
 	struct sd_ipi_ctx ctxs[SD_IPI_NR_DYN_ASIDS];
 	/* is_lazy has a line of its own: remote flushers read it on every
 	 * flush, and it must not bounce with the switch-time writes above. */
@@ -66,6 +84,10 @@ struct sd_ipi_mm {
 	/* Every flush RMWs tlb_gen: a contended line of its own. */
 	sd_cacheline_aligned SD_ATOMIC(uint64_t) tlb_gen;
 	SD_ATOMIC(uint64_t) next_trim_ns;      /* next_trim_cpumask */
+	/* gbcast: the mm's global ASID (0: none) and asid_transition. The
+	 * flag is set before the ASID is published with release ordering. */
+	SD_ATOMIC(uint16_t) global_asid;
+	SD_ATOMIC(bool) asid_transition;
 	struct sd_cpumask cpumask;             /* words on their own line */
 };
 
@@ -75,6 +97,12 @@ struct sd_ipi {
 	unsigned ceiling;
 	uint64_t trim_ns;
 	unsigned broken;                       /* SD_IPI_BREAK_*, tests only */
+	/* gbcast only: INVLPGB, the global ASID space and its policy. */
+	bool invlpgb;
+	unsigned pool, threshold, sample, count_max;
+	bool threshold_growth;                 /* an assumption: see gbcast */
+	struct sd_global_asid gasid;
+	struct sd_invlpgb ib;
 	SD_ATOMIC(uint64_t) last_ctx_id;
 	struct sd_ipi_cpu *percpu;
 	struct sd_ipi_req *csd_all;

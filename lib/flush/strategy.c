@@ -10,6 +10,7 @@ static const struct sd_strategy_ops *const builtin[] = {
 	&sd_broadcast_ops,
 	&sd_local_ops,
 	&sd_ipi_ops,
+	&sd_gbcast_ops,
 	&sd_none_ops,
 };
 
@@ -53,7 +54,7 @@ int sd_strategy_lookup(const char *spec, const struct sd_strategy_ops **ops,
 			return parse_opts(builtin[i]->name, colon ? colon + 1 : "", opts, nr_opts);
 		}
 	}
-	return sd_fail(-ENOENT, "unknown strategy '%.*s' (known: broadcast, local, ipi, none)",
+	return sd_fail(-ENOENT, "unknown strategy '%.*s' (known: broadcast, local, ipi, gbcast, none)",
 		       (int)len, spec);
 }
 

@@ -74,6 +74,7 @@ int sd_strategy_opt_uint(const char *strategy, const struct sd_strategy_opt *opt
 extern const struct sd_strategy_ops sd_broadcast_ops;
 extern const struct sd_strategy_ops sd_local_ops;
 extern const struct sd_strategy_ops sd_ipi_ops;
+extern const struct sd_strategy_ops sd_gbcast_ops;
 extern const struct sd_strategy_ops sd_none_ops;
 
 #endif

@@ -5,6 +5,7 @@
 #include <shootdown/machine.h>
 
 #include "../core/compiler.h"
+#include "../core/spinlock.h"
 #include "../cpu/cpu.h"
 #include "../flush/strategy.h"
 #include "../mm/frame.h"
@@ -26,7 +27,14 @@ struct sd_machine {
 	struct sd_frame_pool frames;
 	struct sd_oracle oracle;
 
-	SD_ATOMIC(unsigned) nr_attached;
+	/* lru=global (strategy option): freeing pages takes one machine-wide
+	 * lock and touches the shared LRU line, as release_pages() and
+	 * lru_add_drain() do under the lruvec lock. */
+	bool lru_global;
+	sd_cacheline_aligned struct sd_spinlock lru_lock;
+	uint64_t lru_pages;            /* under lru_lock */
+
+	sd_cacheline_aligned SD_ATOMIC(unsigned) nr_attached;
 	SD_ATOMIC(unsigned) nr_mms;
 	SD_ATOMIC(uint64_t) next_mm_id;
 	SD_ATOMIC(int) any_unpinned;

@@ -200,6 +200,22 @@ static void gather_page(struct gather *g, uint64_t vpn, uint64_t pfn)
 		(void)vec_push(&g->pages, vpn);
 }
 
+void sd_mm_free_frames(struct sd_cpu *c, const uint64_t *pfns, size_t n)
+{
+	struct sd_machine *m = c->m;
+
+	if (!n)
+		return;
+	if (m->lru_global) {
+		sd_spin_lock(&m->lru_lock);
+		m->lru_pages += n;
+	}
+	for (size_t i = 0; i < n; i++)
+		sd_frame_free(&m->frames, &c->frames, pfns[i]);
+	if (m->lru_global)
+		sd_spin_unlock(&m->lru_lock);
+}
+
 static void finish_change(struct sd_cpu *c, struct sd_mm *mm, uint64_t vpn, uint64_t nr,
 			  uint32_t version, struct gather *g, struct sd_pt_freelist *fl)
 {
@@ -224,8 +240,7 @@ static void finish_change(struct sd_cpu *c, struct sd_mm *mm, uint64_t vpn, uint
 		for (size_t i = 0; i < g->pages.n; i++)
 			sd_oracle_floor_raise(&mm->floor, g->pages.v[i], 1, version);
 	}
-	for (size_t i = 0; i < g->frames.n; i++)
-		sd_frame_free(&m->frames, &c->frames, g->frames.v[i]);
+	sd_mm_free_frames(c, g->frames.v, g->frames.n);
 	free(g->frames.v);
 	free(g->pages.v);
 	if (fl)

@@ -26,4 +26,10 @@ struct sd_mm {
 	sd_cacheline_aligned SD_ATOMIC(unsigned) batch_pending;
 };
 
+struct sd_cpu;
+
+/* Free reclaimed frames after their flush, through the LRU lock when the
+ * machine models a global one (lru=global). */
+void sd_mm_free_frames(struct sd_cpu *c, const uint64_t *pfns, size_t n);
+
 #endif

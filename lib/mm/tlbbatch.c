@@ -149,7 +149,6 @@ static void flush_batch(struct sd_cpu *cpu, struct sd_tlbbatch *b)
 
 int sd_tlbbatch_flush(struct sd_cpu *cpu, struct sd_tlbbatch *b)
 {
-	struct sd_machine *m;
 	int err = check_batch(cpu, b, "sd_tlbbatch_flush");
 
 	if (err)
@@ -158,14 +157,12 @@ int sd_tlbbatch_flush(struct sd_cpu *cpu, struct sd_tlbbatch *b)
 		return sd_fail(-EINVAL, "sd_tlbbatch_flush: called with interrupts off");
 	if (batch_empty(b))
 		return 0;
-	m = cpu->m;
 	flush_batch(cpu, b);
 	/* Only now is no translation older than the zaps left anywhere. */
 	for (size_t i = 0; i < b->nr_pages; i++)
 		sd_oracle_floor_raise(&b->pages[i].mm->floor, b->pages[i].vpn, 1,
 				      b->pages[i].version);
-	for (size_t i = 0; i < b->nr_frames; i++)
-		sd_frame_free(&m->frames, &cpu->frames, b->frames[i]);
+	sd_mm_free_frames(cpu, b->frames, b->nr_frames);
 	for (size_t i = 0; i < b->nr_mms; i++)
 		atomic_fetch_sub_explicit(&b->mms[i]->batch_pending, 1, memory_order_release);
 	sd_cpumask_clearall(&b->cpus);

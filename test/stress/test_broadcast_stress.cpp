@@ -22,6 +22,8 @@
 // (thread interleavings still differ).
 #include "common.hpp"
 
+#include <cstring>
+
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -415,6 +417,27 @@ TEST_P(BroadcastStress, OracleChecked)
 		    (unsigned long long)st.counter[SD_STAT_ASID_ROLLOVER],
 		    (unsigned long long)st.counter[SD_STAT_TLB_FILL_RACED],
 		    (unsigned long long)violations);
+	if (!std::strncmp(sc.strategy, "ipi", 3) || !std::strncmp(sc.strategy, "gbcast", 6)) {
+		std::printf("[stress] %s: x86: %llu IPIs (%llu unneeded, %llu deferred), %llu lazy "
+			    "skips; gbcast: %llu INVLPGBs, %llu TLBSYNCs, %llu global ASIDs "
+			    "(%llu resets), %llu transition IPIs, %llu fallback IPI flushes\n",
+			    sc.name, (unsigned long long)st.counter[SD_STAT_IPI_SENT],
+			    (unsigned long long)st.counter[SD_STAT_IPI_UNNEEDED],
+			    (unsigned long long)st.counter[SD_STAT_IPI_DEFERRED],
+			    (unsigned long long)st.counter[SD_STAT_LAZY_SKIP],
+			    (unsigned long long)st.counter[SD_STAT_INVLPGB],
+			    (unsigned long long)st.counter[SD_STAT_TLBSYNC],
+			    (unsigned long long)st.counter[SD_STAT_GLOBAL_ASID_ALLOC],
+			    (unsigned long long)st.counter[SD_STAT_GLOBAL_ASID_RESET],
+			    (unsigned long long)st.counter[SD_STAT_TRANSITION_IPI],
+			    (unsigned long long)st.counter[SD_STAT_FALLBACK_IPI_FLUSH]);
+	}
+	if (!std::strncmp(sc.strategy, "gbcast:pool", 11)) {
+		// The tiny-pool cases exist to exercise these paths.
+		EXPECT_GT(st.counter[SD_STAT_GLOBAL_ASID_ALLOC], 0u);
+		EXPECT_GT(st.counter[SD_STAT_INVLPGB], 0u);
+		EXPECT_GT(st.counter[SD_STAT_GLOBAL_ASID_RESET], 0u);
+	}
 
 	EXPECT_EQ(0u, w.n.unexpected.load()) << "first: " << w.first_error;
 	EXPECT_GT(w.n.bursts.load(), (uint64_t)sc.cpus) << "the workload barely ran";
@@ -471,6 +494,14 @@ const StressConfig kConfigs[] = {
 	{"ipi_lazy_trim1_cpus8", 8, "ipi:cpumask=lazy,trim_ms=1", 0, 40, false, 0.5},
 	{"ipi_lazy_ceiling4_cpus16", 16, "ipi:ceiling=4", 0, 40, false, 0.5},
 	{"ipi_hot_cpus2", 2, "ipi", 0, 0, false, 0.5, true},
+	// AMD INVLPGB: every multi-CPU mm goes global at once (threshold 0,
+	// every flush sampled) from a pool of 4 ASIDs, so exhaustion, wrap-around
+	// resets and transitions happen while flushes are in flight.
+	{"gbcast_pool4_cpus2", 2, "gbcast:pool=4,threshold=0,sample=1", 0, 0, false, 1.0},
+	{"gbcast_pool4_cpus8", 8, "gbcast:pool=4,threshold=0,sample=1", 0, 40, false, 0.5},
+	{"gbcast_pool2_eager_cpus16", 16, "gbcast:pool=2,threshold=1,sample=1,cpumask=eager", 0, 40, false, 0.5},
+	{"gbcast_default_cpus4", 4, "gbcast", 0, 0, false, 0.5},
+	{"gbcast_hot_cpus2", 2, "gbcast:pool=4,threshold=0,sample=1", 0, 0, false, 0.5, true},
 	// The broken strategy: stops as soon as the oracle fires.
 	{"none_cpus4_expect_violations", 4, "none", 0, 0, true, 0.5},
 };
