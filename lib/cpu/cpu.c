@@ -10,6 +10,7 @@
 #include "../core/error.h"
 #include "../machine/machine.h"
 #include "cpu.h"
+#include "../flush/invlpgb.h"
 
 _Thread_local struct sd_cpu *sd_this_cpu __attribute__((tls_model("initial-exec")));
 
@@ -101,6 +102,7 @@ int sd_cpu_detach(struct sd_cpu *c)
 	if (c->irq_depth)
 		return sd_fail(-EBUSY, "sd_cpu_detach: interrupts are off");
 	m = c->m;
+	sd_invlpgb_sync_self(c);
 	sd_switch_mm(c, NULL);
 	sd_ipi_offline(c);
 	sd_frame_cache_drain(&m->frames, &c->frames);

@@ -7,8 +7,10 @@
 #include "../machine/machine.h"
 #include "invlpgb.h"
 
-/* The CPU this thread issued unsynced INVLPGBs as, plus one (0: none). */
+/* The CPU this thread issued unsynced INVLPGBs as, plus one (0: none),
+ * and where they wait. */
 static SD_THREAD_LOCAL unsigned unsynced_issuer;
+static SD_THREAD_LOCAL struct sd_invlpgb *unsynced_ib;
 
 int sd_invlpgb_init(struct sd_invlpgb *ib, unsigned nr_cpus)
 {
@@ -36,6 +38,7 @@ void sd_invlpgb(struct sd_cpu *cpu, struct sd_invlpgb *ib, const struct sd_tlb_i
 		(void)sd_tlbsync(cpu, ib);     /* the issue stalls until room */
 	me->pending[me->nr_pending++] = *op;
 	unsynced_issuer = cpu->id + 1;
+	unsynced_ib = ib;
 	sd_stat_inc(cpu, SD_STAT_INVLPGB);
 }
 
@@ -44,6 +47,8 @@ int sd_tlbsync(struct sd_cpu *cpu, struct sd_invlpgb *ib)
 	struct sd_invlpgb_cpu *me = &ib->percpu[cpu->id];
 	struct sd_machine *m = cpu->m;
 
+	if (cpu != sd_this_cpu)
+		return sd_fail(-EPERM, "TLBSYNC for CPU %u from a thread that is not it", cpu->id);
 	if (unsynced_issuer && unsynced_issuer != cpu->id + 1)
 		return sd_fail(-EPERM, "TLBSYNC on CPU %u for INVLPGBs issued on CPU %u",
 			       cpu->id, unsynced_issuer - 1);
@@ -54,11 +59,13 @@ int sd_tlbsync(struct sd_cpu *cpu, struct sd_invlpgb *ib)
 	}
 	me->nr_pending = 0;
 	unsynced_issuer = 0;
+	unsynced_ib = NULL;
 	sd_stat_inc(cpu, SD_STAT_TLBSYNC);
 	return 0;
 }
 
-bool sd_invlpgb_unsynced(void)
+void sd_invlpgb_sync_self(struct sd_cpu *cpu)
 {
-	return unsynced_issuer != 0;
+	if (unsynced_ib && unsynced_issuer == cpu->id + 1)
+		(void)sd_tlbsync(cpu, unsynced_ib);
 }

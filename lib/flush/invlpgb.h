@@ -51,12 +51,14 @@ void sd_invlpgb(struct sd_cpu *cpu, struct sd_invlpgb *ib, const struct sd_tlb_i
 
 /*
  * TLBSYNC: return once every INVLPGB @cpu issued reached every TLB.
- * Return: 0; -EPERM if the calling thread issued INVLPGBs as another CPU
- * and did not sync them (the wrong-CPU TLBSYNC); nothing is applied then.
+ * Return: 0; -EPERM if the calling thread is not @cpu, or issued INVLPGBs
+ * as another CPU and did not sync them (the wrong-CPU TLBSYNC); nothing is
+ * applied then.
  */
 int sd_tlbsync(struct sd_cpu *cpu, struct sd_invlpgb *ib);
 
-/* Whether the calling thread has INVLPGBs it did not sync. */
-bool sd_invlpgb_unsynced(void);
+/* TLBSYNC whatever the calling thread, attached as @cpu, issued and did not
+ * sync yet (detach: like migrate_enable(), only after the sync). */
+void sd_invlpgb_sync_self(struct sd_cpu *cpu);
 
 #endif
