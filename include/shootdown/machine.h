@@ -111,7 +111,8 @@ SD_EXPORT void sd_machine_config_init(struct sd_machine_config *cfg);
  * Return: 0; -EINVAL for a bad field (zero or unknown size, nr_cpus of 0 or
  * above 4096, a TLB geometry that is not a power of
  * two, a bad signal, asid_bits out of range or too small for nr_cpus, a bad
- * PU list, a bad synthetic topology); -ENOENT for an unknown strategy or
+ * PU list, a bad synthetic topology, a strategy spec of 64 characters or
+ * more, a malformed or out-of-range strategy option); -ENOENT for an unknown strategy or
  * option; -EBUSY if 8 distinct IPI signals are already in use by other
  * machines; -ENOMEM. Nothing is left allocated on failure. Any thread that is
  * not an attached CPU.

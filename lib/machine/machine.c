@@ -57,6 +57,10 @@ static int normalise(const struct sd_machine_config *in, struct sd_machine_confi
 	}
 	if (!cfg->strategy)
 		cfg->strategy = SD_DEFAULT_STRATEGY;
+	/* sd_machine_info() reports the spec whole or not at all. */
+	if (strlen(cfg->strategy) >= sizeof(((struct sd_machine_info *)0)->strategy))
+		return sd_fail(-EINVAL, "strategy spec '%.20s...' is longer than %zu characters",
+			       cfg->strategy, sizeof(((struct sd_machine_info *)0)->strategy) - 1);
 	if (!cfg->tlb_sets)
 		cfg->tlb_sets = SD_DEFAULT_TLB_SETS;
 	if (!cfg->tlb_ways)

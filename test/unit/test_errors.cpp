@@ -227,6 +227,40 @@ TEST(Errors, UnknownStrategyOption)
 	expect_create_fails(c, -ENOENT, {"frobnicate"});
 }
 
+TEST(Errors, X86StrategyOptions)
+{
+	sd_machine_config c = cfg_cpus(2);
+	// Bad values name the option and the strategy; nothing is left behind
+	// (the machine is not created, so the next create starts clean).
+	const char *bad[][2] = {
+		{"ipi:cpumask=sometimes", "cpumask"}, {"ipi:ceiling=x", "ceiling"},
+		{"ipi:trim_ms=0", "trim_ms"},         {"ipi:lru=both", "lru"},
+		{"gbcast:pool=0", "pool"},            {"gbcast:pool=70000", "pool"},
+		{"gbcast:sample=0", "sample"},        {"gbcast:threshold_growth=2", "threshold_growth"},
+		{"gbcast:count_max=0", "count_max"},  {"gbcast:lru=both", "lru"},
+	};
+	for (auto &b : bad) {
+		SCOPED_TRACE(b[0]);
+		c.strategy = b[0];
+		expect_create_fails(c, -EINVAL, {b[1]});
+	}
+	// gbcast's options are not ipi's.
+	c.strategy = "ipi:pool=4";
+	expect_create_fails(c, -ENOENT, {"pool", "ipi"});
+	// A spec sd_machine_info() could not report whole is refused.
+	c.strategy = "gbcast:pool=4,threshold=0,sample=1,threshold_growth=1,count_max=2,lru=percpu";
+	expect_create_fails(c, -EINVAL, {"longer than 63"});
+	// Every good option.
+	for (const char *good : { "ipi:cpumask=eager,ceiling=4,trim_ms=5,lru=global",
+				  "gbcast:pool=4,threshold=0,sample=1,threshold_growth=1",
+				  "gbcast:count_max=2,lru=percpu,cpumask=lazy" }) {
+		c.strategy = good;
+		sd_machine *m = nullptr;
+		ASSERT_EQ(0, sd_machine_create(&c, &m)) << good << ": " << sd_last_error();
+		EXPECT_EQ(0, sd_machine_destroy(m));
+	}
+}
+
 TEST(Errors, UnknownOptionOfTestStrategy)
 {
 	sd_machine_config c = cfg_cpus(2);
