@@ -19,11 +19,13 @@ static void set_bit(uint64_t *map, unsigned bit)
 int sd_global_asid_init(struct sd_global_asid *g, unsigned first, unsigned pool,
 			void (*flush_all_nonglobals)(void *arg), void *arg)
 {
-	unsigned max = first + pool + 1;
-	unsigned words = (max + BITS - 1) / BITS;
+	/* 64-bit: a huge @pool must not wrap past the 16-bit check. */
+	uint64_t max64 = (uint64_t)first + pool + 1;
 
-	if (!pool || max > 0xffffu)
+	if (!pool || max64 > 0xffffu)
 		return -EINVAL;
+	unsigned max = (unsigned)max64;
+	unsigned words = (max + BITS - 1) / BITS;
 	sd_spin_init(&g->lock);
 	g->first = first;
 	g->max = max;

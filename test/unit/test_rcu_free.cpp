@@ -1,27 +1,44 @@
 // SPDX-License-Identifier: MIT
 // DESIGN invariant 4: a page-table page is never freed while a lockless
-// walker can still reach it. Through the public API only: four CPUs (more
-// than this machine's two cores, so walkers are preempted mid-walk) under
-// the broadcast strategy. CPUs 1..3 access a few pages in each half of a
-// 4 MiB region, so their TLB misses walk the tables (or start from the
-// leaf pointer in their walk cache) and, while the region is unmapped,
-// every access is a walk; they never take the mm lock. CPU 0 maps, touches
-// and unmaps the two 2 MiB halves in a tight loop, so leaf, pmd and pud
-// tables are unlinked and freed over and over. Broadcast sends no IPI, so
-// only the RCU grace period keeps a preempted walker's table alive.
+// walker can still reach it. Through the public API (plus a peek at gbcast's
+// per-mm state): four CPUs (more than this machine's two cores, so walkers
+// are preempted mid-walk), under two strategies that send the walkers no
+// IPI: broadcast, and gbcast once the mm has a global ASID (algorithms.md
+// §6.7: INVLPGB interrupts nobody, so the implicit lock of an IRQs-off
+// walker delaying a flush IPI's acknowledgement is gone).
+//
+// CPUs 1..3 access a few pages in each half of a 4 MiB region, so their TLB
+// misses walk the tables (or start from the leaf pointer in their walk
+// cache) and, while the region is unmapped, every access is a walk; they
+// never take the mm lock. CPU 0 maps, touches and unmaps the two 2 MiB
+// halves in a tight loop, so leaf, pmd and pud tables are unlinked and freed
+// over and over. With no IPI, only the RCU grace period keeps a preempted
+// walker's table alive. Under gbcast (threshold=0, sample=1) CPU 0 first
+// warms up: the mm's first flush goes by IPI and gives it a global ASID, the
+// next ones move the walkers onto it (transition IPIs) until the transition
+// is over. From then on the run is checked to send no IPI at all: INVLPGB
+// and TLBSYNC only.
 //
 // The real check is AddressSanitizer (this test runs under ASan in CI): a
 // table freed too early is a heap-use-after-free (or a wild pointer read
 // out of the freed table) in the walker. With sd_pt_free_deferred() planted
-// to free at once, 25 of 25 ASan runs failed that way. Without ASan the
-// oracle still counts stale or foreign translations, and every access must
-// see either the mapping or a clean -EFAULT.
+// to free at once, 25 of 25 ASan runs failed that way under broadcast; under
+// gbcast 20 of 20 did (heap-use-after-free in walk_and_fill or a wild read
+// in sd_pt_walk_leaf), every one after the warm-up, when no IPI is sent.
+// Without ASan the oracle still counts stale or foreign translations, and
+// every access must see either the mapping or a clean -EFAULT.
 #include "common.hpp"
 
 #include <atomic>
 #include <chrono>
+#include <cstring>
 #include <thread>
 #include <vector>
+
+extern "C" {
+#include "flush/ipi.h"
+#include "mm/mm.h"
+}
 
 namespace {
 
@@ -54,7 +71,18 @@ struct Shared {
 	// Totals over the CPUs.
 	std::atomic<uint64_t> ok{0}, faults{0}, bad{0}, cycles{0}, change_errors{0};
 	std::atomic<int> first_bad{0};
+	// gbcast: warm up to a global ASID first; the stats after it.
+	bool gbcast = false;
+	bool warmed = false;           // written by CPU 0 before it sets stop
+	unsigned warm_cycles = 0;
+	sd_stats warm{};
 };
+
+// gbcast's per-mm state (tests only).
+sd_ipi_mm *ipi_mm(sd_mm *mm)
+{
+	return static_cast<sd_ipi_mm *>(mm->strategy);
+}
 
 void walker(sd_cpu *cpu, Shared &s)
 {
@@ -136,6 +164,35 @@ void mapper(sd_cpu *cpu, Shared &s)
 	s.change_errors += errors;
 }
 
+// CPU 0, gbcast: map, touch and unmap (freeing tables) until the mm has a
+// global ASID and no CPU runs it on a dynamic one any more. The first flush
+// is an IPI flush (the walkers are in the mm's cpumask) and allocates the
+// ASID; the next one IPIs the stragglers; the one after that finds none.
+void warm_up(sd_cpu *cpu, Shared &s)
+{
+	sd_ipi_mm *im = ipi_mm(s.mm);
+	for (unsigned i = 0; i < 100; i++) {
+		if (im->global_asid.load() && !im->asid_transition.load()) {
+			s.warmed = true;
+			break;
+		}
+		s.warm_cycles++;
+		if (sd_mmap(cpu, s.mm, kBase, kChunk, RW) ||
+		    sd_access(cpu, hot_page(0, 0), SD_WRITE, nullptr) ||
+		    sd_munmap(cpu, s.mm, kBase, kChunk)) {
+			ADD_FAILURE() << "warm-up: " << sd_last_error();
+			return;
+		}
+	}
+	if (!s.warmed)
+		ADD_FAILURE() << "the mm never got a global ASID, or its transition never ended";
+	EXPECT_EQ(0, sd_stats_snapshot(sd_cpu_machine(cpu), &s.warm));
+	std::fprintf(stderr, "[rcu_free] gbcast: warm-up over after %u cycles (global ASID %u, "
+			     "%llu IPIs so far); no IPI from here on\n",
+		     s.warm_cycles, (unsigned)im->global_asid.load(),
+		     (unsigned long long)s.warm.counter[SD_STAT_IPI_SENT]);
+}
+
 void body(sd_cpu *cpu, void *arg)
 {
 	Shared &s = *static_cast<Shared *>(arg);
@@ -148,6 +205,8 @@ void body(sd_cpu *cpu, void *arg)
 	while (s.ready.load() < kCpus)
 		std::this_thread::yield();
 	if (sd_cpu_id(cpu) == 0) {
+		if (s.gbcast)
+			warm_up(cpu, s);
 		mapper(cpu, s);
 		s.stop = true;
 	} else {
@@ -156,14 +215,18 @@ void body(sd_cpu *cpu, void *arg)
 	sd_switch_mm(cpu, nullptr);
 }
 
-TEST(RcuFree, TablesOutliveWalkersUnderBroadcast)
+class RcuFree : public ::testing::TestWithParam<const char *> {};
+
+TEST_P(RcuFree, TablesOutliveWalkers)
 {
-	sd_machine_config c = sdtest::config(kCpus, "broadcast");
+	const bool gbcast = !std::strncmp(GetParam(), "gbcast", 6);
+	sd_machine_config c = sdtest::config(kCpus, GetParam());
 	c.oracle = SD_ORACLE_CHECKED;
 	Machine mach(c);
 	ASSERT_NE(nullptr, mach.m);
 	Shared s;
 	s.seed = sdtest::seed();
+	s.gbcast = gbcast;
 	ASSERT_EQ(0, sd_mm_create(mach.m, &s.mm));
 
 	sd_stats before, after, d;
@@ -201,7 +264,36 @@ TEST(RcuFree, TablesOutliveWalkersUnderBroadcast)
 	EXPECT_GT(d.counter[SD_STAT_WALK_CACHE_HIT], 0u);
 	EXPECT_GT(d.counter[SD_STAT_PAGE_WALK], d.counter[SD_STAT_WALK_CACHE_HIT]);
 
+	if (gbcast) {
+		// From the end of the warm-up on: no IPI reached the walkers.
+		// Only the RCU grace period kept their tables alive.
+		sd_stats g;
+		sd_stats_delta(&after, &s.warm, &g);
+		std::fprintf(stderr,
+			     "[rcu_free] gbcast: global ASID %u after %u warm-up cycles; then "
+			     "%llu INVLPGBs, %llu TLBSYNCs, %llu IPIs\n",
+			     (unsigned)ipi_mm(s.mm)->global_asid.load(), s.warm_cycles,
+			     (unsigned long long)g.counter[SD_STAT_INVLPGB],
+			     (unsigned long long)g.counter[SD_STAT_TLBSYNC],
+			     (unsigned long long)g.counter[SD_STAT_IPI_SENT]);
+		EXPECT_TRUE(s.warmed);
+		EXPECT_NE(0u, ipi_mm(s.mm)->global_asid.load());
+		EXPECT_EQ(1u, d.counter[SD_STAT_GLOBAL_ASID_ALLOC]);
+		EXPECT_EQ(0u, g.counter[SD_STAT_IPI_SENT]);
+		EXPECT_EQ(0u, g.counter[SD_STAT_IPI_RECV]);
+		EXPECT_EQ(0u, g.counter[SD_STAT_TRANSITION_IPI]);
+		EXPECT_EQ(0u, g.counter[SD_STAT_FALLBACK_IPI_FLUSH]);
+		EXPECT_GE(g.counter[SD_STAT_INVLPGB], s.cycles.load());
+		EXPECT_GE(g.counter[SD_STAT_TLBSYNC], s.cycles.load());
+	}
+
 	EXPECT_EQ(0, sd_mm_destroy(s.mm));
 }
+
+INSTANTIATE_TEST_SUITE_P(Strategies, RcuFree,
+			 ::testing::Values("broadcast", "gbcast:threshold=0,sample=1"),
+			 [](const auto &info) {
+				 return std::string(info.index ? "GbcastGlobalAsid" : "Broadcast");
+			 });
 
 } // namespace

@@ -246,7 +246,7 @@ TEST(TlbBatch, IpiLazyCpuCatchesUpAtSwitchIn)
 // reclaimed page is gone from the other CPU before mprotect returns.
 TEST(TlbBatch, ChangeOfOwedMmFlushesItWhole)
 {
-	for (const char *strategy : { "ipi", "ipi:cpumask=eager", "broadcast", "local" }) {
+	for (const char *strategy : { "ipi", "ipi:cpumask=eager", "gbcast:threshold=0,sample=1", "broadcast", "local" }) {
 		SCOPED_TRACE(strategy);
 		Machine mc(sdtest::config(2, strategy));
 		Attached c0(mc.m, 0);
@@ -279,7 +279,7 @@ TEST(TlbBatch, ChangeOfOwedMmFlushesItWhole)
 // the oracle checks every access against the floors the flushes raise.
 TEST(TlbBatch, EveryStrategyReclaimsUnderTheOracle)
 {
-	for (const char *strategy : { "ipi", "ipi:cpumask=eager", "broadcast", "local" }) {
+	for (const char *strategy : { "ipi", "ipi:cpumask=eager", "gbcast:threshold=0,sample=1", "broadcast", "local" }) {
 		SCOPED_TRACE(strategy);
 		sd_machine_config cfg = sdtest::config(3, strategy);
 		Machine mc(cfg);
