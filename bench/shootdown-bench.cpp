@@ -47,6 +47,19 @@
 //   tlb_flush2_threads/{ipi,broadcast,local}/cpus:{1,2,4,8}
 //                                            will-it-scale tlb_flush2, threads of one mm:
 //                                            write a page, madvise(DONTNEED) it, read it
+//
+// AMD INVLPGB (`gbcast`, seed 004):
+//   tlb_flush2_threads/{ipi,gbcast}:lru={global,percpu}[,threshold=0]/cpus:{1,2,4,8}
+//                                            the same loop; lru=global frees pages under one
+//                                            machine-wide lock (vanilla's LRU lock), percpu
+//                                            does not (the lru_add_drain removal); gbcast
+//                                            goes global on > threshold active CPUs (3
+//                                            merged, 0 so 2 CPUs qualify). 4 and 8 are
+//                                            oversubscribed on 2 PUs. Untimed warm-up until
+//                                            the mm is global (warmup_* counters).
+//   tlb_flush2_processes/ipi:lru={global,percpu}/cpus:{1,2,4,8}
+//                                            the same loop, every CPU its own mm: what the
+//                                            LRU lock costs with nothing else shared
 #include <benchmark/benchmark.h>
 
 #include <pthread.h>
@@ -1493,7 +1506,15 @@ void BM_forked_worker(State &st, const char *strategy, unsigned cpus)
 // asserts it reads 0: a fresh page). After each pass over the 256 pages the
 // region is unmapped (a full flush that frees its table) and mapped again,
 // as will-it-scale does. Time per iteration: one loop, as each thread sees
-// it; loops_per_s is the total over all threads.
+// it; loops_per_s is the total over all threads. Processes mode is the same
+// loop with every CPU in its own mm.
+//
+// Every loop frees two pages (the madvise's now, the re-faulted one at the
+// munmap of its pass): with lru=global (an `ipi`/`gbcast` option) each
+// free takes the machine-wide LRU lock, as release_pages() takes the
+// lruvec lock in vanilla; lru=percpu is seed 004's lru_add_drain removal.
+// Besides that lock and the flush, the threads of one mm share its lock
+// (mm->lock, taken by each fault and each madvise) and its tlb_gen line.
 constexpr uint64_t kTf2Pages = 256;
 constexpr uint64_t kTf2Batch = 1024;
 
@@ -1505,7 +1526,9 @@ inline uint64_t tf2_region(unsigned id)
 void tlb_flush2_body(sd_cpu *c, void *p)
 {
 	auto *r = static_cast<RunArg *>(p);
-	sd_mm *mm = r->rm->mm(0);
+	// Threads mode: one mm (RunMachine's only one); processes mode: one
+	// per CPU (mm(i) wraps around the RunMachine's mms).
+	sd_mm *mm = r->rm->mm(sd_cpu_id(c));
 	const uint64_t base = tf2_region(sd_cpu_id(c));
 	const uint64_t len = kTf2Pages * SD_PAGE_SIZE;
 	bool mapped = false;
@@ -1535,15 +1558,73 @@ void tlb_flush2_body(sd_cpu *c, void *p)
 	note_error(r, err ? err : serr);
 }
 
-void BM_tlb_flush2_threads(State &st, const char *strategy, unsigned cpus)
+// The mm's global ASID (gbcast), 0 when it has none (or under `ipi`).
+uint16_t mm_global_asid(const sd_machine *m, sd_mm *mm)
 {
-	RunMachine rm(cpus, SD_ORACLE_OFF, 1, 1, strategy);
+	if (m->ops != &sd_gbcast_ops)
+		return 0;
+	return static_cast<sd_ipi_mm *>(mm->strategy)->global_asid.load(std::memory_order_acquire);
+}
+
+// Untimed batches before the timed ones: one, or for gbcast with more CPUs
+// than its threshold as many as it takes the mm (CPU 0's) to get its
+// global ASID (at most kTf2WarmupMax batches or kTf2WarmupSeconds). Until
+// then every flush takes the IPI path, and only 1 in 32 of those looks at
+// the threshold; with oversubscribed CPUs that takes hundreds of flushes of
+// 100+ us each, a transient that would fill a good part of a 0.2 s
+// measurement, where will-it-scale's seconds-long runs never see it.
+constexpr unsigned kTf2WarmupMax = 16;
+constexpr double kTf2WarmupSeconds = 0.5;
+
+struct Tf2Warmup {
+	unsigned batches = 0;
+	sd_stats d{};
+};
+
+bool tf2_warmup(State &st, RunMachine &rm, Tf2Warmup *w)
+{
+	RunArg r;
+	sd_stats before = all_stats(rm.m());
+	// Only an mm active on more than `threshold` CPUs goes global, and
+	// only after an IPI-path flush (another CPU in its mask): with fewer
+	// CPUs than that, or one, waiting for it is pointless.
+	const bool gbcast = rm.m()->ops == &sd_gbcast_ops &&
+			    sd_machine_nr_cpus(rm.m()) >
+				    std::max(1u, static_cast<const sd_ipi *>(rm.m()->strategy)->threshold);
+	const auto t0 = std::chrono::steady_clock::now();
+
+	r.rm = &rm;
+	r.count = kTf2Batch;
+	do {
+		int err = sd_machine_run(rm.m(), tlb_flush2_body, &r);
+		if (err || r.err.load()) {
+			fail(st, "tlb_flush2 warm-up", err ? err : r.err.load());
+			return false;
+		}
+		w->batches++;
+	} while (gbcast && !mm_global_asid(rm.m(), rm.mm(0)) && w->batches < kTf2WarmupMax &&
+		 std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() <
+			 kTf2WarmupSeconds);
+	w->d = delta(all_stats(rm.m()), before);
+	return true;
+}
+
+// @processes: will-it-scale's processes mode, every CPU its own mm (no
+// IPI, no shared mm lock or tlb_gen; the LRU lock, when global, is still
+// machine-wide: what is left to contend).
+void BM_tlb_flush2(State &st, const char *strategy, unsigned cpus, bool processes)
+{
+	RunMachine rm(cpus, SD_ORACLE_OFF, processes ? cpus : 1, 1, strategy);
+	RunArg arg;
+	Tf2Warmup warm;
 	sd_stats d;
 	RunTimes times;
 
-	if (!rm.ok(st) ||
-	    !run_batches(st, rm, tlb_flush2_body, kTf2Batch, "tlb_flush2_threads run", &d, nullptr,
-			 &times))
+	if (!rm.ok(st) || !tf2_warmup(st, rm, &warm))
+		return;
+	// Pages freed through the machine-wide LRU lock (lru=global only).
+	const uint64_t lru_before = rm.m()->lru_pages;
+	if (!run_batches(st, rm, tlb_flush2_body, kTf2Batch, "tlb_flush2 run", &d, &arg, &times))
 		return;
 	const double wall = times.wall_s;
 	st.counters["pu_share"] = times.pu_share;
@@ -1552,9 +1633,52 @@ void BM_tlb_flush2_threads(State &st, const char *strategy, unsigned cpus)
 	report_ipi_common(st, d);
 	st.counters["loops_per_s"] = wall > 0 ? loops / wall : 0;
 	st.counters["loops_per_s_per_thread"] = wall > 0 ? loops / wall / cpus : 0;
+	// CPU time the CPUs' threads spent per loop (spinning on locks and
+	// acks included, time off their PU or asleep not): against real time,
+	// what oversubscription and sleeping hide.
+	st.counters["cpu_ns_per_loop"] = loops > 0 ? (double)arg.thread_cpu_ns.load() / loops : 0;
 	st.counters["flushes_per_loop"] = loops > 0 ? (double)flushes / loops : 0;
 	st.counters["remote_invalidations_per_flush"] = ratio(d.counter[SD_STAT_REMOTE_INVAL], flushes);
+	// The machine-wide LRU lock: pages freed under it per loop, 0 with
+	// lru=percpu, else 2: the madvise's, and the page the loop's read
+	// faulted back in, which the munmap ending its pass frees.
+	st.counters["lru_lock_pages_per_loop"] =
+		loops > 0 ? (double)(rm.m()->lru_pages - lru_before) / loops : 0;
+	st.counters["warmup_batches"] = (double)warm.batches;
+	if (rm.m()->ops == &sd_gbcast_ops) {
+		// gbcast, timed part: INVLPGBs and one TLBSYNC per flush once
+		// the mm has its global ASID; fallback_ipi_flushes are IPI-path
+		// flushes of the mm without one. The warm-up's own counts (the
+		// allocation and the flushes before it) are reported apart.
+		st.counters["invlpgbs_per_flush"] = ratio(d.counter[SD_STAT_INVLPGB], flushes);
+		st.counters["tlbsyncs_per_flush"] = ratio(d.counter[SD_STAT_TLBSYNC], flushes);
+		st.counters["fallback_ipi_flushes"] = (double)d.counter[SD_STAT_FALLBACK_IPI_FLUSH];
+		st.counters["fallback_ipi_flushes_per_flush"] =
+			ratio(d.counter[SD_STAT_FALLBACK_IPI_FLUSH], flushes);
+		st.counters["transition_ipis"] = (double)d.counter[SD_STAT_TRANSITION_IPI];
+		st.counters["global_asid_allocations"] = (double)d.counter[SD_STAT_GLOBAL_ASID_ALLOC];
+		st.counters["global_asid_resets"] = (double)d.counter[SD_STAT_GLOBAL_ASID_RESET];
+		st.counters["warmup_fallback_ipi_flushes"] =
+			(double)warm.d.counter[SD_STAT_FALLBACK_IPI_FLUSH];
+		st.counters["warmup_transition_ipis"] = (double)warm.d.counter[SD_STAT_TRANSITION_IPI];
+		st.counters["warmup_global_asid_allocations"] =
+			(double)warm.d.counter[SD_STAT_GLOBAL_ASID_ALLOC];
+		unsigned global = 0;
+		for (unsigned i = 0; i < (processes ? cpus : 1u); i++)
+			global += mm_global_asid(rm.m(), rm.mm(i)) != 0;
+		st.counters["mms_global"] = (double)global;
+	}
 	st.counters["oversubscribed"] = oversubscribed(rm.m());
+}
+
+void BM_tlb_flush2_threads(State &st, const char *strategy, unsigned cpus)
+{
+	BM_tlb_flush2(st, strategy, cpus, false);
+}
+
+void BM_tlb_flush2_processes(State &st, const char *strategy, unsigned cpus)
+{
+	BM_tlb_flush2(st, strategy, cpus, true);
 }
 
 // ---- registration ----
@@ -1638,12 +1762,25 @@ void register_all()
 				->UseRealTime();
 	}
 	// will-it-scale tlb_flush2 (seed 004's benchmark) under the x86 and arm64
-	// strategies.
+	// strategies, then seed 004's four configurations back to back: vanilla
+	// (ipi, global LRU lock), lru_add_drain removal (ipi, per-CPU), INVLPGB
+	// alone (gbcast, global) and both (gbcast, per-CPU), with the merged
+	// threshold (global ASID on more than 3 active CPUs) and with
+	// threshold=0 (global once 2 CPUs run the mm: what 2 CPUs can show).
 	for (unsigned n : { 1u, 2u, 4u, 8u }) {
-		for (const char *strategy : { "ipi", "broadcast", "local" })
+		for (const char *strategy :
+		     { "ipi", "broadcast", "local", "ipi:lru=global", "ipi:lru=percpu",
+		       "gbcast:lru=global", "gbcast:lru=percpu", "gbcast:lru=global,threshold=0",
+		       "gbcast:lru=percpu,threshold=0" })
 			RegisterBenchmark(("tlb_flush2_threads/" + std::string(strategy) + "/cpus:" +
 					   std::to_string(n)).c_str(),
 					  [strategy, n](State &st) { BM_tlb_flush2_threads(st, strategy, n); })
+				->UseRealTime();
+		// Processes mode: the global LRU lock alone, the mm shared by nobody.
+		for (const char *strategy : { "ipi:lru=global", "ipi:lru=percpu" })
+			RegisterBenchmark(("tlb_flush2_processes/" + std::string(strategy) + "/cpus:" +
+					   std::to_string(n)).c_str(),
+					  [strategy, n](State &st) { BM_tlb_flush2_processes(st, strategy, n); })
 				->UseRealTime();
 	}
 }
