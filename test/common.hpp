@@ -4,8 +4,10 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -13,6 +15,7 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <vector>
 
 extern "C" {
 #include <shootdown/shootdown.h>
@@ -152,6 +155,58 @@ private:
 	std::condition_variable cv_;
 	bool done_ = false;
 	std::thread t_;
+};
+
+// Emulated CPUs 1..n-1 on threads that run the closures posted to them;
+// the test thread is CPU 0. Between closures a worker sleeps (nanosleep)
+// with its mm still loaded and not lazy, so IPIs reach it in every build,
+// TSan included.
+class Cpus {
+public:
+	Cpus(sd_machine *m, unsigned n) : slots_(n)
+	{
+		for (unsigned id = 1; id < n; id++)
+			threads_.emplace_back([this, m, id] { loop(m, id); });
+		for (unsigned id = 1; id < n; id++)
+			run(id, [](sd_cpu *) {});
+	}
+	~Cpus()
+	{
+		stop_ = true;
+		for (auto &t : threads_)
+			t.join();
+	}
+	// Run @fn on CPU @id and wait for it.
+	void run(unsigned id, std::function<void(sd_cpu *)> fn)
+	{
+		Slot &s = slots_[id];
+		s.fn = std::move(fn);
+		s.pending.store(true);
+		while (s.pending.load())
+			std::this_thread::sleep_for(std::chrono::microseconds(50));
+	}
+
+private:
+	struct Slot {
+		std::function<void(sd_cpu *)> fn;
+		std::atomic<bool> pending{false};
+	};
+	void loop(sd_machine *m, unsigned id)
+	{
+		Attached a(m, id);
+		Slot &s = slots_[id];
+		while (!stop_.load()) {
+			if (!s.pending.load()) {
+				std::this_thread::sleep_for(std::chrono::microseconds(50));
+				continue;
+			}
+			s.fn(a.c);
+			s.pending.store(false);
+		}
+	}
+	std::vector<Slot> slots_;
+	std::vector<std::thread> threads_;
+	std::atomic<bool> stop_{false};
 };
 
 } // namespace sdtest

@@ -51,58 +51,8 @@ constexpr unsigned RW = SD_PROT_READ | SD_PROT_WRITE;
 constexpr const char *kEager = "gbcast:threshold=0,sample=1";
 
 using sdtest::Attached;
+using sdtest::Cpus;
 using sdtest::Machine;
-
-// Emulated CPUs 1..n-1 on threads that run the closures posted to them (as
-// in test_tlbbatch.cpp); the test thread is CPU 0. Between closures a
-// worker sleeps with its mm still loaded and not lazy, answering IPIs.
-class Cpus {
-public:
-	Cpus(sd_machine *m, unsigned n) : slots_(n)
-	{
-		for (unsigned id = 1; id < n; id++)
-			threads_.emplace_back([this, m, id] { loop(m, id); });
-		for (unsigned id = 1; id < n; id++)
-			run(id, [](sd_cpu *) {});
-	}
-	~Cpus()
-	{
-		stop_ = true;
-		for (auto &t : threads_)
-			t.join();
-	}
-	// Run @fn on CPU @id and wait for it.
-	void run(unsigned id, std::function<void(sd_cpu *)> fn)
-	{
-		Slot &s = slots_[id];
-		s.fn = std::move(fn);
-		s.pending.store(true);
-		while (s.pending.load())
-			std::this_thread::sleep_for(std::chrono::microseconds(50));
-	}
-
-private:
-	struct Slot {
-		std::function<void(sd_cpu *)> fn;
-		std::atomic<bool> pending{ false };
-	};
-	void loop(sd_machine *m, unsigned id)
-	{
-		Attached a(m, id);
-		Slot &s = slots_[id];
-		while (!stop_.load()) {
-			if (!s.pending.load()) {
-				std::this_thread::sleep_for(std::chrono::microseconds(50));
-				continue;
-			}
-			s.fn(a.c);
-			s.pending.store(false);
-		}
-	}
-	std::vector<Slot> slots_;
-	std::vector<std::thread> threads_;
-	std::atomic<bool> stop_{ false };
-};
 
 uint64_t counter(sd_machine *m, unsigned cpu, sd_stat id)
 {
