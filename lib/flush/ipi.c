@@ -400,6 +400,9 @@ static void load_asid(struct sd_cpu *cpu, struct sd_ipi_cpu *me, struct sd_mm *n
 		me->ctxs[asid].ctx_id = ipi_mm(next)->ctx_id;
 		me->ctxs[asid].tlb_gen = next_gen;
 	}
+	/* loaded_asid before loaded_mm (a release store): finish_asid_transition()
+	 * reads loaded_mm with acquire, then loaded_asid, and so never pairs
+	 * the new mm with the previous ASID. */
 	atomic_store_explicit(&me->loaded_asid, asid, memory_order_relaxed);
 	cpu->asid = slot_tag(asid);
 	sd_sb_store(&me->loaded_mm, (uintptr_t)next);
@@ -787,6 +790,8 @@ static void finish_asid_transition(struct sd_cpu *cpu, struct sd_ipi *ipi,
 		struct sd_backoff b = SD_BACKOFF_INIT;
 		uintptr_t loaded;
 
+		/* Acquire: pairs with the release store of loaded_mm in
+		 * load_asid(), so loaded_asid below belongs to this mm. */
 		while ((loaded = atomic_load_explicit(&pc->loaded_mm, memory_order_acquire)) ==
 		       SD_IPI_LOADED_SWITCHING)
 			sd_backoff_wait(&b);
