@@ -50,6 +50,13 @@ enum sd_oracle_mode {
 /** sd_machine_config.nr_cpus value meaning "one CPU per PU" (the default). */
 #define SD_NR_CPUS_ALL_PUS 0xffffffffu
 
+/** Trap-hook dispatch (trap.h, seed 001). */
+enum sd_trap_dispatch {
+	SD_TRAP_DIRECT = 0,     /**< MRS decoded directly; the list is the fallback */
+	SD_TRAP_RCU = 1,        /**< the hook list walked under RCU */
+	SD_TRAP_LOCKED = 2,     /**< the hook list walked under one spinning lock, irqs off */
+};
+
 /**
  * struct sd_machine_config - everything a machine can be told.
  *
@@ -88,10 +95,12 @@ struct sd_machine_config {
 	enum sd_oracle_mode oracle;
 	/** Fake physical frames; 0 = 1 << 20 (4 GiB). At most 1 << 24. */
 	uint64_t nr_frames;
+	/** How traps find their hook (trap.h); SD_TRAP_DIRECT by default. */
+	enum sd_trap_dispatch trap_dispatch;
 };
 
 /** Initialiser for struct sd_machine_config: all defaults. */
-#define SD_MACHINE_CONFIG_INIT { sizeof(struct sd_machine_config), SD_NR_CPUS_ALL_PUS, SD_PLACE_COMPACT, 0, 0, 0, 0, 0, 0, 0, 0, 0, SD_ORACLE_DEFAULT, 0 }
+#define SD_MACHINE_CONFIG_INIT { sizeof(struct sd_machine_config), SD_NR_CPUS_ALL_PUS, SD_PLACE_COMPACT, 0, 0, 0, 0, 0, 0, 0, 0, 0, SD_ORACLE_DEFAULT, 0, SD_TRAP_DIRECT }
 
 /**
  * sd_machine_config_init() - fill @cfg with defaults (same as SD_MACHINE_CONFIG_INIT).

@@ -14,6 +14,7 @@
 #include "cpu.h"
 #include "mm.h"
 #include "tlbbatch.h"
+#include "trap.h"
 #include "stats.h"
 #include "oracle.h"
 

@@ -70,6 +70,8 @@ SD_BEGIN_DECLS
 	X(ASID_ALLOC, "asid_allocations")                                       \
 	X(ASID_ROLLOVER, "asid_rollovers")                                      \
 	X(CTX_SWITCH, "context_switches")                                       \
+	X(TRAP, "traps")                        /* sd_trap() calls */           \
+	X(TRAP_UNDEF, "traps_undefined")        /* no hook matched (SIGILL) */  \
 	X(VIOLATION, "violations")              /* oracle: stale or foreign hits */
 
 /** Counter ids. */

@@ -51,6 +51,7 @@ struct sd_cpu {
 	sd_cacheline_aligned volatile sig_atomic_t irq_depth;
 	volatile sig_atomic_t ipi_pending;
 	uint16_t asid;                 /* the ASID register */
+	uint64_t regs[31];             /* X0..X30: what trap emulation writes */
 	bool checked;                  /* copy of the machine's oracle mode */
 	int pinned;                    /* -1 never attached, 0 unpinned, 1 pinned */
 	unsigned ops_since_qs;         /* accesses since the last quiescent state */

@@ -170,9 +170,12 @@ int sd_machine_create(const struct sd_machine_config *in, struct sd_machine **ou
 	err = sd_frame_pool_init(&m->frames, m->cfg.nr_frames);
 	if (err)
 		goto fail_cpus;
-	err = m->ops->machine_init(m, opts, nr_opts, &m->strategy);
+	err = sd_traps_init(&m->traps, m->cfg.trap_dispatch);
 	if (err)
 		goto fail_frames;
+	err = m->ops->machine_init(m, opts, nr_opts, &m->strategy);
+	if (err)
+		goto fail_traps;
 	err = sd_ipi_install(m->cfg.ipi_signal);
 	if (err)
 		goto fail_strategy;
@@ -181,6 +184,8 @@ int sd_machine_create(const struct sd_machine_config *in, struct sd_machine **ou
 
 fail_strategy:
 	m->ops->machine_fini(m, m->strategy);
+fail_traps:
+	sd_traps_fini(&m->traps);
 fail_frames:
 	sd_frame_pool_fini(&m->frames);
 fail_cpus:
@@ -205,6 +210,7 @@ int sd_machine_destroy(struct sd_machine *m)
 	urcu_qsbr_barrier();
 	sd_ipi_uninstall(m->cfg.ipi_signal);
 	m->ops->machine_fini(m, m->strategy);
+	sd_traps_fini(&m->traps);
 	sd_frame_pool_fini(&m->frames);
 	free_cpus(m);
 	sd_topology_fini(&m->topo);

@@ -11,6 +11,7 @@
 #include "../mm/frame.h"
 #include "../oracle/oracle.h"
 #include "../topology/topology.h"
+#include "../trap/trap.h"
 
 struct sd_machine {
 	struct sd_machine_config cfg;  /* normalised: every default filled in */
@@ -25,6 +26,7 @@ struct sd_machine {
 	char strategy_spec[64];
 
 	struct sd_frame_pool frames;
+	struct sd_traps traps;
 	struct sd_oracle oracle;
 
 	/* lru=global (strategy option): freeing pages takes one machine-wide
