@@ -1683,6 +1683,63 @@ void BM_tlb_flush2_processes(State &st, const char *strategy, unsigned cpus)
 
 // ---- registration ----
 
+// ---- seed 001: trap dispatch ----
+
+constexpr uint64_t kTrapReads = 1000000;   // ID register reads per thread, as the seed
+
+struct TrapArg {
+	std::atomic<uint64_t> cpu_ns{0};
+	std::atomic<int> err{0};
+};
+
+void trap_body(sd_cpu *c, void *p)
+{
+	auto *a = static_cast<TrapArg *>(p);
+	const uint64_t t0 = thread_cpu_ns();
+	int err = 0;
+
+	for (uint64_t i = 0; !err && i < kTrapReads; i++)
+		err = sd_trap(c, SD_ID_AA64ISAR0_EL1(i % 31));
+	a->cpu_ns.fetch_add(thread_cpu_ns() - t0, std::memory_order_relaxed);
+	if (err)
+		a->err.store(err);
+}
+
+// trap_dispatch/<mode>/threads:T: T threads (emulated CPUs) each read
+// ID_AA64ISAR0_EL1 a million times. Time is the wall time of the run (the
+// seed's "real"); cpu_s is the threads' summed CPU time (its "sys").
+void BM_trap_dispatch(State &st, sd_trap_dispatch mode, unsigned threads)
+{
+	sd_machine_config c = SD_MACHINE_CONFIG_INIT;
+	sd_machine *m = nullptr;
+	double cpu_s = 0;
+
+	c.nr_cpus = threads;
+	c.trap_dispatch = mode;
+	c.oracle = SD_ORACLE_OFF;
+	if (int err = sd_machine_create(&c, &m)) {
+		st.SkipWithError((std::string("sd_machine_create: ") + sd_last_error()).c_str());
+		(void)err;
+		return;
+	}
+	for (auto _ : st) {
+		TrapArg a;
+		auto w0 = std::chrono::steady_clock::now();
+		int err = sd_machine_run(m, trap_body, &a);
+		auto w1 = std::chrono::steady_clock::now();
+		if (err || a.err.load()) {
+			st.SkipWithError("trap run failed");
+			break;
+		}
+		st.SetIterationTime(std::chrono::duration<double>(w1 - w0).count());
+		cpu_s += (double)a.cpu_ns.load() / 1e9;
+	}
+	st.counters["cpu_s"] = Counter(cpu_s, Counter::kAvgIterations);
+	st.counters["reads_per_thread"] = (double)kTrapReads;
+	st.counters["oversubscribed"] = oversubscribed(m);
+	sd_machine_destroy(m);
+}
+
 void register_all()
 {
 	using benchmark::RegisterBenchmark;
@@ -1709,6 +1766,15 @@ void register_all()
 		->UseManualTime();
 	RegisterBenchmark("mprotect_page/broadcast/cpus:2", BM_mprotect_page)->UseRealTime();
 	RegisterBenchmark("memory/per_cpu", BM_memory_per_cpu)->UseRealTime();
+	// Seed 001: the three dispatch modes, 4 to 16 threads oversubscribed.
+	for (sd_trap_dispatch mode : { SD_TRAP_LOCKED, SD_TRAP_RCU, SD_TRAP_DIRECT }) {
+		const char *name = mode == SD_TRAP_LOCKED ? "locked" : mode == SD_TRAP_RCU ? "rcu" : "direct";
+		for (unsigned t : { 1u, 2u, 4u, 8u, 16u })
+			RegisterBenchmark(("trap_dispatch/" + std::string(name) + "/threads:" +
+					   std::to_string(t)).c_str(),
+					  [mode, t](State &st) { BM_trap_dispatch(st, mode, t); })
+				->UseManualTime()->Iterations(2)->Unit(benchmark::kMillisecond);
+	}
 	// Seed 000: broadcast and local side by side, 8 and 16 oversubscribed.
 	for (const char *strategy : { "broadcast", "local" }) {
 		for (unsigned n : { 1u, 2u, 4u, 8u, 16u }) {
