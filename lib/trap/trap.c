@@ -82,10 +82,13 @@ static int add_hook(struct sd_traps *t, uint32_t mask, uint32_t value, sd_trap_f
 	h->builtin = builtin;
 	pthread_mutex_lock(&t->reg_mutex);
 	/* Locked mode: walkers hold the spinlock, so exclude them too. The
-	 * RCU publication is what the other modes' walkers rely on. */
+	 * release store is what the other modes' walkers rely on: whoever
+	 * finds the hook sees it whole. */
 	if (t->mode == SD_TRAP_LOCKED)
 		sd_spin_lock(&t->lock);
-	cds_list_add_rcu(&h->node, &t->hooks);
+	atomic_store_explicit(&h->next, atomic_load_explicit(&t->hooks, memory_order_relaxed),
+			      memory_order_relaxed);
+	atomic_store_explicit(&t->hooks, h, memory_order_release);
 	if (t->mode == SD_TRAP_LOCKED)
 		sd_spin_unlock(&t->lock);
 	pthread_mutex_unlock(&t->reg_mutex);
@@ -118,7 +121,7 @@ int sd_traps_init(struct sd_traps *t, enum sd_trap_dispatch mode)
 	t->mode = mode;
 	sd_spin_init(&t->lock);
 	pthread_mutex_init(&t->reg_mutex, NULL);
-	CDS_INIT_LIST_HEAD(&t->hooks);
+	atomic_init(&t->hooks, NULL);
 	fill_id_regs(t->id_regs);
 	for (unsigned i = 0; i < SD_TRAP_SWP_WORDS; i++)
 		atomic_init(&t->swp_mem[i], 0);
@@ -133,13 +136,15 @@ int sd_traps_init(struct sd_traps *t, enum sd_trap_dispatch mode)
 
 void sd_traps_fini(struct sd_traps *t)
 {
-	struct sd_trap_hook *h, *n;
-
 	/* No CPU is attached any more: nothing walks the list. */
-	cds_list_for_each_entry_safe(h, n, &t->hooks, node) {
-		cds_list_del(&h->node);
+	struct sd_trap_hook *h = atomic_load(&t->hooks);
+
+	while (h) {
+		struct sd_trap_hook *next = atomic_load(&h->next);
 		free(h);
+		h = next;
 	}
+	atomic_store(&t->hooks, NULL);
 	pthread_mutex_destroy(&t->reg_mutex);
 }
 
@@ -163,7 +168,7 @@ int sd_trap_unregister(struct sd_machine *m, struct sd_trap_hook *hook)
 {
 	struct sd_traps *t;
 	struct sd_trap_hook *h;
-	bool found = false;
+	bool found;
 
 	if (!m || !hook)
 		return sd_fail(-EINVAL, "sd_trap_unregister: NULL argument");
@@ -171,12 +176,17 @@ int sd_trap_unregister(struct sd_machine *m, struct sd_trap_hook *hook)
 		return sd_fail(-EINVAL, "sd_trap_unregister: built-in hooks stay");
 	t = &m->traps;
 	pthread_mutex_lock(&t->reg_mutex);
-	cds_list_for_each_entry(h, &t->hooks, node)
-		found |= h == hook;
+	SD_ATOMIC(struct sd_trap_hook *) *pp = &t->hooks;
+	for (h = atomic_load_explicit(pp, memory_order_relaxed); h && h != hook;
+	     h = atomic_load_explicit(pp, memory_order_relaxed))
+		pp = &h->next;
+	found = h == hook;
 	if (found) {
 		if (t->mode == SD_TRAP_LOCKED)
 			sd_spin_lock(&t->lock);
-		cds_list_del_rcu(&hook->node);
+		/* Unlink: a walker already on the hook still finds its next. */
+		atomic_store_explicit(pp, atomic_load_explicit(&hook->next, memory_order_relaxed),
+				      memory_order_release);
 		if (t->mode == SD_TRAP_LOCKED)
 			sd_spin_unlock(&t->lock);
 	}
@@ -201,7 +211,8 @@ static int dispatch_locked(struct sd_cpu *cpu, struct sd_traps *t, uint32_t insn
 
 	sd_irq_off(cpu);
 	sd_spin_lock(&t->lock);
-	cds_list_for_each_entry(h, &t->hooks, node) {
+	for (h = atomic_load_explicit(&t->hooks, memory_order_relaxed); h;
+	     h = atomic_load_explicit(&h->next, memory_order_relaxed)) {
 		if ((insn & h->mask) == h->value) {
 			fn = h->fn;
 			arg = h->arg;
@@ -220,8 +231,9 @@ static int dispatch_rcu(struct sd_cpu *cpu, struct sd_traps *t, uint32_t insn)
 {
 	struct sd_trap_hook *h;
 
-	sd_rcu_tsan_acquire();
-	cds_list_for_each_entry_rcu(h, &t->hooks, node)
+	/* Acquire: pairs with the release publishing each hook and link. */
+	for (h = atomic_load_explicit(&t->hooks, memory_order_acquire); h;
+	     h = atomic_load_explicit(&h->next, memory_order_acquire))
 		if ((insn & h->mask) == h->value)
 			return h->fn(cpu, insn, h->arg);
 	return -EILSEQ;

@@ -3,8 +3,7 @@
 #define SD_TRAP_TRAP_H
 
 #include <pthread.h>
-#include <urcu/list.h>
-#include <urcu/rculist.h>
+#include <urcu/urcu-qsbr.h>
 
 #include <shootdown/trap.h>
 
@@ -12,9 +11,15 @@
 #include "../core/rcu.h"
 #include "../core/spinlock.h"
 
-/* One hook (the kernel's struct undef_hook), on the machine's list. */
+/*
+ * One hook (the kernel's struct undef_hook), on the machine's list. The list
+ * is singly linked with C11 atomics rather than liburcu's cds_list: its
+ * rcu_assign_pointer() is an inline-asm barrier TSan cannot see, and the
+ * project keeps its own RCU-protected data checked. Grace periods and the
+ * deferred free are liburcu's.
+ */
 struct sd_trap_hook {
-	struct cds_list_head node;
+	SD_ATOMIC(struct sd_trap_hook *) next;
 	uint32_t mask, value;
 	sd_trap_fn fn;
 	void *arg;
@@ -31,7 +36,7 @@ struct sd_traps {
 	sd_cacheline_aligned struct sd_spinlock lock;
 	/* Register and unregister (all modes). */
 	pthread_mutex_t reg_mutex;
-	struct cds_list_head hooks;
+	SD_ATOMIC(struct sd_trap_hook *) hooks;   /* newest first */
 	/* Read-only after creation: the direct path touches nothing else. */
 	sd_cacheline_aligned uint64_t id_regs[SD_TRAP_ID_REGS];
 	sd_cacheline_aligned SD_ATOMIC(uint32_t) swp_mem[SD_TRAP_SWP_WORDS];

@@ -134,19 +134,25 @@ TEST(Trap, HooksComeAndGoWhileEveryCpuTraps)
 			Arg *a = static_cast<Arg *>(p);
 			if (sd_cpu_id(c) == 0) {
 				// The registrar, itself a CPU (interrupts on).
-				static Tag tags[8];
+				// Written once: a hook unregistered a moment ago may
+				// still be reading its tag on another CPU.
+				static const Tag tags[8] = { { 0xabc0 }, { 0xabc1 }, { 0xabc2 }, { 0xabc3 },
+							     { 0xabc4 }, { 0xabc5 }, { 0xabc6 }, { 0xabc7 } };
 				sd_trap_hook *live[8] = {};
 				auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(800);
-				for (unsigned n = 0; std::chrono::steady_clock::now() < end; n++) {
+				// Bounded too: each unregister leaves a deferred free, and
+				// under TSan the call_rcu worker drains them slowly.
+				for (unsigned n = 0; n < 20000 && std::chrono::steady_clock::now() < end;
+				     n++) {
 					unsigned i = n % 8;
 					if (live[i]) {
 						EXPECT_EQ(0, sd_trap_unregister(a->m, live[i]));
 						live[i] = nullptr;
 					} else {
-						tags[i].magic = 0xabc0 + i;
 						EXPECT_EQ(0, sd_trap_register(a->m, kUserMask | 0xf,
 									      kUserValue | i, user_hook,
-									      &tags[i], &live[i]));
+									      const_cast<Tag *>(&tags[i]),
+									      &live[i]));
 					}
 					a->churn++;
 					sd_cpu_quiescent(c);
