@@ -209,4 +209,19 @@ private:
 	std::atomic<bool> stop_{false};
 };
 
+// One CPU's counter, and the machine-wide sum.
+inline uint64_t counter(sd_machine *m, unsigned cpu, sd_stat id)
+{
+	sd_stats s;
+	EXPECT_EQ(0, sd_stats_cpu(m, cpu, &s));
+	return s.counter[id];
+}
+
+inline uint64_t total(sd_machine *m, sd_stat id)
+{
+	sd_stats s;
+	EXPECT_EQ(0, sd_stats_snapshot(m, &s));
+	return s.counter[id];
+}
+
 } // namespace sdtest

@@ -51,22 +51,10 @@ constexpr unsigned RW = SD_PROT_READ | SD_PROT_WRITE;
 constexpr const char *kEager = "gbcast:threshold=0,sample=1";
 
 using sdtest::Attached;
+using sdtest::counter;
 using sdtest::Cpus;
 using sdtest::Machine;
-
-uint64_t counter(sd_machine *m, unsigned cpu, sd_stat id)
-{
-	sd_stats s;
-	EXPECT_EQ(0, sd_stats_cpu(m, cpu, &s));
-	return s.counter[id];
-}
-
-uint64_t total(sd_machine *m, sd_stat id)
-{
-	sd_stats s;
-	EXPECT_EQ(0, sd_stats_snapshot(m, &s));
-	return s.counter[id];
-}
+using sdtest::total;
 
 sd_ipi *ipi_of(sd_machine *m)
 {

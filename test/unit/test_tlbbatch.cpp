@@ -20,22 +20,10 @@ constexpr uint64_t P = SD_PAGE_SIZE;
 constexpr uint64_t kBase = 0x10000000;
 
 using sdtest::Attached;
+using sdtest::counter;
 using sdtest::Cpus;
 using sdtest::Machine;
-
-uint64_t counter(sd_machine *m, unsigned cpu, sd_stat id)
-{
-	sd_stats s;
-	EXPECT_EQ(0, sd_stats_cpu(m, cpu, &s));
-	return s.counter[id];
-}
-
-uint64_t total(sd_machine *m, sd_stat id)
-{
-	sd_stats s;
-	EXPECT_EQ(0, sd_stats_snapshot(m, &s));
-	return s.counter[id];
-}
+using sdtest::total;
 
 // Map @pages at kBase in @mm, switch @c to it and touch them all.
 void map_and_touch(sd_cpu *c, sd_mm *mm, unsigned pages)
