@@ -87,7 +87,7 @@ int sd_cpu_attach(struct sd_machine *m, unsigned id, struct sd_cpu **out)
 	 * the kick set and never be answered. */
 	sd_this_cpu = c;
 	atomic_store(&c->tid, (int)syscall(SYS_gettid));
-	urcu_qsbr_register_thread();
+	sd_rcu_register();
 	atomic_fetch_add(&m->nr_attached, 1);
 	*out = c;
 	return 0;
@@ -106,8 +106,7 @@ int sd_cpu_detach(struct sd_cpu *c)
 	sd_switch_mm(c, NULL);
 	sd_ipi_offline(c);
 	sd_frame_cache_drain(&m->frames, &c->frames);
-	sd_rcu_tsan_release();
-	urcu_qsbr_unregister_thread();
+	sd_rcu_unregister();
 	sd_topology_unbind_self(&m->topo, &c->binding);
 	sd_this_cpu = NULL;
 	atomic_store(&c->attached, 0);
