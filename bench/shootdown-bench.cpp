@@ -69,6 +69,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <linux/futex.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -1689,18 +1690,25 @@ constexpr uint64_t kTrapReads = 1000000;   // ID register reads per thread, as t
 
 struct TrapArg {
 	std::atomic<uint64_t> cpu_ns{0};
+	std::atomic<uint64_t> preempted{0};     // involuntary switches: preemptions, yields
+	std::atomic<uint64_t> blocked{0};       // voluntary ones: futex parks
 	std::atomic<int> err{0};
 };
 
 void trap_body(sd_cpu *c, void *p)
 {
 	auto *a = static_cast<TrapArg *>(p);
+	struct rusage r0, r1;
+	getrusage(RUSAGE_THREAD, &r0);
 	const uint64_t t0 = thread_cpu_ns();
 	int err = 0;
 
 	for (uint64_t i = 0; !err && i < kTrapReads; i++)
 		err = sd_trap(c, SD_ID_AA64ISAR0_EL1(i % 31));
 	a->cpu_ns.fetch_add(thread_cpu_ns() - t0, std::memory_order_relaxed);
+	getrusage(RUSAGE_THREAD, &r1);
+	a->preempted.fetch_add(r1.ru_nivcsw - r0.ru_nivcsw, std::memory_order_relaxed);
+	a->blocked.fetch_add(r1.ru_nvcsw - r0.ru_nvcsw, std::memory_order_relaxed);
 	if (err)
 		a->err.store(err);
 }
@@ -1712,7 +1720,7 @@ void BM_trap_dispatch(State &st, sd_trap_dispatch mode, unsigned threads)
 {
 	sd_machine_config c = SD_MACHINE_CONFIG_INIT;
 	sd_machine *m = nullptr;
-	double cpu_s = 0;
+	double cpu_s = 0, preempted = 0, blocked = 0;
 
 	c.nr_cpus = threads;
 	c.trap_dispatch = mode;
@@ -1733,8 +1741,14 @@ void BM_trap_dispatch(State &st, sd_trap_dispatch mode, unsigned threads)
 		}
 		st.SetIterationTime(std::chrono::duration<double>(w1 - w0).count());
 		cpu_s += (double)a.cpu_ns.load() / 1e9;
+		preempted += (double)a.preempted.load();
+		blocked += (double)a.blocked.load();
 	}
+	// Context switches show why time grows: preemptions of a running
+	// thread (lock-holder preemption among them) and waits that blocked.
 	st.counters["cpu_s"] = Counter(cpu_s, Counter::kAvgIterations);
+	st.counters["preemptions"] = Counter(preempted, Counter::kAvgIterations);
+	st.counters["blocks"] = Counter(blocked, Counter::kAvgIterations);
 	st.counters["reads_per_thread"] = (double)kTrapReads;
 	st.counters["oversubscribed"] = oversubscribed(m);
 	sd_machine_destroy(m);
