@@ -16,6 +16,8 @@
 //
 //   baseline/cacheline_roundtrip             one line ping-ponged between PU 0 and PU 1
 //   baseline/signal_roundtrip                tgkill + handler ack to a thread spinning on PU 1
+//   baseline/membarrier                      membarrier(PRIVATE_EXPEDITED): the kernel's IPI to
+//                                            a thread of ours spinning on PU 1 (native.cpp)
 //   baseline/array_probe/dependent:{0,1}     bare 64-entry direct-mapped {tag, payload} probe
 //   tlb_lookup/l1/cpus:1                     sd_tlb_lookup_l1() hit, dependent chain
 //   tlb_lookup/sd_access/cpus:1              public sd_access() hit, dependent chain
@@ -30,6 +32,18 @@
 //   process_churn/{broadcast,local}/cpus:{1,2,4,8,16} short-lived mms: create, map, touch, unmap, destroy
 //   range_flush/broadcast:range={none,ascending,descending}/cpus:2/pages:P  one P-page flush
 //   scale/broadcast/cpus:{64,256,1024}       oversubscribed run, oracle checked: no livelock
+//
+// Native twins (strategy `native`, bench/native.cpp): the same shapes on this
+// machine's kernel, time per operation per worker as their emulated twins:
+//   mprotect_threaded/native:{processes,threads}/cpus:N   real mprotect of a touched page
+//   context_switch/native/cpus:N             N pairs of processes, pipes, one PU per pair
+//   tlb_flush2_threads/native/cpus:N         real madvise(MADV_DONTNEED), threads of one process
+//
+// --sd_set=main registers instead the comparison run's matrix (scripts/compare):
+// every workload against every strategy that applies at --sd_cpus (default
+// 1, 2, PUs, 2x and 4x PUs), natives and baselines included. --sd_oracle=checked
+// makes every workload machine check for stale translations (`violations`).
+// `shootdown-bench --sd_help` lists these flags.
 //
 // x86 (`ipi`) and seed 002 (lazy mm_cpumask):
 //   flush_page/ipi/cpus:2/remote:{busy,idle}  the ipi strategy's flush of 1 page; CPU 1
@@ -71,6 +85,7 @@
 #include <linux/futex.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
+#include <sys/utsname.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -99,10 +114,24 @@ extern "C" {
 #include "tlb/tlb.h"
 }
 
+#include "native.hpp"
+
 namespace {
 
 using benchmark::Counter;
 using benchmark::State;
+
+// shootdown-bench's own flags, taken out of argv before Google Benchmark
+// sees it (see usage()).
+struct Options {
+	bool main_set = false;          // --sd_set=main: the comparison run's matrix only
+	std::vector<unsigned> cpus;     // --sd_cpus=: its CPU counts
+	bool oracle = false;            // --sd_oracle=checked: every workload machine checked
+	uint64_t trap_reads = 1000000;  // --sd_trap_reads=: seed 001's reads per thread
+	bool print_machine = false;     // --sd_machine: print the machine and exit
+};
+
+Options g_opt;
 
 constexpr uint64_t kRegion = 0x10000000ull;          // VPN 0x10000: L1 slot 0
 constexpr uint64_t kRegionVpn = kRegion >> SD_PAGE_SHIFT;
@@ -402,6 +431,20 @@ int oversubscribed(const sd_machine *m)
 {
 	struct sd_machine_info info;
 	return sd_machine_info(m, &info) ? -1 : info.oversubscribed;
+}
+
+// What every workload machine reports: whether it was oversubscribed and,
+// when its oracle checked it, how many stale translations it served.
+void report_machine(State &st, const sd_machine *m)
+{
+	struct sd_machine_info info;
+
+	st.counters["oversubscribed"] = oversubscribed(m);
+	if (sd_machine_info(m, &info))
+		return;
+	st.counters["pinned"] = info.all_pinned;
+	if (info.oracle == SD_ORACLE_CHECKED)
+		st.counters["violations"] = (double)sd_oracle_violations(m);
 }
 
 sd_stats cpu_stats(const sd_machine *m, unsigned cpu)
@@ -883,7 +926,8 @@ public:
 		   const char *strategy = "broadcast", TlbGeometry tlb = {})
 		: mms_(nr_mms, nullptr)
 	{
-		sd_machine_config cfg = make_config(cpus, oracle, strategy);
+		sd_machine_config cfg = make_config(cpus, g_opt.oracle ? SD_ORACLE_CHECKED : oracle,
+						    strategy);
 		sd_cpu *cpu = nullptr;
 
 		cfg.tlb_sets = tlb.sets;
@@ -1037,7 +1081,7 @@ void BM_scale(State &st, unsigned cpus)
 		Counter((double)d.counter[SD_STAT_REMOTE_INVAL], Counter::kAvgIterations);
 	st.counters["violations"] = (double)sd_oracle_violations(rm.m());
 	st.counters["flush_ns"] = flush_ns_mean(d);
-	st.counters["oversubscribed"] = oversubscribed(rm.m());
+	report_machine(st, rm.m());
 }
 
 // Seed 000's shape (examples/compare.c): each CPU its own mm; touch the page
@@ -1119,7 +1163,7 @@ void BM_mprotect_threaded(State &st, const char *strategy, unsigned cpus)
 	st.counters["local_only_flushes_per_flush"] =
 		flushes ? (double)d.counter[SD_STAT_LOCAL_ONLY_FLUSH] / (double)flushes : 0;
 	st.counters["stale_switch_flushes"] = (double)d.counter[SD_STAT_STALE_SWITCH_FLUSH];
-	st.counters["oversubscribed"] = oversubscribed(rm.m());
+	report_machine(st, rm.m());
 }
 
 // Seed 000's sort-compute shape: short-lived processes. Each CPU, per
@@ -1169,7 +1213,7 @@ void BM_process_churn(State &st, const char *strategy, unsigned cpus)
 		flushes ? (double)d.counter[SD_STAT_REMOTE_INVAL] / (double)flushes : 0;
 	st.counters["asid_allocations"] = (double)d.counter[SD_STAT_ASID_ALLOC];
 	st.counters["asid_rollovers"] = (double)d.counter[SD_STAT_ASID_ROLLOVER];
-	st.counters["oversubscribed"] = oversubscribed(rm.m());
+	report_machine(st, rm.m());
 }
 
 // Seed 003: one flush of P pages through the strategy, per range order, on
@@ -1207,7 +1251,7 @@ void BM_range_flush(State &st, const char *strategy, uint64_t pages)
 		Counter((double)d.counter[SD_STAT_TLBI_RANGE_S3], Counter::kAvgIterations);
 	st.counters["page_ops"] = Counter((double)d.counter[SD_STAT_TLBI_PAGE_OP], Counter::kAvgIterations);
 	st.counters["asid_ops"] = Counter((double)d.counter[SD_STAT_TLBI_ASID_OP], Counter::kAvgIterations);
-	st.counters["oversubscribed"] = oversubscribed(rm.m());
+	report_machine(st, rm.m());
 	sd_switch_mm(cpu, nullptr);
 	sd_cpu_detach(cpu);
 }
@@ -1418,7 +1462,7 @@ void BM_context_switch(State &st, const char *strategy, unsigned cpus,
 	st.counters["claim_misses_per_switch"] = ratio(arg.claim_misses.load(), switches);
 	st.counters["flushes_per_switch"] = ratio(d.counter[SD_STAT_FLUSH], switches);
 	st.counters["unneeded_ipis_per_switch"] = ratio(d.counter[SD_STAT_IPI_UNNEEDED], switches);
-	st.counters["oversubscribed"] = oversubscribed(rm.m());
+	report_machine(st, rm.m());
 }
 
 // Dave Hansen's case from the seed thread: a task runs on CPU A, migrates to
@@ -1498,7 +1542,7 @@ void BM_forked_worker(State &st, const char *strategy, unsigned cpus)
 	st.counters["unneeded_ipis_per_migration"] = ratio(d.counter[SD_STAT_IPI_UNNEEDED], hops);
 	st.counters["cpumask_writes_per_migration"] = ratio(d.counter[SD_STAT_CPUMASK_WRITE], hops);
 	st.counters["flushes_per_migration"] = ratio(d.counter[SD_STAT_FLUSH], hops);
-	st.counters["oversubscribed"] = oversubscribed(rm.m());
+	report_machine(st, rm.m());
 }
 
 // will-it-scale tlb_flush2, threads mode: the CPUs are threads of one mm,
@@ -1669,7 +1713,7 @@ void BM_tlb_flush2(State &st, const char *strategy, unsigned cpus, bool processe
 			global += mm_global_asid(rm.m(), rm.mm(i)) != 0;
 		st.counters["mms_global"] = (double)global;
 	}
-	st.counters["oversubscribed"] = oversubscribed(rm.m());
+	report_machine(st, rm.m());
 }
 
 void BM_tlb_flush2_threads(State &st, const char *strategy, unsigned cpus)
@@ -1686,7 +1730,6 @@ void BM_tlb_flush2_processes(State &st, const char *strategy, unsigned cpus)
 
 // ---- seed 001: trap dispatch ----
 
-constexpr uint64_t kTrapReads = 1000000;   // ID register reads per thread, as the seed
 
 struct TrapArg {
 	std::atomic<uint64_t> cpu_ns{0};
@@ -1703,7 +1746,7 @@ void trap_body(sd_cpu *c, void *p)
 	const uint64_t t0 = thread_cpu_ns();
 	int err = 0;
 
-	for (uint64_t i = 0; !err && i < kTrapReads; i++)
+	for (uint64_t i = 0; !err && i < g_opt.trap_reads; i++)
 		err = sd_trap(c, SD_ID_AA64ISAR0_EL1(i % 31));
 	a->cpu_ns.fetch_add(thread_cpu_ns() - t0, std::memory_order_relaxed);
 	getrusage(RUSAGE_THREAD, &r1);
@@ -1724,7 +1767,7 @@ void BM_trap_dispatch(State &st, sd_trap_dispatch mode, unsigned threads)
 
 	c.nr_cpus = threads;
 	c.trap_dispatch = mode;
-	c.oracle = SD_ORACLE_OFF;
+	c.oracle = g_opt.oracle ? SD_ORACLE_CHECKED : SD_ORACLE_OFF;
 	if (int err = sd_machine_create(&c, &m)) {
 		st.SkipWithError((std::string("sd_machine_create: ") + sd_last_error()).c_str());
 		(void)err;
@@ -1749,8 +1792,8 @@ void BM_trap_dispatch(State &st, sd_trap_dispatch mode, unsigned threads)
 	st.counters["cpu_s"] = Counter(cpu_s, Counter::kAvgIterations);
 	st.counters["preemptions"] = Counter(preempted, Counter::kAvgIterations);
 	st.counters["blocks"] = Counter(blocked, Counter::kAvgIterations);
-	st.counters["reads_per_thread"] = (double)kTrapReads;
-	st.counters["oversubscribed"] = oversubscribed(m);
+	st.counters["reads_per_thread"] = (double)g_opt.trap_reads;
+	report_machine(st, m);
 	sd_machine_destroy(m);
 }
 
@@ -1760,6 +1803,7 @@ void register_all()
 
 	RegisterBenchmark("baseline/cacheline_roundtrip", BM_cacheline_roundtrip)->UseRealTime();
 	RegisterBenchmark("baseline/signal_roundtrip", BM_signal_roundtrip)->UseRealTime();
+	RegisterBenchmark("baseline/membarrier", native::BM_membarrier)->UseRealTime();
 	// x86: an IPI shootdown of one page is a signal round trip plus the
 	// flush protocol; right after the bare round trip, to be compared in
 	// the same placement.
@@ -1801,6 +1845,14 @@ void register_all()
 				->UseRealTime();
 		}
 	}
+	// The native twins of seed 000's shape: processes (the seed's
+	// for-each-cpu.sh) and threads of one process.
+	for (unsigned n : { 1u, 2u, 4u, 8u, 16u }) {
+		RegisterBenchmark(("mprotect_threaded/native:processes/cpus:" + std::to_string(n)).c_str(),
+				  [n](State &st) { native::BM_mprotect(st, n, true); })->UseRealTime();
+		RegisterBenchmark(("mprotect_threaded/native:threads/cpus:" + std::to_string(n)).c_str(),
+				  [n](State &st) { native::BM_mprotect(st, n, false); })->UseRealTime();
+	}
 	// Seed 003: the three range orders over the page counts of its table.
 	for (const char *order : { "none", "ascending", "descending" }) {
 		for (uint64_t p : { 1, 3, 17, 33, 64, 100, 511, 512, 1000, 4097, 65535 }) {
@@ -1823,6 +1875,8 @@ void register_all()
 					   std::to_string(n)).c_str(),
 					  [strategy, n](State &st) { BM_context_switch(st, strategy, n); })
 				->UseRealTime();
+		RegisterBenchmark(("context_switch/native/cpus:" + std::to_string(n)).c_str(),
+				  [n](State &st) { native::BM_context_switch(st, n); })->UseRealTime();
 	}
 	for (uint64_t every : { 0u, 500u }) {
 		for (const char *strategy : { "ipi:cpumask=eager", "ipi:cpumask=lazy" })
@@ -1856,6 +1910,8 @@ void register_all()
 					   std::to_string(n)).c_str(),
 					  [strategy, n](State &st) { BM_tlb_flush2_threads(st, strategy, n); })
 				->UseRealTime();
+		RegisterBenchmark(("tlb_flush2_threads/native/cpus:" + std::to_string(n)).c_str(),
+				  [n](State &st) { native::BM_tlb_flush2(st, n); })->UseRealTime();
 		// Processes mode: the global LRU lock alone, the mm shared by nobody.
 		for (const char *strategy : { "ipi:lru=global", "ipi:lru=percpu" })
 			RegisterBenchmark(("tlb_flush2_processes/" + std::string(strategy) + "/cpus:" +
@@ -1865,11 +1921,208 @@ void register_all()
 	}
 }
 
+// ---- the comparison run's matrix (scripts/compare) ----
+
+template <class F>
+void reg(const std::string &name, F f)
+{
+	benchmark::RegisterBenchmark(name.c_str(), f)->UseRealTime();
+}
+
+std::string cpus_tail(unsigned n)
+{
+	return "/cpus:" + std::to_string(n);
+}
+
+// Every workload against every strategy that applies, at g_opt.cpus, and
+// its native twin; the machine limits first. Strategy lists hold the
+// seed's "before" first (scripts/compare divides by it).
+void register_main()
+{
+	reg("baseline/cacheline_roundtrip", BM_cacheline_roundtrip);
+	reg("baseline/signal_roundtrip", BM_signal_roundtrip);
+	reg("baseline/membarrier", native::BM_membarrier);
+	for (const char *s : { "broadcast", "ipi" })
+		reg(std::string("flush_page/") + s + "/cpus:2/remote:busy",
+		    [s](State &st) { BM_flush_page(st, true, s); });
+	static const char *const all[] = { "broadcast", "local", "ipi", "gbcast" };
+	for (unsigned n : g_opt.cpus) {
+		for (const char *s : all)
+			reg("mprotect_threaded/" + std::string(s) + cpus_tail(n),
+			    [s, n](State &st) { BM_mprotect_threaded(st, s, n); });
+		reg("mprotect_threaded/native:processes" + cpus_tail(n),
+		    [n](State &st) { native::BM_mprotect(st, n, true); });
+		reg("mprotect_threaded/native:threads" + cpus_tail(n),
+		    [n](State &st) { native::BM_mprotect(st, n, false); });
+	}
+	for (unsigned n : g_opt.cpus)
+		for (const char *s : all)
+			reg("process_churn/" + std::string(s) + cpus_tail(n),
+			    [s, n](State &st) { BM_process_churn(st, s, n); });
+	for (unsigned n : g_opt.cpus) {
+		for (const char *s : { "ipi:cpumask=eager", "ipi:cpumask=lazy", "broadcast", "local",
+				       "gbcast" })
+			reg("context_switch/" + std::string(s) + cpus_tail(n),
+			    [s, n](State &st) { BM_context_switch(st, s, n); });
+		reg("context_switch/native" + cpus_tail(n),
+		    [n](State &st) { native::BM_context_switch(st, n); });
+	}
+	for (unsigned n : g_opt.cpus) {
+		if (n < 2)
+			continue;
+		for (const char *s : { "ipi:cpumask=eager", "ipi:cpumask=lazy" })
+			reg("forked_worker/" + std::string(s) + cpus_tail(n),
+			    [s, n](State &st) { BM_forked_worker(st, s, n); });
+	}
+	for (unsigned n : g_opt.cpus) {
+		for (const char *s : { "ipi:lru=global", "gbcast:lru=percpu", "broadcast", "local" })
+			reg("tlb_flush2_threads/" + std::string(s) + cpus_tail(n),
+			    [s, n](State &st) { BM_tlb_flush2_threads(st, s, n); });
+		reg("tlb_flush2_threads/native" + cpus_tail(n),
+		    [n](State &st) { native::BM_tlb_flush2(st, n); });
+	}
+	for (const char *order : { "ascending", "descending", "none" }) {
+		for (uint64_t p : { 1, 3, 17, 33, 64, 100, 511, 512, 1000, 4097, 65535 }) {
+			const char *s = strdup((std::string("broadcast:range=") + order).c_str());
+			reg("range_flush/" + std::string(s) + "/cpus:2/pages:" + std::to_string(p),
+			    [s, p](State &st) { BM_range_flush(st, s, p); });
+		}
+	}
+	for (sd_trap_dispatch mode : { SD_TRAP_LOCKED, SD_TRAP_RCU, SD_TRAP_DIRECT }) {
+		const char *name = mode == SD_TRAP_LOCKED ? "locked" : mode == SD_TRAP_RCU ? "rcu" : "direct";
+		for (unsigned t : g_opt.cpus)
+			benchmark::RegisterBenchmark(("trap_dispatch/" + std::string(name) + "/threads:" +
+						      std::to_string(t)).c_str(),
+						     [mode, t](State &st) { BM_trap_dispatch(st, mode, t); })
+				->UseManualTime()->Iterations(2)->Unit(benchmark::kMillisecond);
+	}
+}
+
+// The machine, for the top of a report: hwloc's view, the CPU model, the
+// kernel, and whether this process may pin threads.
+void print_machine()
+{
+	sd_machine *m = nullptr;
+	struct sd_machine_info info;
+	sd_machine_config c = SD_MACHINE_CONFIG_INIT;
+	char model[256] = "?";
+
+	c.nr_cpus = 1;
+	if (FILE *f = fopen("/proc/cpuinfo", "r")) {
+		char line[512];
+		while (fgets(line, sizeof(line), f))
+			if (!strncmp(line, "model name", 10) && strchr(line, ':')) {
+				snprintf(model, sizeof(model), "%s", strchr(line, ':') + 2);
+				model[strcspn(model, "\n")] = 0;
+				break;
+			}
+		fclose(f);
+	}
+	struct utsname u;
+	uname(&u);
+	if (sd_machine_create(&c, &m) || sd_machine_info(m, &info)) {
+		printf("machine: %s\n", sd_last_error());
+		return;
+	}
+	// Pinning works if a CPU attaches pinned.
+	sd_cpu *cpu = nullptr;
+	int pinned = !sd_cpu_attach(m, 0, &cpu) && sd_machine_info(m, &info) == 0 && info.all_pinned;
+	if (cpu)
+		sd_cpu_detach(cpu);
+	printf("machine: %u package(s), %u core(s), %u PU(s), %u NUMA node(s) (hwloc%s)\n",
+	       info.nr_packages, info.nr_cores, info.nr_pus, info.nr_numa_nodes,
+	       info.synthetic ? ", synthetic SD_TOPOLOGY" : "");
+	printf("cpu: %s\n", model);
+	printf("kernel: %s %s %s\n", u.sysname, u.release, u.machine);
+	printf("pinning: %s\n", pinned ? "yes (emulated CPUs are pinned to PUs)"
+				     : "NO (CPUs float; results are noisier)");
+	sd_machine_destroy(m);
+}
+
+// 1, 2, every PU, 2x and 4x PUs oversubscribed; sorted, once each.
+std::vector<unsigned> default_cpus()
+{
+	unsigned p = native::nr_pus();
+	std::vector<unsigned> v = { 1, 2, p, 2 * p, 4 * p };
+	std::sort(v.begin(), v.end());
+	v.erase(std::unique(v.begin(), v.end()), v.end());
+	return v;
+}
+
+void usage()
+{
+	fprintf(stderr,
+		"shootdown-bench's own flags (the rest go to Google Benchmark):\n"
+		"  --sd_set=all|main       all: every workload and variant (default);\n"
+		"                          main: the comparison run's matrix (scripts/compare)\n"
+		"  --sd_cpus=N,N,...       CPU counts of the main set (default 1,2,PUs,2xPUs,4xPUs)\n"
+		"  --sd_oracle=checked     run every workload machine with the oracle checking;\n"
+		"                          each then reports `violations`\n"
+		"  --sd_trap_reads=N       ID register reads per thread in trap_dispatch (10^6)\n"
+		"  --sd_machine            print the machine (hwloc, CPU, kernel, pinning) and exit\n");
+}
+
+// Take our flags out of argv; false on a bad one.
+bool parse_options(int *argc, char **argv)
+{
+	int out = 1;
+	g_opt.cpus = default_cpus();
+	for (int i = 1; i < *argc; i++) {
+		const char *a = argv[i];
+		if (!strcmp(a, "--sd_set=main")) {
+			g_opt.main_set = true;
+		} else if (!strcmp(a, "--sd_set=all")) {
+			g_opt.main_set = false;
+		} else if (!strncmp(a, "--sd_cpus=", 10)) {
+			g_opt.cpus.clear();
+			for (const char *p = a + 10; *p;) {
+				char *end;
+				unsigned long n = strtoul(p, &end, 10);
+				if (end == p || n == 0 || n > 4096 || (*end && *end != ','))
+					return false;
+				g_opt.cpus.push_back((unsigned)n);
+				p = *end ? end + 1 : end;
+			}
+			if (g_opt.cpus.empty())
+				return false;
+		} else if (!strcmp(a, "--sd_oracle=checked")) {
+			g_opt.oracle = true;
+		} else if (!strcmp(a, "--sd_oracle=off")) {
+			g_opt.oracle = false;
+		} else if (!strncmp(a, "--sd_trap_reads=", 16)) {
+			char *end;
+			g_opt.trap_reads = strtoull(a + 16, &end, 10);
+			if (*end || !g_opt.trap_reads)
+				return false;
+		} else if (!strcmp(a, "--sd_machine")) {
+			g_opt.print_machine = true;
+		} else if (!strncmp(a, "--sd_", 5)) {
+			return false;       // --sd_help included: usage() follows
+		} else {
+			argv[out++] = argv[i];
+		}
+	}
+	*argc = out;
+	argv[out] = nullptr;
+	return true;
+}
+
 } // namespace
 
 int main(int argc, char **argv)
 {
-	register_all();
+	if (!parse_options(&argc, argv)) {
+		usage();
+		return 2;
+	}
+	if (g_opt.print_machine) {
+		print_machine();
+		return 0;
+	}
+	if (g_opt.main_set)
+		register_main();
+	else
+		register_all();
 	benchmark::Initialize(&argc, argv);
 	if (benchmark::ReportUnrecognizedArguments(argc, argv))
 		return 1;

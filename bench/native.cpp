@@ -1,0 +1,421 @@
+// SPDX-License-Identifier: MIT
+//
+// Native-kernel twins of the emulated workloads (see native.hpp). Workers
+// are real threads or real processes, pinned with hwloc to PU id % PUs as
+// the emulated CPUs are, and driven in batches through a control block in
+// shared memory: the benchmark thread bumps a generation word, every worker
+// runs the batch and counts itself done. The same futex words serve threads
+// and forked processes (no FUTEX_PRIVATE_FLAG).
+#include "native.hpp"
+
+#include <hwloc.h>
+#include <linux/futex.h>
+#include <linux/membarrier.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <climits>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace native {
+namespace {
+
+using benchmark::Counter;
+using benchmark::State;
+
+constexpr size_t kPage = 4096;
+
+// ---- topology: hwloc, loaded once ----
+
+struct Topology {
+	hwloc_topology_t t = nullptr;
+	unsigned pus = 1;
+	Topology()
+	{
+		if (hwloc_topology_init(&t) || hwloc_topology_load(t)) {
+			t = nullptr;
+			return;
+		}
+		int n = hwloc_get_nbobjs_by_type(t, HWLOC_OBJ_PU);
+		pus = n > 0 ? (unsigned)n : 1;
+	}
+};
+
+Topology &topology()
+{
+	static Topology topo;
+	return topo;
+}
+
+// Pin the calling thread to PU @pu % PUs (logical index); 0 on success.
+int bind_self(unsigned pu)
+{
+	Topology &topo = topology();
+	if (!topo.t)
+		return -ENOSYS;
+	hwloc_obj_t obj = hwloc_get_obj_by_type(topo.t, HWLOC_OBJ_PU, pu % topo.pus);
+	if (!obj)
+		return -EINVAL;
+	if (hwloc_set_cpubind(topo.t, obj->cpuset, HWLOC_CPUBIND_THREAD))
+		return errno ? -errno : -EINVAL;
+	return 0;
+}
+
+// Pins the calling thread for a scope and restores its old binding after,
+// so that later benchmarks run unpinned as before.
+class ScopedBind {
+public:
+	explicit ScopedBind(unsigned pu)
+	{
+		Topology &topo = topology();
+		if (topo.t && (saved_ = hwloc_bitmap_alloc()) &&
+		    hwloc_get_cpubind(topo.t, saved_, HWLOC_CPUBIND_THREAD)) {
+			hwloc_bitmap_free(saved_);
+			saved_ = nullptr;
+		}
+		err_ = bind_self(pu);
+	}
+	~ScopedBind()
+	{
+		if (saved_) {
+			hwloc_set_cpubind(topology().t, saved_, HWLOC_CPUBIND_THREAD);
+			hwloc_bitmap_free(saved_);
+		}
+	}
+	int error() const { return err_; }
+	ScopedBind(const ScopedBind &) = delete;
+	ScopedBind &operator=(const ScopedBind &) = delete;
+
+private:
+	hwloc_bitmap_t saved_ = nullptr;
+	int err_ = 0;
+};
+
+// ---- futex words in shared memory ----
+
+long futex(std::atomic<uint32_t> *w, int op, uint32_t v)
+{
+	return syscall(SYS_futex, reinterpret_cast<uint32_t *>(w), op, v, nullptr, nullptr, 0);
+}
+
+// Wait until *w != old: spin a little (the usual case on a free PU), then
+// sleep, so oversubscribed workers give their PU away.
+uint32_t wait_change(std::atomic<uint32_t> *w, uint32_t old)
+{
+	uint32_t v;
+	for (unsigned n = 0; (v = w->load(std::memory_order_acquire)) == old; n++) {
+		if (n < 2000)
+			continue;
+		futex(w, FUTEX_WAIT, old);
+	}
+	return v;
+}
+
+struct alignas(64) Ctl {
+	std::atomic<uint32_t> gen{0};       // bumped to start a batch (or stop)
+	alignas(64) std::atomic<uint32_t> done{0};   // workers done with it
+	std::atomic<uint64_t> count{0};     // operations per worker in the batch
+	std::atomic<int> err{0};            // first error, a negative errno
+	std::atomic<uint32_t> stop{0};
+};
+
+// A worker's three phases, run on its own thread or in its own process.
+struct Body {
+	std::function<int(unsigned id)> setup;             // before the first batch
+	std::function<int(unsigned id, uint64_t n)> run;   // one batch of n operations
+	std::function<void(unsigned id)> teardown;         // after the last
+};
+
+void note(Ctl *c, int err)
+{
+	int zero = 0;
+	if (err)
+		c->err.compare_exchange_strong(zero, err);
+}
+
+void count_done(Ctl *c)
+{
+	c->done.fetch_add(1, std::memory_order_acq_rel);
+	futex(&c->done, FUTEX_WAKE, INT_MAX);
+}
+
+void worker_main(Ctl *c, unsigned id, const Body &b)
+{
+	note(c, bind_self(id));
+	note(c, b.setup ? b.setup(id) : 0);
+	count_done(c);                          // ready
+	for (uint32_t seen = 0;;) {
+		seen = wait_change(&c->gen, seen);
+		if (c->stop.load(std::memory_order_acquire))
+			break;
+		if (!c->err.load(std::memory_order_relaxed))
+			note(c, b.run(id, c->count.load(std::memory_order_relaxed)));
+		count_done(c);
+	}
+	if (b.teardown)
+		b.teardown(id);
+}
+
+class Workers {
+public:
+	Workers(unsigned n, bool processes, Body body) : n_(n), body_(std::move(body))
+	{
+		void *p = mmap(nullptr, sizeof(Ctl), PROT_READ | PROT_WRITE,
+			       MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+		if (p == MAP_FAILED) {
+			err_ = -errno;
+			return;
+		}
+		ctl_ = new (p) Ctl;
+		for (unsigned id = 0; id < n; id++) {
+			if (!processes) {
+				threads_.emplace_back([this, id] { worker_main(ctl_, id, body_); });
+				continue;
+			}
+			pid_t pid = fork();
+			if (pid == 0) {
+				worker_main(ctl_, id, body_);
+				_exit(0);
+			}
+			if (pid < 0) {
+				err_ = -errno;
+				break;
+			}
+			pids_.push_back(pid);
+		}
+		wait_done(started());
+		err_ = err_ ? err_ : ctl_->err.load();
+	}
+	~Workers()
+	{
+		if (!ctl_)
+			return;
+		ctl_->stop.store(1, std::memory_order_release);
+		ctl_->gen.fetch_add(1, std::memory_order_release);
+		futex(&ctl_->gen, FUTEX_WAKE, INT_MAX);
+		for (auto &t : threads_)
+			t.join();
+		for (pid_t pid : pids_)
+			waitpid(pid, nullptr, 0);
+		ctl_->~Ctl();
+		munmap(ctl_, sizeof(Ctl));
+	}
+	// One batch: every worker does @count operations. 0 or a negative errno.
+	int run(uint64_t count)
+	{
+		if (err_)
+			return err_;
+		ctl_->done.store(0, std::memory_order_relaxed);
+		ctl_->count.store(count, std::memory_order_relaxed);
+		ctl_->gen.fetch_add(1, std::memory_order_release);
+		futex(&ctl_->gen, FUTEX_WAKE, INT_MAX);
+		wait_done(n_);
+		return err_ = ctl_->err.load();
+	}
+	int error() const { return err_; }
+	Workers(const Workers &) = delete;
+	Workers &operator=(const Workers &) = delete;
+
+private:
+	unsigned started() const { return (unsigned)(threads_.size() + pids_.size()); }
+	void wait_done(unsigned want)
+	{
+		uint32_t d;
+		while ((d = ctl_->done.load(std::memory_order_acquire)) < want)
+			wait_change(&ctl_->done, d);
+		ctl_->done.store(0, std::memory_order_relaxed);
+	}
+
+	unsigned n_;
+	Body body_;
+	Ctl *ctl_ = nullptr;
+	std::vector<std::thread> threads_;
+	std::vector<pid_t> pids_;
+	int err_ = 0;
+};
+
+// Time batches of @batch operations per worker; time per iteration is then
+// time per operation as each worker sees it.
+void run_batches(State &st, Workers &w, uint64_t batch, const char *what)
+{
+	int err = w.error();
+	while (st.KeepRunningBatch(batch))
+		if (!err)
+			err = w.run(batch);
+	if (err)
+		st.SkipWithError((std::string(what) + ": " + strerror(-err)).c_str());
+}
+
+double oversubscribed(unsigned workers)
+{
+	return workers > nr_pus() ? 1 : 0;
+}
+
+// Per-worker mappings, kept in the worker's own memory (a forked worker
+// writes its own copy of this vector).
+struct Regions {
+	std::vector<char *> at;
+	explicit Regions(unsigned n) : at(n, nullptr) {}
+	int map(unsigned id, size_t len)
+	{
+		void *p = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		if (p == MAP_FAILED)
+			return -errno;
+		at[id] = static_cast<char *>(p);
+		return 0;
+	}
+};
+
+} // namespace
+
+unsigned nr_pus()
+{
+	return topology().pus;
+}
+
+void BM_mprotect(State &st, unsigned workers, bool processes)
+{
+	// Three pages, the outer two PROT_NONE: the worker's page is a VMA of
+	// its own, which the kernel cannot merge with a neighbour's.
+	Regions pages(workers);
+	Body b;
+	b.setup = [&pages](unsigned id) {
+		int err = pages.map(id, 3 * kPage);
+		if (!err && (mprotect(pages.at[id], kPage, PROT_NONE) ||
+			     mprotect(pages.at[id] + 2 * kPage, kPage, PROT_NONE)))
+			err = -errno;
+		return err;
+	};
+	b.run = [&pages](unsigned id, uint64_t n) {
+		volatile char *p = pages.at[id] + kPage;
+		for (uint64_t i = 0; i < n; i += 2) {
+			*p = 1;
+			if (mprotect((void *)p, kPage, PROT_READ) ||
+			    mprotect((void *)p, kPage, PROT_READ | PROT_WRITE))
+				return -errno;
+		}
+		return 0;
+	};
+	Workers w(workers, processes, b);
+	run_batches(st, w, 2000, "native mprotect");
+	st.counters["oversubscribed"] = oversubscribed(workers);
+}
+
+void BM_tlb_flush2(State &st, unsigned workers)
+{
+	constexpr size_t kPages = 256;         // as the emulated loop
+	Regions regions(workers);
+	Body b;
+	b.setup = [&regions](unsigned id) { return regions.map(id, kPages * kPage); };
+	b.run = [&regions](unsigned id, uint64_t n) {
+		char *base = regions.at[id];
+		for (uint64_t i = 0; i < n; i++) {
+			volatile char *p = base + (i % kPages) * kPage;
+			*p = 1;
+			if (madvise((void *)p, kPage, MADV_DONTNEED))
+				return -errno;
+			if (*p != 0)                   // will-it-scale's check: a fresh page
+				return -EIO;
+		}
+		return 0;
+	};
+	Workers w(workers, false, b);
+	const uint64_t batch = 1024;
+	auto t0 = std::chrono::steady_clock::now();
+	run_batches(st, w, batch, "native tlb_flush2");
+	const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+	const double loops = (double)st.iterations() * workers;
+	st.counters["loops_per_s"] = wall > 0 ? loops / wall : 0;
+	st.counters["loops_per_s_per_thread"] = wall > 0 ? loops / wall / workers : 0;
+	st.counters["oversubscribed"] = oversubscribed(workers);
+}
+
+void BM_context_switch(State &st, unsigned pairs)
+{
+	// Per pair, in the driven worker's own process: two pipes and an
+	// echoing partner on the same PU.
+	struct Pair {
+		int to[2] = { -1, -1 }, from[2] = { -1, -1 };
+		pid_t echo = -1;
+	};
+	std::vector<Pair> pair(pairs);
+	Body b;
+	b.setup = [&pair](unsigned id) {
+		Pair &p = pair[id];
+		if (pipe(p.to) || pipe(p.from))
+			return -errno;
+		p.echo = fork();
+		if (p.echo < 0)
+			return -errno;
+		if (p.echo == 0) {              // the partner: echo until EOF
+			char c;
+			close(p.to[1]);
+			close(p.from[0]);
+			while (read(p.to[0], &c, 1) == 1 && write(p.from[1], &c, 1) == 1)
+				;
+			_exit(0);
+		}
+		close(p.to[0]);
+		close(p.from[1]);
+		return 0;
+	};
+	b.run = [&pair](unsigned id, uint64_t n) {
+		Pair &p = pair[id];
+		char c = 0;
+		for (uint64_t i = 0; i < n; i += 2)     // a round trip: two switches
+			if (write(p.to[1], &c, 1) != 1 || read(p.from[0], &c, 1) != 1)
+				return -EPIPE;
+		return 0;
+	};
+	b.teardown = [&pair](unsigned id) {
+		close(pair[id].to[1]);
+		close(pair[id].from[0]);
+		if (pair[id].echo > 0)
+			waitpid(pair[id].echo, nullptr, 0);
+	};
+	Workers w(pairs, true, b);
+	run_batches(st, w, 4000, "native context_switch");
+	st.counters["oversubscribed"] = oversubscribed(pairs);   // a pair shares its PU by design
+}
+
+void BM_membarrier(State &st)
+{
+	if (nr_pus() < 2) {
+		st.SkipWithError("membarrier needs 2 PUs");
+		return;
+	}
+	if (syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0)) {
+		st.SkipWithError((std::string("membarrier register: ") + strerror(errno)).c_str());
+		return;
+	}
+	std::atomic<int> stop{0}, ready{0};
+	std::thread spinner([&] {
+		ready.store(bind_self(1) ? -1 : 1);
+		while (!stop.load(std::memory_order_relaxed))
+			;
+	});
+	while (!ready.load())
+		;
+	ScopedBind pin(0);
+	int err = ready.load() < 0 ? -EINVAL : pin.error();
+	for (auto _ : st)
+		if (!err && syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0))
+			err = -errno;
+	stop.store(1);
+	spinner.join();
+	if (err)
+		st.SkipWithError((std::string("membarrier: ") + strerror(-err)).c_str());
+	st.counters["oversubscribed"] = 0;
+}
+
+} // namespace native

@@ -1,0 +1,44 @@
+// SPDX-License-Identifier: MIT
+//
+// Native-kernel twins of the emulated workloads (strategy name `native`):
+// the same shapes run on this machine's own kernel, with real threads or
+// processes, real mprotect, madvise and pipes. Each reports time per
+// operation per worker, the unit its emulated twin reports, so the two can
+// be divided within one run. Plus baseline/membarrier, the kernel's own
+// IPI broadcast to the CPUs running this process.
+#ifndef SD_BENCH_NATIVE_HPP
+#define SD_BENCH_NATIVE_HPP
+
+#include <benchmark/benchmark.h>
+
+namespace native {
+
+// mprotect_threaded/native:{threads,processes}/cpus:N: N workers, each with
+// its own touched page, each iteration one mprotect (RO, then RW, with a
+// write between pairs). Threads share one mm, so every mprotect is a
+// shootdown to the other workers' CPUs; processes (seed 000's
+// for-each-cpu.sh) never need one.
+void BM_mprotect(benchmark::State &st, unsigned workers, bool processes);
+
+// tlb_flush2_threads/native/cpus:N: will-it-scale tlb_flush2, threads of one
+// process, each writing a private page, madvise(MADV_DONTNEED)-ing it and
+// reading it back (a fault). Reports loops_per_s like the emulated twin.
+void BM_tlb_flush2(benchmark::State &st, unsigned workers);
+
+// context_switch/native/cpus:N: hackbench's shape with N pairs of processes
+// passing a byte back and forth through two pipes; pair i runs on PU
+// i % PUs, so every message is a real context switch on that PU. Time per
+// switch per pair.
+void BM_context_switch(benchmark::State &st, unsigned pairs);
+
+// baseline/membarrier: membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED), after
+// registering, with a second thread of this process spinning on PU 1: one
+// kernel IPI round trip to it.
+void BM_membarrier(benchmark::State &st);
+
+// PUs hwloc sees (at least 1).
+unsigned nr_pus();
+
+} // namespace native
+
+#endif
