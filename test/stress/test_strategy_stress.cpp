@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: MIT
-// Oracle-checked random workload under the "broadcast" strategy.
+// Oracle-checked random workload under every strategy: broadcast, ipi (both
+// cpumask modes) and gbcast cases (named by their prefixes).
 //
 // Model: 3 x ncpus tasks (more in the small-ASID configuration), each bound
 // to an address space; most mms belong to one task, two are shared by three
