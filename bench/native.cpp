@@ -9,6 +9,9 @@
 #include "native.hpp"
 
 #include <hwloc.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
 #include <linux/futex.h>
 #include <linux/membarrier.h>
 #include <sys/mman.h>
@@ -386,6 +389,50 @@ void BM_context_switch(State &st, unsigned pairs)
 	Workers w(pairs, true, b);
 	run_batches(st, w, 4000, "native context_switch");
 	st.counters["oversubscribed"] = oversubscribed(pairs);   // a pair shares its PU by design
+}
+
+void BM_trap_cpuid(State &st, unsigned threads, uint64_t reads)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	unsigned a, b, c, d;
+	__cpuid(1, a, b, c, d);
+	const bool hypervisor = c & (1u << 31);
+	std::atomic<uint64_t> cpu_ns{0};
+	Body body;
+	body.run = [&cpu_ns](unsigned, uint64_t n) {
+		struct timespec t0, t1;
+		unsigned ra, rb, rc, rd, sink = 0;
+		clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t0);
+		for (uint64_t i = 0; i < n; i++) {
+			__cpuid_count(7, 0, ra, rb, rc, rd);
+			sink += ra ^ rb ^ rc ^ rd;
+		}
+		clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t1);
+		benchmark::DoNotOptimize(sink);
+		cpu_ns.fetch_add((uint64_t)((t1.tv_sec - t0.tv_sec) * 1000000000ll +
+					    (t1.tv_nsec - t0.tv_nsec)), std::memory_order_relaxed);
+		return 0;
+	};
+	Workers w(threads, false, body);
+	int err = w.error();
+	for (auto _ : st) {
+		auto t0 = std::chrono::steady_clock::now();
+		if (!err)
+			err = w.run(reads);
+		st.SetIterationTime(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
+					    .count());
+	}
+	if (err)
+		st.SkipWithError((std::string("native cpuid: ") + strerror(-err)).c_str());
+	st.counters["cpu_s"] = Counter((double)cpu_ns.load() / 1e9, Counter::kAvgIterations);
+	st.counters["reads_per_thread"] = (double)reads;
+	st.counters["hypervisor"] = hypervisor;
+	st.counters["oversubscribed"] = oversubscribed(threads);
+#else
+	(void)threads;
+	(void)reads;
+	st.SkipWithError("CPUID is x86 only");
+#endif
 }
 
 void BM_membarrier(State &st)

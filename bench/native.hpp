@@ -31,6 +31,14 @@ void BM_tlb_flush2(benchmark::State &st, unsigned workers);
 // switch per pair.
 void BM_context_switch(benchmark::State &st, unsigned pairs);
 
+// trap_dispatch/native:cpuid/threads:T: T threads each executing CPUID
+// (leaf 7, the feature ID registers) @reads times: the x86 counterpart of an
+// arm64 EL0 ID-register read. In a virtual machine every CPUID is a VM exit,
+// trapped and emulated per vCPU by the hypervisor with no global lock (the
+// "after" shape); on bare metal it does not trap (counter `hypervisor`).
+// Manual time: the run's wall time; cpu_s: the threads' summed CPU time.
+void BM_trap_cpuid(benchmark::State &st, unsigned threads, uint64_t reads);
+
 // baseline/membarrier: membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED), after
 // registering, with a second thread of this process spinning on PU 1: one
 // kernel IPI round trip to it.
