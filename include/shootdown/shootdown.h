@@ -9,6 +9,7 @@
 #define SHOOTDOWN_SHOOTDOWN_H
 
 #include "export.h"
+#include "version.h"
 #include "error.h"
 #include "machine.h"
 #include "cpu.h"
