@@ -15,6 +15,7 @@
 #include "cpu.h"
 #include "mm.h"
 #include "tlbbatch.h"
+#include "strategy.h"
 #include "trap.h"
 #include "stats.h"
 #include "oracle.h"

@@ -5,6 +5,7 @@
 
 #include "../core/error.h"
 #include "strategy.h"
+#include "user.h"
 
 static const struct sd_strategy_ops *const builtin[] = {
 	&sd_broadcast_ops,
@@ -42,20 +43,33 @@ static int parse_opts(const char *name, const char *p, struct sd_strategy_opt *o
 	return 0;
 }
 
-int sd_strategy_lookup(const char *spec, const struct sd_strategy_ops **ops,
-		       struct sd_strategy_opt *opts, unsigned *nr_opts)
+bool sd_strategy_builtin(const char *spec, const struct sd_strategy_ops **ops, size_t *name_len)
 {
 	const char *colon = strchr(spec, ':');
 	size_t len = colon ? (size_t)(colon - spec) : strlen(spec);
 
+	*name_len = len;
 	for (size_t i = 0; i < sizeof(builtin) / sizeof(builtin[0]); i++) {
 		if (strlen(builtin[i]->name) == len && !strncmp(builtin[i]->name, spec, len)) {
 			*ops = builtin[i];
-			return parse_opts(builtin[i]->name, colon ? colon + 1 : "", opts, nr_opts);
+			return true;
 		}
 	}
-	return sd_fail(-ENOENT, "unknown strategy '%.*s' (known: broadcast, local, ipi, gbcast, none)",
-		       (int)len, spec);
+	return false;
+}
+
+int sd_strategy_lookup(const char *spec, const struct sd_strategy_ops **ops,
+		       struct sd_strategy_opt *opts, unsigned *nr_opts)
+{
+	const char *colon = strchr(spec, ':');
+	size_t len;
+
+	/* Built-ins first: a user strategy can never shadow one. */
+	if (!sd_strategy_builtin(spec, ops, &len) && !(*ops = sd_strategy_user_lookup(spec, len)))
+		return sd_fail(-ENOENT, "unknown strategy '%.*s' (built-in: broadcast, local, ipi, "
+			       "gbcast, none; or one registered with sd_strategy_register())",
+			       (int)len, spec);
+	return parse_opts((*ops)->name, colon ? colon + 1 : "", opts, nr_opts);
 }
 
 int sd_strategy_unknown_opt(const char *strategy, const struct sd_strategy_opt *opt)

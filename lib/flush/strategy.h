@@ -3,6 +3,7 @@
 #define SD_FLUSH_STRATEGY_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 struct sd_machine;
@@ -64,6 +65,10 @@ struct sd_strategy_ops {
  */
 int sd_strategy_lookup(const char *spec, const struct sd_strategy_ops **ops,
 		       struct sd_strategy_opt *opts, unsigned *nr_opts);
+
+/* Whether the name before any ':' in @spec is a built-in strategy: *ops and
+ * the name's length are set either way (*ops only when found). */
+bool sd_strategy_builtin(const char *spec, const struct sd_strategy_ops **ops, size_t *name_len);
 
 /* Helper for machine_init: an option the strategy does not know. */
 int sd_strategy_unknown_opt(const char *strategy, const struct sd_strategy_opt *opt);

@@ -1,0 +1,193 @@
+/* SPDX-License-Identifier: MIT */
+/**
+ * @file strategy.h
+ * @brief Your own shootdown strategy, registered by name at run time.
+ * @ingroup strategy
+ */
+#ifndef SHOOTDOWN_STRATEGY_H
+#define SHOOTDOWN_STRATEGY_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "export.h"
+
+SD_BEGIN_DECLS
+
+struct sd_machine;
+struct sd_cpu;
+struct sd_mm;
+
+/**
+ * @defgroup strategy User strategies
+ *
+ * A strategy decides how a change to an address space reaches the TLBs of
+ * the other CPUs. Register one with sd_strategy_register(), then name it in
+ * sd_machine_config.strategy ("name" or "name:key=value,...") like a
+ * built-in one. The oracle checks it exactly as it checks the built-ins.
+ *
+ * What the library does for you: ASIDs (the arm64 allocator of `broadcast`,
+ * so a translation of one mm is never served to another: DESIGN invariant
+ * 3), page tables and their RCU-deferred freeing (invariant 4), interrupts
+ * and IPI delivery (invariant 5), and an mm_cpumask kept eagerly (a CPU's
+ * bit is set when it switches to the mm and cleared when it switches away,
+ * unless SD_STRATEGY_LAZY_CPUMASK).
+ *
+ * **The contract your flush() must keep** (DESIGN invariant 1, in your
+ * terms): when it returns, no CPU may hold a translation for any page of
+ * [va, va + len) of @mm that was cached before the call. A CPU that never
+ * ran @mm since its last invalidation has none. The library orders the
+ * page-table change before flush() is called and the cpumask update before
+ * a switching CPU can fill its TLB (both full barriers), so a CPU that is
+ * not in the cpumask when flush() reads it can no longer hold a stale
+ * entry, and one that is in it must be invalidated. Use the building
+ * blocks below: an invalidation of your own TLB, a broadcast into every
+ * TLB, or an IPI that makes another CPU invalidate its own.
+ *
+ * And the rules of the road: flush() runs on the initiating CPU's thread
+ * with interrupts on; it may wait for other CPUs, but every wait must let
+ * them make progress (sd_ipi_call() does). switch_in() and switch_out() run
+ * with interrupts off and must not wait for other CPUs.
+ * @{
+ */
+
+/** Flags of struct sd_strategy. */
+enum sd_strategy_flags {
+	/** Leave mm_cpumask bits set when a CPU switches away: clear them
+	 *  yourself (sd_mm_cpumask_clear()), as the x86 lazy mask does. */
+	SD_STRATEGY_LAZY_CPUMASK = 1u << 0,
+};
+
+/** sd_strategy.flush() @flags. */
+enum sd_flush_flags {
+	/** Page-table pages were freed too (informational: the library
+	 *  already defers their freeing past every lockless walker). */
+	SD_FLUSH_FREED_TABLES = 1u << 0,
+};
+
+/**
+ * A user strategy. Fill it, starting from SD_STRATEGY_INIT, and pass it to
+ * sd_strategy_register(), which copies it.
+ */
+struct sd_strategy {
+	/** sizeof(struct sd_strategy) as the caller compiled it. */
+	size_t size;
+	/** 1..31 characters of [a-z0-9_], not a built-in strategy's name. */
+	const char *name;
+	/** One line for listings; may be NULL. */
+	const char *summary;
+	/** enum sd_strategy_flags. */
+	unsigned flags;
+	/** Passed to every callback. */
+	void *arg;
+	/**
+	 * Optional. Called by sd_machine_create() with the options after
+	 * "name:" ("" if none), on the creating thread. Return 0 or a negative
+	 * errno (-EINVAL for an option you do not accept), which the machine
+	 * creation returns.
+	 */
+	int (*machine_init)(struct sd_machine *m, const char *options, void *arg);
+	/** Optional. Called by sd_machine_destroy() after the last CPU left. */
+	void (*machine_fini)(struct sd_machine *m, void *arg);
+	/**
+	 * Required. Make [@va, @va + @len) of @mm (bytes, page aligned; @len 0:
+	 * the whole mm) unreachable in every TLB before returning: the contract
+	 * above. Runs on @cpu's thread, interrupts on.
+	 */
+	void (*flush)(struct sd_cpu *cpu, struct sd_mm *mm, uint64_t va, uint64_t len,
+		      unsigned flags, void *arg);
+	/** Optional. @cpu has just loaded @mm (its cpumask bit is set);
+	 *  interrupts off. */
+	void (*switch_in)(struct sd_cpu *cpu, struct sd_mm *mm, void *arg);
+	/** Optional. @cpu is about to leave @mm; interrupts off. */
+	void (*switch_out)(struct sd_cpu *cpu, struct sd_mm *mm, void *arg);
+};
+
+/** Initialiser for struct sd_strategy: the size set, everything else 0. */
+#define SD_STRATEGY_INIT { sizeof(struct sd_strategy), 0, 0, 0, 0, 0, 0, 0, 0, 0 }
+
+/** How many user strategies may be registered at once. */
+#define SD_STRATEGY_MAX_USER 16
+
+/**
+ * sd_strategy_register() - make a strategy available to sd_machine_create().
+ * @s: the strategy; copied (the name too), so it may be on the stack.
+ *
+ * Return: 0; -EINVAL for a NULL or unknown-size @s, a missing flush(), a bad
+ * name; -EEXIST if the name is taken (built-in or registered); -ENOSPC if
+ * SD_STRATEGY_MAX_USER are registered. Any thread.
+ */
+SD_EXPORT int sd_strategy_register(const struct sd_strategy *s);
+
+/**
+ * sd_strategy_unregister() - remove a user strategy.
+ *
+ * Return: 0; -EINVAL for NULL; -ENOENT if no user strategy has that name;
+ * -EBUSY while a machine uses it. Any thread.
+ */
+SD_EXPORT int sd_strategy_unregister(const char *name);
+
+/* ---- building blocks, for the machine's own CPUs under a user strategy ---- */
+
+/**
+ * sd_tlb_invalidate_local() - drop @mm's translations of [@va, @va + @len)
+ * (@len 0: all of them) from @cpu's own TLB, as a non-broadcast TLBI (or
+ * INVLPG) does. Call it on @cpu's thread: from flush() for the initiator,
+ * from an IPI function (sd_ipi_call()) or a switch hook on a target.
+ *
+ * Return: 0; -EINVAL for NULL or an unaligned range; -EPERM if the caller is
+ * not @cpu's thread; -EOPNOTSUPP if the machine does not run a user
+ * strategy. Interrupts may be off.
+ */
+SD_EXPORT int sd_tlb_invalidate_local(struct sd_cpu *cpu, struct sd_mm *mm, uint64_t va,
+				      uint64_t len);
+
+/**
+ * sd_tlb_invalidate_broadcast() - drop @mm's translations of [@va, @va +
+ * @len) (@len 0: all) from every CPU's TLB, as arm64's TLBI ...IS: one
+ * broadcast message per range operation, serialised with other broadcasts
+ * like the interconnect does. Returns when every TLB is clean (DSB ISH).
+ *
+ * Return: 0; -EINVAL, -EPERM, -EOPNOTSUPP as sd_tlb_invalidate_local().
+ * @cpu's thread; interrupts on or off.
+ */
+SD_EXPORT int sd_tlb_invalidate_broadcast(struct sd_cpu *cpu, struct sd_mm *mm, uint64_t va,
+					  uint64_t len);
+
+/**
+ * sd_mm_cpumask_test() - whether CPU @cpu's bit is set in @mm's cpumask.
+ * Return: 1 or 0; -EINVAL for NULL or a CPU out of range; -EOPNOTSUPP if
+ * @mm's machine does not run a user strategy. Any thread.
+ */
+SD_EXPORT int sd_mm_cpumask_test(const struct sd_mm *mm, unsigned cpu);
+
+/**
+ * sd_mm_cpumask_next() - the first CPU at or after @from whose bit is set.
+ * Return: its id, or the machine's CPU count if none (also for an @mm that
+ * is NULL or not under a user strategy). Any thread. Bits change under
+ * you: read the mask after your page-table change (flush() is called so).
+ */
+SD_EXPORT unsigned sd_mm_cpumask_next(const struct sd_mm *mm, unsigned from);
+
+/**
+ * sd_mm_cpumask_set() / sd_mm_cpumask_clear() - set or clear CPU @cpu's bit.
+ * Clearing the bit of a CPU that still runs @mm, or still caches its
+ * translations, breaks your flush. Return: 0; -EINVAL; -EOPNOTSUPP. Any
+ * thread.
+ */
+SD_EXPORT int sd_mm_cpumask_set(struct sd_mm *mm, unsigned cpu);
+/** See sd_mm_cpumask_set(). */
+SD_EXPORT int sd_mm_cpumask_clear(struct sd_mm *mm, unsigned cpu);
+
+/**
+ * sd_mm_active_cpus() - how many CPUs have @mm loaded now (switched in and
+ * not out; a CPU idling lazily on it counts).
+ * Return: the count; -EINVAL; -EOPNOTSUPP. Any thread.
+ */
+SD_EXPORT int sd_mm_active_cpus(const struct sd_mm *mm);
+
+/** @} */
+
+SD_END_DECLS
+
+#endif
