@@ -19,6 +19,7 @@
  * They do not: the stale writable entry lets them through, and the oracle
  * counts every such access.
  */
+#define _POSIX_C_SOURCE 200809L   /* clock_gettime, sched_yield under -std=c11 */
 #include <errno.h>
 #include <sched.h>
 #include <stdatomic.h>
