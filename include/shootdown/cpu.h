@@ -2,6 +2,7 @@
 /**
  * @file cpu.h
  * @brief Emulated CPUs: attach and detach, emulated interrupts, IPIs.
+ * @ingroup cpu
  *
  * An emulated CPU is a thread. Most calls take the CPU handle and must be made
  * by the thread attached as that CPU; they return -EPERM otherwise.
@@ -21,6 +22,12 @@
 #include "machine.h"
 
 SD_BEGIN_DECLS
+
+/**
+ * @defgroup cpu CPUs, interrupts and IPIs
+ * Threads attached as emulated CPUs; emulated interrupts; IPIs as real signals.
+ * @{
+ */
 
 /**
  * sd_cpu_attach() - make the calling thread emulated CPU @id of @m.
@@ -46,13 +53,22 @@ SD_EXPORT int sd_cpu_attach(struct sd_machine *m, unsigned id, struct sd_cpu **o
  */
 SD_EXPORT int sd_cpu_detach(struct sd_cpu *cpu);
 
-/** sd_cpu_self() - the calling thread's CPU, or NULL. Any thread; async-signal-safe. */
+/**
+ * sd_cpu_self() - the calling thread's CPU, or NULL. Any thread; async-signal-
+ * safe. Never waits for another CPU: may be called with interrupts off.
+ */
 SD_EXPORT struct sd_cpu *sd_cpu_self(void);
 
-/** sd_cpu_id() - the id of @cpu. Any thread. */
+/**
+ * sd_cpu_id() - the id of @cpu. Any thread. Never waits for another CPU: may
+ * be called with interrupts off.
+ */
 SD_EXPORT unsigned sd_cpu_id(const struct sd_cpu *cpu);
 
-/** sd_cpu_machine() - the machine @cpu belongs to. Any thread. */
+/**
+ * sd_cpu_machine() - the machine @cpu belongs to. Any thread. Never waits for
+ * another CPU: may be called with interrupts off.
+ */
 SD_EXPORT struct sd_machine *sd_cpu_machine(const struct sd_cpu *cpu);
 
 /**
@@ -68,7 +84,7 @@ SD_EXPORT void sd_irq_disable(struct sd_cpu *cpu);
  */
 SD_EXPORT void sd_irq_enable(struct sd_cpu *cpu);
 
-/** sd_irqs_disabled() - whether @cpu runs with emulated interrupts off. */
+/** sd_irqs_disabled() - whether @cpu runs with emulated interrupts off. Any thread. */
 SD_EXPORT int sd_irqs_disabled(const struct sd_cpu *cpu);
 
 /**
@@ -96,6 +112,8 @@ typedef void (*sd_ipi_fn)(struct sd_cpu *target, void *arg);
  * Attached thread only.
  */
 SD_EXPORT int sd_ipi_call(struct sd_cpu *from, unsigned target, sd_ipi_fn fn, void *arg);
+
+/** @} */
 
 SD_END_DECLS
 

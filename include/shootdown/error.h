@@ -2,6 +2,7 @@
 /**
  * @file error.h
  * @brief The error convention, written once.
+ * @ingroup errors
  *
  * Every libshootdown function that can fail returns 0 (or a non-negative
  * value where its documentation says so) on success and a negative errno
@@ -34,10 +35,17 @@
 SD_BEGIN_DECLS
 
 /**
+ * @defgroup errors Errors
+ * Negative errno returns, sd_strerror() and the thread's last error message.
+ * @{
+ */
+
+/**
  * sd_strerror() - describe a return value of this library.
  * @err: a negative errno value returned by an sd_ function (0 is "success").
  *
  * Return: a static string; never NULL. Any thread; async-signal-safe.
+ * Never waits for another CPU: may be called with interrupts off.
  */
 SD_EXPORT const char *sd_strerror(int err);
 
@@ -47,8 +55,11 @@ SD_EXPORT const char *sd_strerror(int err);
  * Return: a thread-local string such as "unknown strategy option 'foo' for
  * 'broadcast'"; "" if no call has failed on this thread yet. It stays valid
  * until the next failing sd_ call on the same thread. Any thread.
+ * Never waits for another CPU: may be called with interrupts off.
  */
 SD_EXPORT const char *sd_last_error(void);
+
+/** @} */
 
 SD_END_DECLS
 

@@ -2,6 +2,7 @@
 /**
  * @file machine.h
  * @brief The emulated machine: topology, placement, CPUs, and its strategy.
+ * @ingroup machine
  *
  * A machine owns a set of emulated CPUs. Each CPU is an OS thread bound to
  * one processing unit (PU) with hwloc, and holds a software TLB. All address
@@ -19,6 +20,12 @@
 #include "export.h"
 
 SD_BEGIN_DECLS
+
+/**
+ * @defgroup machine Machine
+ * A machine: emulated CPUs pinned to PUs, a strategy, an oracle, traps.
+ * @{
+ */
 
 struct sd_machine;
 struct sd_cpu;
@@ -105,6 +112,7 @@ struct sd_machine_config {
 /**
  * sd_machine_config_init() - fill @cfg with defaults (same as SD_MACHINE_CONFIG_INIT).
  * Any thread.
+ * Never waits for another CPU: may be called with interrupts off.
  */
 SD_EXPORT void sd_machine_config_init(struct sd_machine_config *cfg);
 
@@ -125,6 +133,7 @@ SD_EXPORT void sd_machine_config_init(struct sd_machine_config *cfg);
  * option; -EBUSY if 8 distinct IPI signals are already in use by other
  * machines; -ENOMEM. Nothing is left allocated on failure. Any thread that is
  * not an attached CPU.
+ * Not from an attached CPU, so never with interrupts off.
  */
 SD_EXPORT int sd_machine_create(const struct sd_machine_config *cfg,
 				struct sd_machine **out);
@@ -134,6 +143,7 @@ SD_EXPORT int sd_machine_create(const struct sd_machine_config *cfg,
  *
  * Return: 0; -EBUSY if a CPU is still attached or an address space still
  * exists (the machine is left intact). Any thread that is not one of its CPUs.
+ * Not from an attached CPU, so never with interrupts off.
  */
 SD_EXPORT int sd_machine_destroy(struct sd_machine *m);
 
@@ -150,6 +160,7 @@ typedef void (*sd_cpu_fn)(struct sd_cpu *cpu, void *arg);
  * Return: 0; -EBUSY if any CPU is already attached; -EAGAIN if threads could
  * not be created (none are left running); -ENOSYS/-EPERM with
  * SD_MACHINE_STRICT_PIN when binding fails. Any thread that is not a CPU.
+ * Not from an attached CPU, so never with interrupts off.
  */
 SD_EXPORT int sd_machine_run(struct sd_machine *m, sd_cpu_fn fn, void *arg);
 
@@ -176,7 +187,9 @@ struct sd_machine_info {
 	int all_pinned;         /**< every CPU that attached so far was pinned */
 	enum sd_placement placement; /**< placement in use */
 	enum sd_oracle_mode oracle;  /**< SD_ORACLE_OFF or SD_ORACLE_CHECKED */
-	unsigned tlb_sets, tlb_ways, tlb_l1_entries; /**< TLB geometry */
+	unsigned tlb_sets;      /**< L2 TLB sets */
+	unsigned tlb_ways;      /**< L2 TLB ways */
+	unsigned tlb_l1_entries; /**< L1 TLB entries */
 	unsigned asid_bits;     /**< ASID width */
 	int ipi_signal;         /**< signal number used for IPIs */
 	size_t bytes_per_cpu;   /**< memory of one CPU's state, TLB included */
@@ -188,12 +201,14 @@ struct sd_machine_info {
 /**
  * sd_machine_info() - describe the machine.
  * Return: 0; -EINVAL if an argument is NULL. Any thread.
+ * Never waits for another CPU: may be called with interrupts off.
  */
 SD_EXPORT int sd_machine_info(const struct sd_machine *m, struct sd_machine_info *info);
 
 /**
  * sd_machine_cpu_info() - describe one CPU.
  * Return: 0; -EINVAL for a NULL argument or a CPU id out of range. Any thread.
+ * Never waits for another CPU: may be called with interrupts off.
  */
 SD_EXPORT int sd_machine_cpu_info(const struct sd_machine *m, unsigned cpu,
 				  struct sd_cpu_info *info);
@@ -201,11 +216,17 @@ SD_EXPORT int sd_machine_cpu_info(const struct sd_machine *m, unsigned cpu,
 /**
  * sd_machine_print_info() - write sd_machine_info() and each CPU's placement
  * to @f in human-readable form. Any thread.
+ * Never waits for another CPU: may be called with interrupts off.
  */
 SD_EXPORT void sd_machine_print_info(const struct sd_machine *m, FILE *f);
 
-/** sd_machine_nr_cpus() - number of emulated CPUs. Any thread. */
+/**
+ * sd_machine_nr_cpus() - number of emulated CPUs. Any thread. Never waits for
+ * another CPU: may be called with interrupts off.
+ */
 SD_EXPORT unsigned sd_machine_nr_cpus(const struct sd_machine *m);
+
+/** @} */
 
 SD_END_DECLS
 

@@ -2,6 +2,7 @@
 /**
  * @file mm.h
  * @brief Address spaces: page tables, mapping changes, accesses, context switch.
+ * @ingroup mm
  *
  * An address space (mm) has a 4-level radix page table over a 48-bit virtual
  * address space with 4 KiB pages, in shared memory. A mapping change edits
@@ -22,10 +23,19 @@
 
 SD_BEGIN_DECLS
 
+/**
+ * @defgroup mm Address spaces
+ * Software page tables, mapping changes (each a shootdown), accesses through the TLB, context switches.
+ * @{
+ */
+
 struct sd_mm;
 
+/** log2 of the page size: 4 KiB pages, as x86 and arm64 default to. */
 #define SD_PAGE_SHIFT 12
+/** The page size in bytes. */
 #define SD_PAGE_SIZE (UINT64_C(1) << SD_PAGE_SHIFT)
+/** Virtual address bits: four levels of 512-entry tables. */
 #define SD_VA_BITS 48
 /** First address past the emulated virtual address space. */
 #define SD_VA_END (UINT64_C(1) << SD_VA_BITS)
@@ -46,6 +56,7 @@ enum sd_access_kind {
 /**
  * sd_mm_create() - create an empty address space on @m.
  * Return: 0; -EINVAL for NULL arguments; -ENOMEM. Any thread.
+ * Never waits for another CPU: may be called with interrupts off.
  */
 SD_EXPORT int sd_mm_create(struct sd_machine *m, struct sd_mm **out);
 
@@ -53,10 +64,14 @@ SD_EXPORT int sd_mm_create(struct sd_machine *m, struct sd_mm **out);
  * sd_mm_destroy() - tear an address space down and free its frames and tables.
  * Return: 0; -EBUSY if a CPU still has it loaded, lazily or not (nothing is
  * freed). Any thread; waits for an RCU grace period.
+ * Not with interrupts off: it may wait for other CPUs.
  */
 SD_EXPORT int sd_mm_destroy(struct sd_mm *mm);
 
-/** sd_mm_id() - a number that names @mm for its whole life, never reused. */
+/**
+ * sd_mm_id() - a number that names @mm for its whole life, never reused. Never
+ * waits for another CPU: may be called with interrupts off. Any thread.
+ */
 SD_EXPORT uint64_t sd_mm_id(const struct sd_mm *mm);
 
 /**
@@ -134,8 +149,13 @@ SD_EXPORT int sd_switch_mm(struct sd_cpu *cpu, struct sd_mm *next);
  */
 SD_EXPORT int sd_cpu_idle(struct sd_cpu *cpu);
 
-/** sd_cpu_current_mm() - the mm loaded on @cpu (lazily or not), or NULL. */
+/**
+ * sd_cpu_current_mm() - the mm loaded on @cpu (lazily or not), or NULL. Never
+ * waits for another CPU: may be called with interrupts off. Any thread.
+ */
 SD_EXPORT struct sd_mm *sd_cpu_current_mm(const struct sd_cpu *cpu);
+
+/** @} */
 
 SD_END_DECLS
 

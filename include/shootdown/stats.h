@@ -2,6 +2,7 @@
 /**
  * @file stats.h
  * @brief Per-CPU event counters and the flush-latency histogram.
+ * @ingroup stats
  *
  * Each CPU counts its own events in its own cache lines with plain
  * (relaxed, non-RMW) stores: no shared atomics on any hot path. A snapshot
@@ -19,7 +20,14 @@
 
 SD_BEGIN_DECLS
 
-/* X(enum suffix, printed name) - one line per counter. */
+/**
+ * @defgroup stats Counters
+ * Per-CPU event counters and the flush-latency histogram.
+ * @{
+ */
+
+/** X(enum suffix, printed name): one line per counter, expanded into enum
+ *  sd_stat and into the names sd_stat_name() returns. */
 #define SD_STAT_LIST(X)                                                          \
 	X(TLB_HIT, "tlb_hits")                  /* lookups served by the TLB (L1 + L2) */ \
 	X(TLB_L1_HIT, "tlb_l1_hits")                                            \
@@ -76,9 +84,11 @@ SD_BEGIN_DECLS
 
 /** Counter ids. */
 enum sd_stat {
+/** @cond */
 #define SD_STAT_ENUM(id, name) SD_STAT_##id,
 	SD_STAT_LIST(SD_STAT_ENUM)
 #undef SD_STAT_ENUM
+/** @endcond */
 	SD_STAT_NR
 };
 
@@ -87,6 +97,7 @@ enum sd_stat {
 
 /** A snapshot: counters summed over the CPUs it covers. */
 struct sd_stats {
+	/** Event counts, indexed by enum sd_stat. */
 	uint64_t counter[SD_STAT_NR];
 	/** flush latency seen by the initiator, log2 ns buckets */
 	uint64_t flush_ns_hist[SD_STAT_HIST_BUCKETS];
@@ -96,36 +107,53 @@ struct sd_stats {
 	unsigned nr_cpus;
 };
 
-/** sd_stat_name() - printed name of counter @id, or NULL if out of range. Any thread. */
+/**
+ * sd_stat_name() - printed name of counter @id, or NULL if out of range. Any
+ * thread. Never waits for another CPU: may be called with interrupts off.
+ */
 SD_EXPORT const char *sd_stat_name(enum sd_stat id);
 
 /**
  * sd_stats_snapshot() - sum every CPU's counters into @out.
  * Return: 0; -EINVAL for NULL arguments. Any thread.
+ * Never waits for another CPU: may be called with interrupts off.
  */
 SD_EXPORT int sd_stats_snapshot(const struct sd_machine *m, struct sd_stats *out);
 
 /**
  * sd_stats_cpu() - counters of CPU @cpu alone.
  * Return: 0; -EINVAL for NULL arguments or @cpu out of range. Any thread.
+ * Never waits for another CPU: may be called with interrupts off.
  */
 SD_EXPORT int sd_stats_cpu(const struct sd_machine *m, unsigned cpu, struct sd_stats *out);
 
-/** sd_stats_delta() - @out = @after - @before, counter by counter. Any thread. */
+/**
+ * sd_stats_delta() - @out = @after - @before, counter by counter. Any thread.
+ * Never waits for another CPU: may be called with interrupts off.
+ */
 SD_EXPORT void sd_stats_delta(const struct sd_stats *after, const struct sd_stats *before,
 			      struct sd_stats *out);
 
 /**
  * sd_stats_flush_ns_quantile() - a flush-latency quantile (0 <= @q <= 1) from
  * the histogram, as the upper bound of its bucket in ns; 0 if no flushes.
+ * Never waits for another CPU: may be called with interrupts off. Any thread.
  */
 SD_EXPORT uint64_t sd_stats_flush_ns_quantile(const struct sd_stats *s, double q);
 
-/** sd_stats_print() - print non-zero counters and the histogram, one per line. */
+/**
+ * sd_stats_print() - print non-zero counters and the histogram, one per line.
+ * Never waits for another CPU: may be called with interrupts off. Any thread.
+ */
 SD_EXPORT void sd_stats_print(const struct sd_stats *s, FILE *f);
 
-/** sd_stats_json() - print @s as one JSON object (all counters, histogram). */
+/**
+ * sd_stats_json() - print @s as one JSON object (all counters, histogram).
+ * Never waits for another CPU: may be called with interrupts off. Any thread.
+ */
 SD_EXPORT void sd_stats_json(const struct sd_stats *s, FILE *f);
+
+/** @} */
 
 SD_END_DECLS
 

@@ -116,6 +116,7 @@ struct sd_strategy {
  * Return: 0; -EINVAL for a NULL or unknown-size @s, a missing flush(), a bad
  * name; -EEXIST if the name is taken (built-in or registered); -ENOSPC if
  * SD_STRATEGY_MAX_USER are registered. Any thread.
+ * Never waits for another CPU: may be called with interrupts off.
  */
 SD_EXPORT int sd_strategy_register(const struct sd_strategy *s);
 
@@ -124,6 +125,7 @@ SD_EXPORT int sd_strategy_register(const struct sd_strategy *s);
  *
  * Return: 0; -EINVAL for NULL; -ENOENT if no user strategy has that name;
  * -EBUSY while a machine uses it. Any thread.
+ * Never waits for another CPU: may be called with interrupts off.
  */
 SD_EXPORT int sd_strategy_unregister(const char *name);
 
@@ -158,6 +160,7 @@ SD_EXPORT int sd_tlb_invalidate_broadcast(struct sd_cpu *cpu, struct sd_mm *mm, 
  * sd_mm_cpumask_test() - whether CPU @cpu's bit is set in @mm's cpumask.
  * Return: 1 or 0; -EINVAL for NULL or a CPU out of range; -EOPNOTSUPP if
  * @mm's machine does not run a user strategy. Any thread.
+ * Never waits for another CPU: may be called with interrupts off.
  */
 SD_EXPORT int sd_mm_cpumask_test(const struct sd_mm *mm, unsigned cpu);
 
@@ -166,6 +169,7 @@ SD_EXPORT int sd_mm_cpumask_test(const struct sd_mm *mm, unsigned cpu);
  * Return: its id, or the machine's CPU count if none (also for an @mm that
  * is NULL or not under a user strategy). Any thread. Bits change under
  * you: read the mask after your page-table change (flush() is called so).
+ * Never waits for another CPU: may be called with interrupts off.
  */
 SD_EXPORT unsigned sd_mm_cpumask_next(const struct sd_mm *mm, unsigned from);
 
@@ -174,15 +178,20 @@ SD_EXPORT unsigned sd_mm_cpumask_next(const struct sd_mm *mm, unsigned from);
  * Clearing the bit of a CPU that still runs @mm, or still caches its
  * translations, breaks your flush. Return: 0; -EINVAL; -EOPNOTSUPP. Any
  * thread.
+ * Never waits for another CPU: may be called with interrupts off.
  */
 SD_EXPORT int sd_mm_cpumask_set(struct sd_mm *mm, unsigned cpu);
-/** See sd_mm_cpumask_set(). */
+/**
+ * See sd_mm_cpumask_set(). Never waits for another CPU: may be called with
+ * interrupts off. Any thread.
+ */
 SD_EXPORT int sd_mm_cpumask_clear(struct sd_mm *mm, unsigned cpu);
 
 /**
  * sd_mm_active_cpus() - how many CPUs have @mm loaded now (switched in and
  * not out; a CPU idling lazily on it counts).
  * Return: the count; -EINVAL; -EOPNOTSUPP. Any thread.
+ * Never waits for another CPU: may be called with interrupts off.
  */
 SD_EXPORT int sd_mm_active_cpus(const struct sd_mm *mm);
 

@@ -2,6 +2,7 @@
 /**
  * @file tlbbatch.h
  * @brief Deferred, batched unmap flushes (the kernel's arch_tlbbatch_*).
+ * @ingroup tlbbatch
  *
  * Reclaim unmaps pages of many address spaces and would pay one shootdown
  * per page. Instead it zaps the PTEs, notes each mm in a batch, and flushes
@@ -25,6 +26,12 @@
 
 SD_BEGIN_DECLS
 
+/**
+ * @defgroup tlbbatch Deferred flush batches
+ * arch_tlbbatch: reclaim-style unmaps whose flushes are batched.
+ * @{
+ */
+
 struct sd_tlbbatch;
 struct sd_mm;
 
@@ -32,6 +39,7 @@ struct sd_mm;
  * sd_tlbbatch_create() - an empty batch for machine @m.
  * Return: 0 with *@out set; -EINVAL for a NULL argument; -ENOMEM.
  * Any thread.
+ * Never waits for another CPU: may be called with interrupts off.
  */
 SD_EXPORT int sd_tlbbatch_create(struct sd_machine *m, struct sd_tlbbatch **out);
 
@@ -39,6 +47,7 @@ SD_EXPORT int sd_tlbbatch_create(struct sd_machine *m, struct sd_tlbbatch **out)
  * sd_tlbbatch_destroy() - free an empty (flushed) batch. NULL is a no-op.
  * Return: 0; -EBUSY if it still owes a flush (nothing is freed then).
  * Any thread.
+ * Never waits for another CPU: may be called with interrupts off.
  */
 SD_EXPORT int sd_tlbbatch_destroy(struct sd_tlbbatch *batch);
 
@@ -73,6 +82,8 @@ SD_EXPORT int sd_tlbbatch_flush(struct sd_cpu *cpu, struct sd_tlbbatch *batch);
  */
 SD_EXPORT int sd_reclaim(struct sd_cpu *cpu, struct sd_tlbbatch *batch, struct sd_mm *mm,
 			 uint64_t va, uint64_t len);
+
+/** @} */
 
 SD_END_DECLS
 

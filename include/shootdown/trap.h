@@ -2,6 +2,7 @@
 /**
  * @file trap.h
  * @brief Emulated instruction traps and their hook dispatch (seed 001).
+ * @ingroup trap
  *
  * An emulated CPU raises a trap for an instruction word it cannot execute;
  * the machine finds the emulation by matching (insn & mask) == value
@@ -30,10 +31,17 @@
 
 SD_BEGIN_DECLS
 
+/**
+ * @defgroup trap Traps
+ * Emulated undefined-instruction traps: ID-register MRS, SWP, user hooks (seed 001).
+ * @{
+ */
+
 struct sd_trap_hook;
 
-/** MRS Xt, <sysreg>: 1101 0101 0011 op0 op1 CRn CRm op2 Rt. */
+/** MRS Xt, sysreg: 1101 0101 0011 op0 op1 CRn CRm op2 Rt; the mask of its fixed bits. */
 #define SD_INSN_MRS_MASK 0xfff00000u
+/** The fixed bits' value in an MRS. */
 #define SD_INSN_MRS_VALUE 0xd5300000u
 /** MRS of an ID register (op0 3, op1 0, CRn 0) into Xt. */
 #define SD_INSN_MRS_ID(crm, op2, rt) \
@@ -56,6 +64,7 @@ typedef int (*sd_trap_fn)(struct sd_cpu *cpu, uint32_t insn, void *arg);
  * Later hooks are tried first. May run while other CPUs trap.
  * Return: 0 with *@out set; -EINVAL for a NULL argument or @value outside
  * @mask; -ENOMEM. Any thread.
+ * Not with interrupts off: it may wait for other CPUs.
  */
 SD_EXPORT int sd_trap_register(struct sd_machine *m, uint32_t mask, uint32_t value,
 			       sd_trap_fn fn, void *arg, struct sd_trap_hook **out);
@@ -79,17 +88,26 @@ SD_EXPORT int sd_trap_unregister(struct sd_machine *m, struct sd_trap_hook *hook
  */
 SD_EXPORT int sd_trap(struct sd_cpu *cpu, uint32_t insn);
 
-/** sd_cpu_reg() - register Xn (0..30) of @cpu; 0 for n > 30. Attached thread. */
+/**
+ * sd_cpu_reg() - register Xn (0..30) of @cpu; 0 for n > 30. Attached thread.
+ * Never waits for another CPU: may be called with interrupts off.
+ */
 SD_EXPORT uint64_t sd_cpu_reg(const struct sd_cpu *cpu, unsigned n);
-/** sd_cpu_set_reg() - set Xn (0..30); -EINVAL for n > 30. Attached thread. */
+/**
+ * sd_cpu_set_reg() - set Xn (0..30); -EINVAL for n > 30. Attached thread.
+ * Never waits for another CPU: may be called with interrupts off.
+ */
 SD_EXPORT int sd_cpu_set_reg(struct sd_cpu *cpu, unsigned n, uint64_t value);
 
 /**
  * sd_trap_id_reg() - the machine's sanitised value of ID register
- * S3_0_C0_C@crm_@op2 (crm 0..7, op2 0..7): what an emulated MRS returns.
+ * S3_0_C0_C<crm>_<op2> (@crm 0..7, @op2 0..7): what an emulated MRS returns.
  * Unallocated ones read as zero, as the kernel's do. Any thread.
+ * Never waits for another CPU: may be called with interrupts off.
  */
 SD_EXPORT uint64_t sd_trap_id_reg(const struct sd_machine *m, unsigned crm, unsigned op2);
+
+/** @} */
 
 SD_END_DECLS
 
