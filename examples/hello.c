@@ -67,6 +67,7 @@ int main(void)
 
 	cfg.nr_cpus = 4;
 	cfg.strategy = "broadcast";
+	cfg.oracle = SD_ORACLE_CHECKED;        /* count any stale translation used */
 	if ((err = sd_machine_create(&cfg, &m))) {
 		fprintf(stderr, "sd_machine_create: %s (%s)\n", sd_strerror(err), sd_last_error());
 		return 1;
