@@ -13,7 +13,7 @@
 
 namespace native {
 
-// mprotect_threaded/native:{threads,processes}/cpus:N: N workers, each with
+// mprotect_threaded/native:mode={threads,processes}/cpus:N: N workers, each with
 // its own touched page, each iteration one mprotect (RO, then RW, with a
 // write between pairs). Threads share one mm, so every mprotect is a
 // shootdown to the other workers' CPUs; processes (seed 000's
@@ -31,7 +31,7 @@ void BM_tlb_flush2(benchmark::State &st, unsigned workers);
 // switch per pair.
 void BM_context_switch(benchmark::State &st, unsigned pairs);
 
-// trap_dispatch/native:cpuid/threads:T: T threads each executing CPUID
+// trap_dispatch/native:mode=cpuid/threads:T: T threads each executing CPUID
 // (leaf 7, the feature ID registers) @reads times: the x86 counterpart of an
 // arm64 EL0 ID-register read. In a virtual machine every CPUID is a VM exit,
 // trapped and emulated per vCPU by the hypervisor with no global lock (the

@@ -35,7 +35,7 @@
 //
 // Native twins (strategy `native`, bench/native.cpp): the same shapes on this
 // machine's kernel, time per operation per worker as their emulated twins:
-//   mprotect_threaded/native:{processes,threads}/cpus:N   real mprotect of a touched page
+//   mprotect_threaded/native:mode={processes,threads}/cpus:N   real mprotect of a touched page
 //   context_switch/native/cpus:N             N pairs of processes, pipes, one PU per pair
 //   tlb_flush2_threads/native/cpus:N         real madvise(MADV_DONTNEED), threads of one process
 //
@@ -1848,9 +1848,9 @@ void register_all()
 	// The native twins of seed 000's shape: processes (the seed's
 	// for-each-cpu.sh) and threads of one process.
 	for (unsigned n : { 1u, 2u, 4u, 8u, 16u }) {
-		RegisterBenchmark(("mprotect_threaded/native:processes/cpus:" + std::to_string(n)).c_str(),
+		RegisterBenchmark(("mprotect_threaded/native:mode=processes/cpus:" + std::to_string(n)).c_str(),
 				  [n](State &st) { native::BM_mprotect(st, n, true); })->UseRealTime();
-		RegisterBenchmark(("mprotect_threaded/native:threads/cpus:" + std::to_string(n)).c_str(),
+		RegisterBenchmark(("mprotect_threaded/native:mode=threads/cpus:" + std::to_string(n)).c_str(),
 				  [n](State &st) { native::BM_mprotect(st, n, false); })->UseRealTime();
 	}
 	// Seed 003: the three range orders over the page counts of its table.
@@ -1950,9 +1950,9 @@ void register_main()
 		for (const char *s : all)
 			reg("mprotect_threaded/" + std::string(s) + cpus_tail(n),
 			    [s, n](State &st) { BM_mprotect_threaded(st, s, n); });
-		reg("mprotect_threaded/native:processes" + cpus_tail(n),
+		reg("mprotect_threaded/native:mode=processes" + cpus_tail(n),
 		    [n](State &st) { native::BM_mprotect(st, n, true); });
-		reg("mprotect_threaded/native:threads" + cpus_tail(n),
+		reg("mprotect_threaded/native:mode=threads" + cpus_tail(n),
 		    [n](State &st) { native::BM_mprotect(st, n, false); });
 	}
 	for (unsigned n : g_opt.cpus)
@@ -2000,7 +2000,7 @@ void register_main()
 	}
 	// A tenth of the reads: each CPUID here is a VM exit of microseconds.
 	for (unsigned t : g_opt.cpus)
-		benchmark::RegisterBenchmark(("trap_dispatch/native:cpuid/threads:" + std::to_string(t)).c_str(),
+		benchmark::RegisterBenchmark(("trap_dispatch/native:mode=cpuid/threads:" + std::to_string(t)).c_str(),
 					     [t](State &st) {
 						     native::BM_trap_cpuid(st, t, std::max<uint64_t>(1, g_opt.trap_reads / 10));
 					     })
