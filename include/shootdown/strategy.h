@@ -38,9 +38,11 @@ struct sd_mm;
  * [va, va + len) of @mm that was cached before the call. A CPU that never
  * ran @mm since its last invalidation has none. The library orders the
  * page-table change before flush() is called and the cpumask update before
- * a switching CPU can fill its TLB (both full barriers), so a CPU that is
- * not in the cpumask when flush() reads it can no longer hold a stale
- * entry, and one that is in it must be invalidated. Use the building
+ * a switching CPU can fill its TLB (both full barriers), and a CPU that
+ * switches back to @mm after a flush that skipped it drops all of @mm's
+ * cached entries at switch-in. So a CPU that is not in the cpumask when
+ * flush() reads it needs nothing from you, and one that is in it must be
+ * invalidated. Use the building
  * blocks below: an invalidation of your own TLB, a broadcast into every
  * TLB, or an IPI that makes another CPU invalidate its own.
  *

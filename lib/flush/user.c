@@ -48,6 +48,11 @@ struct user_mm {
 	struct sd_broadcast_mm base;   /* first: broadcast reads mm->strategy as this */
 	sd_cacheline_aligned SD_ATOMIC(int) nr_active;
 	struct sd_cpumask cpumask;
+	/* CPUs that may still cache translations some flush did not reach:
+	 * TLB entries are ASID-tagged and outlive a switch away, so a CPU
+	 * whose bit was clear when a flush read the mask must flush at its
+	 * next switch-in (as `local`'s stale mask, and x86's tlb_gen check). */
+	struct sd_cpumask stale;
 };
 
 static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -132,6 +137,11 @@ static int user_mm_init(struct sd_machine *m, struct sd_mm *mm, void **mm_priv)
 		free(u);
 		return -ENOMEM;
 	}
+	if (sd_cpumask_init(&u->stale, m->nr_cpus)) {
+		sd_cpumask_destroy(&u->cpumask);
+		free(u);
+		return -ENOMEM;
+	}
 	atomic_init(&u->base.ctx_id, 0);
 	atomic_init(&u->nr_active, 0);
 	*mm_priv = u;
@@ -145,16 +155,29 @@ static void user_mm_fini(struct sd_machine *m, struct sd_mm *mm, void *mm_priv)
 	(void)m;
 	(void)mm;
 	sd_cpumask_destroy(&u->cpumask);
+	sd_cpumask_destroy(&u->stale);
 	free(u);
+}
+
+/* Before the user's flush: every CPU is stale for @mm (skipping the shared
+ * write when all already are), then the fence that orders the page-table
+ * change and the stale marks before flush() reads the cpumask. Pairs with
+ * the fence after the bit is set in user_switch(): either flush() sees the
+ * switcher's bit, or the switcher sees its stale mark and flushes itself. */
+static void user_prepare_flush(struct sd_mm *mm)
+{
+	struct user_mm *u = mm->strategy;
+
+	if (sd_cpumask_weight(&u->stale) != u->stale.nbits)
+		sd_cpumask_setall(&u->stale);
+	sd_smp_mb();
 }
 
 static void user_flush_range(struct sd_cpu *cpu, const struct sd_flush_req *req)
 {
 	struct user_entry *e = entry_of(cpu->m);
 
-	/* Order the page-table change before flush() reads the cpumask;
-	 * pairs with the fence after the bit is set in user_switch(). */
-	sd_smp_mb();
+	user_prepare_flush(req->mm);
 	e->s.flush(cpu, req->mm, req->vpn << SD_PAGE_SHIFT, req->nr << SD_PAGE_SHIFT,
 		   req->freed_tables ? SD_FLUSH_FREED_TABLES : 0, e->s.arg);
 }
@@ -163,7 +186,7 @@ static void user_flush_mm(struct sd_cpu *cpu, struct sd_mm *mm)
 {
 	struct user_entry *e = entry_of(cpu->m);
 
-	sd_smp_mb();
+	user_prepare_flush(mm);
 	e->s.flush(cpu, mm, 0, 0, SD_FLUSH_FREED_TABLES, e->s.arg);
 }
 
@@ -184,16 +207,25 @@ static void user_switch(struct sd_cpu *cpu, struct sd_mm *prev, struct sd_mm *ne
 			sd_cpumask_clear(&u->cpumask, cpu->id);
 		atomic_fetch_sub(&u->nr_active, 1);
 	}
+	bool stale = false;
 	if (next) {
 		struct user_mm *u = next->strategy;
 		atomic_fetch_add(&u->nr_active, 1);
 		if (!sd_cpumask_test(&u->cpumask, cpu->id))
 			sd_cpumask_set(&u->cpumask, cpu->id);
-		/* The bit (and count) before any fill of @next's translations;
-		 * pairs with the fence in user_flush_range(). */
+		/* The bit (and count) before reading our stale mark and before
+		 * any fill of @next's translations; pairs with the fence in
+		 * user_prepare_flush(). */
 		sd_smp_mb();
+		stale = sd_cpumask_test(&u->stale, cpu->id);
+		if (stale)
+			sd_cpumask_clear(&u->stale, cpu->id);
 	}
 	sd_broadcast_switch(cpu, prev, next);
+	/* Entries cached before we left may have missed a flush: drop all of
+	 * @next's (its ASID is set now), before any access can use them. */
+	if (stale)
+		sd_broadcast_flush(cpu, next, 0, 0, true, true);
 	if (next && e->s.switch_in)
 		e->s.switch_in(cpu, next, e->s.arg);
 }

@@ -260,3 +260,58 @@ TEST(UserStrategy, OracleCatchesALocalOnlyStrategy)
 	EXPECT_EQ(3u, res.writes_allowed);
 	EXPECT_EQ(3u, res.violations);
 }
+
+namespace {
+
+// A CPU that cached a page, switched away, and comes back after a flush
+// that skipped it (its cpumask bit was clear): its ASID-tagged entry is
+// still in its TLB, so the library must flush it at switch-in.
+struct Return {
+	sd_mm *mm = nullptr, *other = nullptr;
+	std::atomic<int> step{0};
+	int write_back = 0;
+};
+
+void return_body(sd_cpu *c, void *p)
+{
+	auto *r = static_cast<Return *>(p);
+	if (sd_cpu_id(c) == 1) {
+		ASSERT_EQ(0, sd_switch_mm(c, r->mm));
+		EXPECT_EQ(0, sd_access(c, kVa, SD_WRITE, nullptr));   // cached RW
+		ASSERT_EQ(0, sd_switch_mm(c, r->other));              // bit cleared
+		r->step.store(1);
+		wait_until(c, [&] { return r->step.load() == 2; });
+		ASSERT_EQ(0, sd_switch_mm(c, r->mm));                 // back
+		r->write_back = sd_access(c, kVa, SD_WRITE, nullptr);
+		EXPECT_EQ(0, sd_switch_mm(c, nullptr));
+	} else {
+		wait_until(c, [&] { return r->step.load() == 1; });
+		ASSERT_EQ(0, sd_switch_mm(c, r->mm));
+		EXPECT_EQ(0, sd_mprotect(c, r->mm, kVa, SD_PAGE_SIZE, SD_PROT_READ));
+		EXPECT_EQ(0, sd_switch_mm(c, nullptr));
+		r->step.store(2);
+	}
+}
+
+} // namespace
+
+TEST(UserStrategy, ACpuThatLeftAndCameBackIsFlushed)
+{
+	Registered i("user_ipi_return", ipi_flush);
+	sd_machine_config cfg = sdtest::config(2, "user_ipi_return");
+	cfg.oracle = SD_ORACLE_CHECKED;
+	sdtest::Machine m(cfg);
+	ASSERT_NE(nullptr, m.m);
+	Return r;
+	{
+		sdtest::Attached a(m.m, 0);
+		ASSERT_EQ(0, sd_mm_create(m.m, &r.mm));
+		ASSERT_EQ(0, sd_mm_create(m.m, &r.other));
+		ASSERT_EQ(0, sd_mmap(a.c, r.mm, kVa, SD_PAGE_SIZE, SD_PROT_READ | SD_PROT_WRITE));
+	}
+	ASSERT_EQ(0, sd_machine_run(m.m, return_body, &r)) << sd_last_error();
+	EXPECT_EQ(-EACCES, r.write_back) << "the entry cached before leaving was used";
+	EXPECT_EQ(0u, sd_oracle_violations(m.m));
+	EXPECT_EQ(0, sd_mm_destroy(r.mm));
+	EXPECT_EQ(0, sd_mm_destroy(r.other));
+}
