@@ -27,6 +27,9 @@ enum sd_order_point {
 	SD_ORDER_FLUSH_STORED,   /* flusher: its store done, before its fence */
 	SD_ORDER_FLUSH_LOADED,   /* flusher: the switcher's word read (targets
 				  * chosen), before the op ends */
+	SD_ORDER_IPI_DRAINED,    /* IPI target: queue found empty, interrupts
+				  * still off (ipi_run_queue()); may run in
+				  * the signal handler */
 	SD_ORDER_NR_POINTS,
 };
 

@@ -91,8 +91,11 @@ static inline void sd_irq_on(struct sd_cpu *c)
 {
 	atomic_signal_fence(memory_order_seq_cst);
 	if (--c->irq_depth == 0) {
-		/* A signal landing after the decrement runs its IPIs itself;
-		 * one that landed before left ipi_pending for us. */
+		/* Pairs with the handler's irq_depth read: a signal landing
+		 * after the decrement runs its IPIs itself; one that landed
+		 * before left ipi_pending for us. An `if` is enough because
+		 * sd_irq_run_pending() never returns with one left behind
+		 * (ipi_run_queue() looks again after its own decrement). */
 		atomic_signal_fence(memory_order_seq_cst);
 		if (unlikely(c->ipi_pending))
 			sd_irq_run_pending(c);

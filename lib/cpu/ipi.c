@@ -18,51 +18,72 @@
 #include "../core/backoff.h"
 #include "../core/error.h"
 #include "../core/futex.h"
+#include "../core/ordering.h"
 #include "../core/tsan.h"
 #include "../machine/machine.h"
 #include "cpu.h"
 
+/* Run what is queued now; interrupts are off (irq_depth raised). */
+static void ipi_run_batch(struct sd_cpu *c)
+{
+	/* Clear kick before taking the queue: a sender that pushes after our
+	 * pop sees 0 and signals again (its push and its exchange are ordered
+	 * before our store, or it sends). */
+	atomic_store(&c->ipi_kick, 0);
+	struct cds_lfs_head *head = __cds_lfs_pop_all(&c->ipi_queue);
+	struct cds_lfs_node *node = head ? &head->node : NULL;
+
+	while (node) {
+		struct sd_ipi_req *req = caa_container_of(node, struct sd_ipi_req, node);
+
+		/* Pairs with the release before cds_lfs_push(). */
+		sd_tsan_acquire(req);
+		/* Read next before the ack: the sender may reuse the request
+		 * (or leave the stack frame it lives in) as soon as it sees
+		 * DONE. */
+		struct cds_lfs_node *next = node->next;
+
+		req->fn(c, req->arg);
+		sd_stat_inc(c, SD_STAT_IPI_RECV);
+		/* Only a parked sender needs the wake-up system call. A wake
+		 * that lands after the sender left is harmless: the word is
+		 * still mapped, and every futex wait loops. */
+		if (atomic_exchange_explicit(&req->state, SD_IPI_DONE,
+					     memory_order_acq_rel) == SD_IPI_PARKED)
+			sd_futex_wake(&req->state, 1);
+		node = next;
+	}
+}
+
 /*
  * Run every queued request, with interrupts off as a hard-IRQ handler would
- * be, so a signal arriving meanwhile only marks itself pending.
+ * be, so a signal arriving meanwhile only marks itself pending. Returns with
+ * irq_depth back where it was and no pending IPI left behind: a signal that
+ * lands after the last check but before the decrement sees interrupts off,
+ * only sets ipi_pending and returns, and its kick stays set so no sender
+ * signals again. The kernel never meets this (the hardware re-raises a
+ * pending vector once IF is set); we must look again after the decrement.
  */
 static void ipi_run_queue(struct sd_cpu *c)
 {
-	c->irq_depth++;
-	atomic_signal_fence(memory_order_seq_cst);
 	do {
-		c->ipi_pending = 0;
-		/* Clear kick before taking the queue: a sender that pushes
-		 * after our pop sees 0 and signals again (its push and its
-		 * exchange are ordered before our store, or it sends). */
-		atomic_store(&c->ipi_kick, 0);
-		struct cds_lfs_head *head = __cds_lfs_pop_all(&c->ipi_queue);
-		struct cds_lfs_node *node = head ? &head->node : NULL;
-
-		while (node) {
-			struct sd_ipi_req *req = caa_container_of(node, struct sd_ipi_req, node);
-
-			/* Pairs with the release before cds_lfs_push(). */
-			sd_tsan_acquire(req);
-			/* Read next before the ack: the sender may reuse the
-			 * request (or leave the stack frame it lives in) as soon
-			 * as it sees DONE. */
-			struct cds_lfs_node *next = node->next;
-
-			req->fn(c, req->arg);
-			sd_stat_inc(c, SD_STAT_IPI_RECV);
-			/* Only a parked sender needs the wake-up system call. A
-			 * wake that lands after the sender left is harmless: the
-			 * word is still mapped, and every futex wait loops. */
-			if (atomic_exchange_explicit(&req->state, SD_IPI_DONE,
-						     memory_order_acq_rel) == SD_IPI_PARKED)
-				sd_futex_wake(&req->state, 1);
-			node = next;
-		}
+		c->irq_depth++;
+		/* Pairs with the handler's irq_depth read: from here on, a
+		 * signal defers itself to ipi_pending. */
 		atomic_signal_fence(memory_order_seq_cst);
-	} while (c->ipi_pending);
-	c->irq_depth--;
-	atomic_signal_fence(memory_order_seq_cst);
+		do {
+			c->ipi_pending = 0;
+			ipi_run_batch(c);
+			/* Pairs with the handler's ipi_pending store. */
+			atomic_signal_fence(memory_order_seq_cst);
+		} while (c->ipi_pending);
+		sd_order_point(SD_ORDER_IPI_DRAINED, c->id);
+		c->irq_depth--;
+		/* Pairs with the handler's irq_depth read and ipi_pending
+		 * store: a signal after the decrement runs the queue itself;
+		 * one before it left ipi_pending, which we read only now. */
+		atomic_signal_fence(memory_order_seq_cst);
+	} while (c->ipi_pending && !c->irq_depth);
 }
 
 static void ipi_handler(int sig, siginfo_t *si, void *uctx)

@@ -21,6 +21,10 @@
 #include <thread>
 #include <vector>
 
+extern "C" {
+#include "core/ordering.h"
+}
+
 #if defined(__SANITIZE_THREAD__)
 #define SD_TEST_TSAN 1
 #elif defined(__has_feature)
@@ -280,6 +284,97 @@ TEST(Ipi, DeferredWhileInterruptsOffThenRun)
 TEST(Ipi, NestedDisableEnable)
 {
 	deferred_case(3);
+}
+
+// ---- the stranded IPI (ipi_run_queue's last check vs its decrement) ----
+
+// The hook stops the target at SD_ORDER_IPI_DRAINED, the instant between
+// ipi_run_queue()'s last look at ipi_pending and its irq_depth decrement,
+// and holds it there until a second sender's signal has landed (and, seeing
+// interrupts off, deferred itself). It polls with nanosleep: the signal is
+// delivered on the way back from that system call.
+std::atomic<bool> strand_armed{false}, strand_at_point{false}, strand_fired{false};
+std::atomic<bool> strand_hook_timed_out{false};
+sd_machine *strand_machine = nullptr;
+
+void strand_hook(enum sd_order_point p, unsigned cpu)
+{
+	if (p != SD_ORDER_IPI_DRAINED || cpu != 1 || !strand_armed.load() ||
+	    strand_fired.exchange(true))
+		return;
+	strand_at_point = true;
+	auto end = Clock::now() + std::chrono::seconds(20);
+	while (cpu_counter(strand_machine, 1, SD_STAT_IPI_DEFERRED) < 2) {
+		if (Clock::now() > end) {
+			strand_hook_timed_out = true;
+			return;
+		}
+		struct timespec ts = {0, 100000};
+		nanosleep(&ts, nullptr);
+	}
+}
+
+TEST(Ipi, SignalBetweenLastCheckAndDecrementIsNotStranded)
+{
+	// Target CPU 1 turns interrupts on with one IPI (from CPU 0) deferred;
+	// sd_irq_enable runs it and, at the order point, a second IPI (from
+	// CPU 2) lands and defers itself. It must have run by the time
+	// sd_irq_enable returns: nothing else will look at ipi_pending, and
+	// its kick stops every later sender from signalling.
+	Machine mach(cfg_cpus(3));
+	ASSERT_NE(nullptr, mach.m);
+	sdtest::Watchdog dog("stranded IPI", 120);
+	strand_machine = mach.m;
+	strand_at_point = false;
+	strand_fired = false;
+	strand_hook_timed_out = false;
+	Probe first, second;
+	std::atomic<int> step{0}, second_ran_in_enable{-1};
+	TargetThread target(mach.m, 1, [&](sd_cpu *c) {
+		sd_irq_disable(c);
+		step = 1;
+		while (step.load() != 2)
+			std::this_thread::sleep_for(std::chrono::microseconds(100));
+		strand_armed = true;
+		sd_irq_enable(c);
+		strand_armed = false;
+		second_ran_in_enable = second.runs.load();
+		step = 3;
+	});
+	ASSERT_EQ(0, target.attach_err());
+	ASSERT_TRUE(wait_until([&] { return step.load() == 1; }));
+	sd_order_set_hook(strand_hook);
+
+	std::atomic<int> err0{1}, err2{1};
+	std::thread s0([&] {
+		Attached s(mach.m, 0);
+		if (s.c)
+			err0 = sd_ipi_call(s.c, 1, probe_fn, &first);
+	});
+	ASSERT_TRUE(wait_until([&] { return cpu_counter(mach.m, 1, SD_STAT_IPI_DEFERRED) >= 1; }));
+	step = 2;
+	ASSERT_TRUE(wait_until([&] { return strand_at_point.load(); }, 20))
+		<< "the target never reached the order point";
+	std::thread s2([&] {
+		Attached s(mach.m, 2);
+		if (s.c)
+			err2 = sd_ipi_call(s.c, 1, probe_fn, &second);
+	});
+	EXPECT_TRUE(wait_until([&] { return step.load() == 3; }, 30))
+		<< "target stuck in sd_irq_enable";
+	sd_order_set_hook(nullptr);
+	EXPECT_FALSE(strand_hook_timed_out.load()) << "the second IPI's signal never landed";
+	EXPECT_EQ(1, first.runs.load());
+	EXPECT_EQ(1, second_ran_in_enable.load())
+		<< "the IPI that landed between the last check and the decrement was stranded "
+		   "(ipi_pending set, kick set, nobody looking)";
+	// Detach drains whatever is left, so the senders finish either way.
+	target.stop();
+	s0.join();
+	s2.join();
+	EXPECT_EQ(0, err0.load());
+	EXPECT_EQ(0, err2.load());
+	EXPECT_EQ(1, second.runs.load());
 }
 
 TEST(Ipi, SeveralDeferredIpisAllRun)
