@@ -44,6 +44,12 @@ enum sd_placement {
 enum sd_machine_flags {
 	/** Fail with -ENOSYS/-EPERM instead of running unpinned. */
 	SD_MACHINE_STRICT_PIN = 1u << 0,
+	/** Take over ipi_signal even if the host already installed a handler
+	 *  on it (without this flag sd_machine_create() fails with -EBUSY).
+	 *  The host's handler is kept and still receives every signal of that
+	 *  number that is not one of ours (see "Signals and the host program"
+	 *  in the guide). */
+	SD_MACHINE_TAKE_SIGNAL = 1u << 1,
 };
 
 /** Oracle mode for sd_machine_config.oracle. */
@@ -104,10 +110,20 @@ struct sd_machine_config {
 	uint64_t nr_frames;
 	/** How traps find their hook (trap.h); SD_TRAP_DIRECT by default. */
 	enum sd_trap_dispatch trap_dispatch;
+	/** IPI watchdog, in ms; 0 = 1000. A CPU that has waited this long for
+	 *  one IPI reports the target (CPU id, interrupt depth, pending flags,
+	 *  queue, what its thread is blocked in) on stderr and counts
+	 *  ipi_stuck_reports, then keeps waiting and reports again every
+	 *  period. Independently, every SD_IPI_RESEND_MS of waiting it sends
+	 *  the signal again (a lost signal costs a delay, never a hang). */
+	unsigned ipi_timeout_ms;
 };
 
+/** How long (ms) a parked IPI waiter waits before sending the signal again. */
+#define SD_IPI_RESEND_MS 20
+
 /** Initialiser for struct sd_machine_config: all defaults. */
-#define SD_MACHINE_CONFIG_INIT { sizeof(struct sd_machine_config), SD_NR_CPUS_ALL_PUS, SD_PLACE_COMPACT, 0, 0, 0, 0, 0, 0, 0, 0, 0, SD_ORACLE_DEFAULT, 0, SD_TRAP_DIRECT }
+#define SD_MACHINE_CONFIG_INIT { sizeof(struct sd_machine_config), SD_NR_CPUS_ALL_PUS, SD_PLACE_COMPACT, 0, 0, 0, 0, 0, 0, 0, 0, 0, SD_ORACLE_DEFAULT, 0, SD_TRAP_DIRECT, 0 }
 
 /**
  * sd_machine_config_init() - fill @cfg with defaults (same as SD_MACHINE_CONFIG_INIT).

@@ -61,6 +61,9 @@ SD_BEGIN_DECLS
 	X(IPI_RECV, "ipis_received")                                            \
 	X(IPI_DEFERRED, "ipis_deferred")        /* arrived with interrupts off */ \
 	X(IPI_UNNEEDED, "ipis_unneeded")        /* x86: mm not loaded (REMOTE_WRONG_CPU) */ \
+	X(IPI_RESENT, "ipis_resent")            /* watchdog: signal sent again */ \
+	X(IPI_STUCK, "ipi_stuck_reports")       /* watchdog: stuck target reported */ \
+	X(IPI_TARGET_GONE, "ipi_targets_gone")  /* target thread exited while attached */ \
 	X(CPUMASK_WRITE, "cpumask_writes")      /* x86: atomic RMWs on an mm_cpumask */ \
 	X(FLUSH_FULL, "tlb_flushes_full")       /* x86: flush_tlb_func, whole PCID */ \
 	X(FLUSH_PARTIAL, "tlb_flushes_partial") /* x86: flush_tlb_func, per page */ \

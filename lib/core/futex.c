@@ -25,6 +25,19 @@ void sd_futex_wait(SD_ATOMIC(int) *word, int expected)
 #endif
 }
 
+void sd_futex_wait_ns(SD_ATOMIC(int) *word, int expected, uint64_t ns)
+{
+#ifdef SD_TSAN
+	/* Same reason as above: poll in short sleeps TSan can interrupt. */
+	(void)ns;
+	sd_futex_wait(word, expected);
+#else
+	struct timespec ts = { (time_t)(ns / 1000000000u), (long)(ns % 1000000000u) };
+
+	syscall(SYS_futex, (int *)word, FUTEX_WAIT_PRIVATE, expected, &ts, NULL, 0);
+#endif
+}
+
 void sd_futex_wake(SD_ATOMIC(int) *word, int nr)
 {
 	syscall(SYS_futex, (int *)word, FUTEX_WAKE_PRIVATE, nr, NULL, NULL, 0);

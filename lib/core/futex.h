@@ -12,6 +12,9 @@
  * is simply retried by the caller's loop.
  */
 void sd_futex_wait(SD_ATOMIC(int) *word, int expected);
+/* The same, giving up after about @ns: the IPI watchdog's park. Under TSan
+ * it sleeps at most the usual short poll. */
+void sd_futex_wait_ns(SD_ATOMIC(int) *word, int expected, uint64_t ns);
 void sd_futex_wake(SD_ATOMIC(int) *word, int nr);
 
 /*

@@ -1,5 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 #include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <time.h>
 #include <string.h>
 #include <unistd.h>
 #include <sys/syscall.h>
@@ -53,6 +56,50 @@ static void note_unpinned(struct sd_machine *m, const char *note)
 	atomic_store(&m->any_unpinned, 1);
 }
 
+/*
+ * A thread that exits while attached is detached on its way out (the
+ * destructor runs on that thread, with its thread-locals still valid), so
+ * its IPIs are answered and nobody waits for a thread that is gone. A
+ * thread that leaves without running destructors (a raw exit) is caught by
+ * the IPI watchdog instead (-ESRCH: treated as offline).
+ */
+static pthread_key_t attach_key;
+static pthread_once_t attach_key_once = PTHREAD_ONCE_INIT;
+
+static void detach_at_thread_exit(void *p)
+{
+	struct sd_cpu *c = p;
+
+	if (c != sd_this_cpu)
+		return;
+	/* It will never come back to turn them on: the queued IPIs must run. */
+	c->irq_depth = 0;
+	sd_cpu_detach(c);
+}
+
+static void attach_key_create(void)
+{
+	if (pthread_key_create(&attach_key, detach_at_thread_exit))
+		abort();
+}
+
+/*
+ * GCC 12's libtsan creates a thread's signal context lazily with a plain
+ * load and store, on the first signal or intercepted blocking call; a signal
+ * landing while it is being created is dropped (LLVM later made it a
+ * compare-and-swap, see its signal_thread_sigctx_race.cpp). A fresh CPU
+ * entering its first blocking call right as its first IPI lands is exactly
+ * that race: create the context while no IPI can reach us yet.
+ */
+static void tsan_signal_context_create(void)
+{
+#ifdef SD_TSAN
+	struct timespec zero = { 0, 0 };
+
+	nanosleep(&zero, NULL);
+#endif
+}
+
 int sd_cpu_attach(struct sd_machine *m, unsigned id, struct sd_cpu **out)
 {
 	struct sd_cpu *c;
@@ -80,8 +127,15 @@ int sd_cpu_attach(struct sd_machine *m, unsigned id, struct sd_cpu **out)
 	c->pinned = pinned;
 	c->irq_depth = 0;
 	c->ipi_pending = 0;
+	/* While detached (or with a thread that died) the CPU received no
+	 * flush: whatever its TLB still holds may be stale. */
+	sd_tlb_invalidate(&c->tlb, &(struct sd_tlb_inval){ .kind = SD_TLB_INVAL_ALL });
 	/* A kick left by a signal that found the thread gone. */
 	atomic_store(&c->ipi_kick, 0);
+	atomic_store_explicit(&c->ipi_send_err, 0, memory_order_relaxed);
+	pthread_once(&attach_key_once, attach_key_create);
+	pthread_setspecific(attach_key, c);
+	tsan_signal_context_create();
 	/* The handler finds its CPU through sd_this_cpu: set it before the
 	 * tid makes us reachable, or the first IPI would find no CPU, leave
 	 * the kick set and never be answered. */
@@ -109,6 +163,7 @@ int sd_cpu_detach(struct sd_cpu *c)
 	sd_rcu_unregister();
 	sd_topology_unbind_self(&m->topo, &c->binding);
 	sd_this_cpu = NULL;
+	pthread_setspecific(attach_key, NULL);
 	atomic_store(&c->attached, 0);
 	atomic_fetch_sub(&m->nr_attached, 1);
 	return 0;

@@ -41,6 +41,7 @@ struct sd_cpu {
 	SD_ATOMIC(int) ipi_senders;       /* posts in progress: detach waits them out */
 	SD_ATOMIC(int) tid;               /* kernel thread id, 0 while detached */
 	SD_ATOMIC(int) attached;
+	SD_ATOMIC(int) ipi_send_err;      /* last failed send (-errno), for the watchdog report */
 
 	/* Loaded address space: owner writes, others may read. */
 	sd_cacheline_aligned SD_ATOMIC(struct sd_mm *) mm;
@@ -120,13 +121,19 @@ void sd_cpu_area_init(struct sd_cpu *c, struct sd_machine *m, unsigned id, size_
  * run there, acknowledged through @state. Owned by the sender, which must
  * not reuse it before sd_ipi_wait() returned.
  */
-enum { SD_IPI_PENDING, SD_IPI_PARKED, SD_IPI_DONE };
+enum {
+	SD_IPI_PENDING,
+	SD_IPI_PARKED,
+	SD_IPI_DONE,        /* run by the target */
+	SD_IPI_GONE,        /* released unrun: the target's thread died */
+};
 
 struct sd_ipi_req {
 	struct cds_lfs_node node;
 	sd_ipi_fn fn;
 	void *arg;
 	SD_ATOMIC(int) state;          /* SD_IPI_*: the sender parks on it */
+	struct sd_cpu *target;         /* for the watchdog: whom to re-signal */
 };
 
 /*
@@ -141,16 +148,22 @@ bool sd_ipi_post(struct sd_cpu *from, struct sd_cpu *t, struct sd_ipi_req *req);
  * Wait until the target has run @req: spin, yield, then park on a futex
  * that the target's handler wakes. Interrupts must be on, so that IPIs
  * aimed at the waiter meanwhile are answered (no deadlock between two
- * initiators aiming at each other).
+ * initiators aiming at each other). Parked, the watchdog re-sends the
+ * signal every SD_IPI_RESEND_MS and reports a stuck target every
+ * ipi_timeout_ms (it keeps waiting: the request stays queued, so it must
+ * stay alive). Returns 0, or -ESRCH if the target's thread had exited while
+ * attached and the request was released without running.
  */
-void sd_ipi_wait(struct sd_cpu *from, struct sd_ipi_req *req);
+int sd_ipi_wait(struct sd_cpu *from, struct sd_ipi_req *req);
 
 /* Going offline (detach): no new posts, wait out posts in progress, answer
  * everything queued. Owner only, interrupts on. */
 void sd_ipi_offline(struct sd_cpu *c);
 
-/* IPI endpoint: install/remove the process-wide handler for @sig. */
-int sd_ipi_install(int sig);
+/* IPI endpoint: install/remove the process-wide handler for @sig. Install
+ * refuses (-EBUSY) a signal the host already handles unless @take_over;
+ * uninstall restores the host's action only if ours is still in place. */
+int sd_ipi_install(int sig, bool take_over);
 void sd_ipi_uninstall(int sig);
 
 /* Answer every queued IPI now (detach, shutdown). Owner only. */

@@ -25,6 +25,7 @@
 #define SD_DEFAULT_TLB_WAYS 8
 #define SD_DEFAULT_TLB_L1 64
 #define SD_DEFAULT_ASID_BITS 16
+#define SD_DEFAULT_IPI_TIMEOUT_MS 1000
 #define SD_DEFAULT_FRAMES (UINT64_C(1) << 20)
 #define SD_CPU_THREAD_STACK (256 * 1024)
 
@@ -73,6 +74,8 @@ static int normalise(const struct sd_machine_config *in, struct sd_machine_confi
 		cfg->nr_frames = SD_DEFAULT_FRAMES;
 	if (!cfg->ipi_signal)
 		cfg->ipi_signal = SIGRTMIN + 4;
+	if (!cfg->ipi_timeout_ms)
+		cfg->ipi_timeout_ms = SD_DEFAULT_IPI_TIMEOUT_MS;
 
 	if ((err = check_pow2("tlb_sets", cfg->tlb_sets, 1u << 16)) ||
 	    (err = check_pow2("tlb_ways", cfg->tlb_ways, 64)) ||
@@ -176,7 +179,7 @@ int sd_machine_create(const struct sd_machine_config *in, struct sd_machine **ou
 	err = m->ops->machine_init(m, opts, nr_opts, &m->strategy);
 	if (err)
 		goto fail_traps;
-	err = sd_ipi_install(m->cfg.ipi_signal);
+	err = sd_ipi_install(m->cfg.ipi_signal, m->cfg.flags & SD_MACHINE_TAKE_SIGNAL);
 	if (err)
 		goto fail_strategy;
 	*out = m;
