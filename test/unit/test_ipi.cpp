@@ -23,7 +23,11 @@
 
 extern "C" {
 #include "core/ordering.h"
+#include "machine/machine.h"
 }
+
+#include <signal.h>
+#include <sys/wait.h>
 
 #if defined(__SANITIZE_THREAD__)
 #define SD_TEST_TSAN 1
@@ -40,6 +44,14 @@ extern "C" {
 #define SKIP_UNDER_TSAN() GTEST_SKIP() << "TSan defers signals to threads blocked in read()/futex"
 #else
 #define SKIP_UNDER_TSAN() do { } while (0)
+#endif
+
+#if defined(SD_TEST_TSAN) || defined(__SANITIZE_ADDRESS__)
+#define SD_TEST_SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define SD_TEST_SANITIZED 1
+#endif
 #endif
 
 namespace {
@@ -733,6 +745,364 @@ TEST(Ipi, AttachDetachChurnWhileSendersPost)
 		    (unsigned long long)offline.load());
 	EXPECT_GT(answered.load(), 0u);
 	EXPECT_GT(attaches.load(), 3u);
+}
+
+// ---- the watchdog: a lost signal costs a delay, a stuck target a report ----
+
+// sd_ipi_call from CPU @from to @target on its own thread, so the test can
+// bound the wait and still clean up (a detach of the target drains it).
+struct BackgroundCall {
+	std::atomic<int> err{1};
+	std::atomic<bool> done{false};
+	std::thread t;
+	BackgroundCall(sd_machine *m, unsigned from, unsigned target, sd_ipi_fn fn, void *arg,
+		       std::atomic<bool> *release = nullptr)
+	{
+		t = std::thread([=] {
+			Attached s(m, from);
+			if (s.c)
+				err = sd_ipi_call(s.c, target, fn, arg);
+			done = true;
+			// Stay attached (the counters stay readable) until told.
+			while (release && !release->load())
+				std::this_thread::sleep_for(std::chrono::microseconds(200));
+		});
+	}
+	~BackgroundCall()
+	{
+		if (t.joinable())
+			t.join();
+	}
+};
+
+sd_machine_config cfg_watchdog(unsigned n, unsigned timeout_ms)
+{
+	sd_machine_config c = cfg_cpus(n);
+	c.ipi_timeout_ms = timeout_ms;
+	return c;
+}
+
+TEST(IpiWatchdog, LostSignalIsSentAgain)
+{
+	// The kick says a signal is on its way but none is: the post queues
+	// without signalling, exactly what a lost signal leaves behind. Only
+	// the waiter's re-send can get the target (asleep in nanosleep) to look.
+	Machine mach(cfg_watchdog(2, 60000));
+	ASSERT_NE(nullptr, mach.m);
+	TargetThread target(mach.m, 1);
+	ASSERT_EQ(0, target.attach_err());
+	atomic_store(&sd_machine_cpu(mach.m, 1)->ipi_kick, 1);
+	Probe p;
+	std::atomic<bool> release{false};
+	BackgroundCall call(mach.m, 0, 1, probe_fn, &p, &release);
+	bool answered = wait_until([&] { return call.done.load(); }, 10);
+	EXPECT_TRUE(answered) << "the lost signal was never sent again: the waiter hangs";
+	EXPECT_EQ(0, call.err.load());
+	EXPECT_EQ(1, p.runs.load());
+	EXPECT_GE(cpu_counter(mach.m, 0, SD_STAT_IPI_RESENT), 1u);
+	EXPECT_EQ(0u, cpu_counter(mach.m, 0, SD_STAT_IPI_STUCK));
+	release = true;
+	target.stop();   // drains the request if the re-send never came
+}
+
+TEST(IpiWatchdog, MaskedTargetIsReportedThenAnswered)
+{
+	// The target masks the IPI signal (as a host thread in a critical
+	// section might). The waiter must say who holds it up, then get its
+	// answer once the mask is lifted.
+	SKIP_UNDER_TSAN();  // TSan keeps its own mask bookkeeping; /proc shows none
+	Machine mach(cfg_watchdog(2, 100));
+	ASSERT_NE(nullptr, mach.m);
+	std::atomic<int> step{0};
+	int sig = mach.m->cfg.ipi_signal;
+	TargetThread target(mach.m, 1, [&](sd_cpu *) {
+		sigset_t set, old;
+		sigemptyset(&set);
+		sigaddset(&set, sig);
+		pthread_sigmask(SIG_BLOCK, &set, &old);
+		step = 1;
+		while (step.load() != 2)
+			std::this_thread::sleep_for(std::chrono::microseconds(200));
+		pthread_sigmask(SIG_SETMASK, &old, nullptr);
+	});
+	ASSERT_EQ(0, target.attach_err());
+	ASSERT_TRUE(wait_until([&] { return step.load() == 1; }));
+	Probe p;
+	std::atomic<bool> release{false};
+	testing::internal::CaptureStderr();
+	BackgroundCall call(mach.m, 0, 1, probe_fn, &p, &release);
+	bool reported = wait_until([&] { return cpu_counter(mach.m, 0, SD_STAT_IPI_STUCK) >= 1; }, 10);
+	EXPECT_FALSE(call.done.load()) << "answered while the signal was masked?";
+	step = 2;
+	bool answered = wait_until([&] { return call.done.load(); }, 10);
+	std::string err = testing::internal::GetCapturedStderr();
+	EXPECT_TRUE(reported) << "no stuck report after 10 s (limit 100 ms)";
+	EXPECT_TRUE(answered) << "not answered after the target unmasked";
+	EXPECT_NE(std::string::npos, err.find("for an IPI to CPU 1")) << err;
+	EXPECT_NE(std::string::npos, err.find("masked by the thread")) << err;
+	EXPECT_NE(std::string::npos, err.find("handler ours")) << err;
+	EXPECT_EQ(0, call.err.load());
+	EXPECT_EQ(1, p.runs.load());
+	release = true;
+	target.stop();
+}
+
+// ---- signals that belong to the host program ----
+
+std::atomic<int> host_hits{0}, host_info_hits{0};
+std::atomic<void *> host_last_value{nullptr};
+
+void host_handler(int)
+{
+	host_hits.fetch_add(1);
+}
+
+void host_info_handler(int, siginfo_t *si, void *)
+{
+	host_info_hits.fetch_add(1);
+	if (si->si_code == SI_QUEUE)
+		host_last_value.store(si->si_value.sival_ptr);
+}
+
+// Installs @sa on @sig for the scope and puts back what was there.
+struct ScopedAction {
+	int sig;
+	struct sigaction old;
+	ScopedAction(int s, const struct sigaction &sa) : sig(s)
+	{
+		sigaction(sig, &sa, &old);
+	}
+	~ScopedAction()
+	{
+		sigaction(sig, &old, nullptr);
+	}
+};
+
+struct sigaction plain_action(void (*fn)(int))
+{
+	struct sigaction sa;
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = fn;
+	sigemptyset(&sa.sa_mask);
+	return sa;
+}
+
+struct sigaction info_action(void (*fn)(int, siginfo_t *, void *))
+{
+	struct sigaction sa;
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_sigaction = fn;
+	sa.sa_flags = SA_SIGINFO;
+	sigemptyset(&sa.sa_mask);
+	return sa;
+}
+
+bool handler_is(int sig, void (*fn)(int))
+{
+	struct sigaction cur;
+	sigaction(sig, nullptr, &cur);
+	return !(cur.sa_flags & SA_SIGINFO) && cur.sa_handler == fn;
+}
+
+TEST(IpiSignals, HostHandlerIsRefusedUnlessTakenOver)
+{
+	const int sig = SIGRTMIN + 6;
+	ScopedAction host(sig, plain_action(host_handler));
+	sd_machine_config c = cfg_cpus(2);
+	c.ipi_signal = sig;
+	sd_machine *m = nullptr;
+	EXPECT_EQ(-EBUSY, sd_machine_create(&c, &m));
+	EXPECT_EQ(nullptr, m);
+	EXPECT_NE(nullptr, strstr(sd_last_error(), "SD_MACHINE_TAKE_SIGNAL")) << sd_last_error();
+	EXPECT_TRUE(handler_is(sig, host_handler)) << "a refused create touched the handler";
+
+	c.flags = SD_MACHINE_TAKE_SIGNAL;
+	ASSERT_EQ(0, sd_machine_create(&c, &m)) << sd_last_error();
+	EXPECT_FALSE(handler_is(sig, host_handler));
+	ASSERT_EQ(0, sd_machine_destroy(m));
+	EXPECT_TRUE(handler_is(sig, host_handler)) << "destroy did not give the host its handler back";
+
+	// SIG_IGN is a disposition, not a handler: nothing to refuse, and
+	// chaining to it keeps the host's semantics exactly.
+	ScopedAction ign(sig, plain_action(SIG_IGN));
+	c.flags = 0;
+	ASSERT_EQ(0, sd_machine_create(&c, &m)) << sd_last_error();
+	raise(sig);    // on this thread (not a CPU): ignored, as before
+	ASSERT_EQ(0, sd_machine_destroy(m));
+	EXPECT_TRUE(handler_is(sig, SIG_IGN));
+}
+
+TEST(IpiSignals, HostSignalsReachTheHostHandler)
+{
+	const int sig = SIGRTMIN + 6;
+	for (int info = 0; info < 2; info++) {
+		SCOPED_TRACE(info ? "SA_SIGINFO handler" : "plain handler");
+		ScopedAction host(sig, info ? info_action(host_info_handler)
+					    : plain_action(host_handler));
+		host_hits = 0;
+		host_info_hits = 0;
+		sd_machine_config c = cfg_cpus(2);
+		c.ipi_signal = sig;
+		c.flags = SD_MACHINE_TAKE_SIGNAL;
+		Machine mach(c);
+		ASSERT_NE(nullptr, mach.m);
+		TargetThread target(mach.m, 1);
+		ASSERT_EQ(0, target.attach_err());
+
+		// A host signal on a thread that is not a CPU: the host's handler.
+		union sigval v;
+		v.sival_ptr = &host_hits;
+		ASSERT_EQ(0, pthread_sigqueue(pthread_self(), sig, v));
+		// ...and on a CPU's thread: the host's handler too.
+		ASSERT_EQ(0, syscall(SYS_tgkill, getpid(), target.tid(), sig));
+		ASSERT_TRUE(wait_until([&] { return host_hits.load() + host_info_hits.load() == 2; }))
+			<< "host signals swallowed: plain " << host_hits.load() << ", siginfo "
+			<< host_info_hits.load();
+		if (info) {
+			EXPECT_EQ((void *)&host_hits, host_last_value.load()) << "siginfo not passed on";
+		}
+
+		// IPIs still work, and never reach the host's handler.
+		Attached a(mach.m, 0);
+		ASSERT_NE(nullptr, a.c);
+		Probe p;
+		for (int i = 0; i < 50; i++)
+			ASSERT_EQ(0, sd_ipi_call(a.c, 1, probe_fn, &p)) << sd_last_error();
+		EXPECT_EQ(50, p.runs.load());
+		EXPECT_EQ(2, host_hits.load() + host_info_hits.load()) << "an IPI reached the host";
+	}
+}
+
+TEST(IpiSignals, DefaultActionStillEndsTheProcess)
+{
+	// Before the machine, the signal's default action ended the process;
+	// a host signal must still do so, not vanish into the IPI handler.
+#ifdef SD_TEST_SANITIZED
+	GTEST_SKIP() << "death test forks a threaded process";
+#endif
+	const int sig = SIGRTMIN + 6;
+	testing::FLAGS_gtest_death_test_style = "threadsafe";
+	EXPECT_EXIT(
+		{
+			sd_machine_config c = cfg_cpus(2);
+			c.ipi_signal = sig;
+			sd_machine *m = nullptr;
+			if (sd_machine_create(&c, &m))
+				_exit(3);
+			raise(sig);
+			_exit(0);
+		},
+		testing::KilledBySignal(sig), "");
+}
+
+TEST(IpiSignals, DestroyLeavesAHandlerTheHostInstalledLater)
+{
+	const int sig = SIGRTMIN + 6;
+	ScopedAction dfl(sig, plain_action(SIG_DFL));
+	sd_machine_config c = cfg_cpus(2);
+	c.ipi_signal = sig;
+	sd_machine *m = nullptr;
+	ASSERT_EQ(0, sd_machine_create(&c, &m)) << sd_last_error();
+	struct sigaction ours, host = plain_action(host_handler);
+	sigaction(sig, &host, &ours);      // the host (or a library) installs late
+	ASSERT_EQ(0, sd_machine_destroy(m));
+	EXPECT_TRUE(handler_is(sig, host_handler)) << "destroy undid the host's handler";
+}
+
+TEST(IpiSignals, ReplacedHandlerIsReportedNotSilent)
+{
+	// The host replaces our handler while the machine lives: IPIs cannot
+	// be answered. The waiter must say so (not hang without a word), and
+	// finish once our handler is back.
+	const int sig = SIGRTMIN + 6;
+	sd_machine_config c = cfg_watchdog(2, 100);
+	c.ipi_signal = sig;
+	Machine mach(c);
+	ASSERT_NE(nullptr, mach.m);
+	TargetThread target(mach.m, 1);
+	ASSERT_EQ(0, target.attach_err());
+	host_hits = 0;
+	struct sigaction ours, host = plain_action(host_handler);
+	sigaction(sig, &host, &ours);
+	Probe p;
+	std::atomic<bool> release{false};
+	testing::internal::CaptureStderr();
+	BackgroundCall call(mach.m, 0, 1, probe_fn, &p, &release);
+	bool reported = wait_until([&] { return cpu_counter(mach.m, 0, SD_STAT_IPI_STUCK) >= 1; }, 10);
+	sigaction(sig, &ours, nullptr);
+	bool answered = wait_until([&] { return call.done.load(); }, 10);
+	std::string err = testing::internal::GetCapturedStderr();
+	EXPECT_TRUE(reported);
+	EXPECT_NE(std::string::npos, err.find("REPLACED by the program")) << err;
+	EXPECT_TRUE(answered) << "not answered once our handler was back";
+	EXPECT_EQ(0, call.err.load());
+	EXPECT_EQ(1, p.runs.load());
+	release = true;
+	target.stop();
+}
+
+// ---- a thread that exits while attached ----
+
+TEST(IpiLifecycle, ThreadExitingAttachedIsDetached)
+{
+	Machine mach(cfg_cpus(2));
+	ASSERT_NE(nullptr, mach.m);
+	std::thread([&] {
+		sd_cpu *c = nullptr;
+		ASSERT_EQ(0, sd_cpu_attach(mach.m, 1, &c));
+		sd_irq_disable(c);     // and leaves with interrupts off, too
+	}).join();
+	sd_cpu_info ci;
+	ASSERT_EQ(0, sd_machine_cpu_info(mach.m, 1, &ci));
+	EXPECT_EQ(0, ci.attached) << "the CPU still counts its exited thread as attached";
+	Attached a(mach.m, 0);
+	ASSERT_NE(nullptr, a.c);
+	Probe p;
+	EXPECT_EQ(-EINVAL, sd_ipi_call(a.c, 1, probe_fn, &p)) << "an exited CPU was waited for";
+	// The CPU id can be used again.
+	TargetThread again(mach.m, 1);
+	ASSERT_EQ(0, again.attach_err());
+	ASSERT_EQ(0, sd_ipi_call(a.c, 1, probe_fn, &p));
+	EXPECT_EQ(1, p.runs.load());
+}
+
+TEST(IpiLifecycle, ThreadGoneWithoutDestructorsIsNotWaitedFor)
+{
+	// A thread that leaves without running destructors (a raw exit) while
+	// attached: its tid is dead, tgkill says ESRCH. The waiter must not
+	// wait forever: its request is released (-ESRCH) and counted. In a
+	// child process: the dead thread stays registered with RCU.
+#ifdef SD_TEST_SANITIZED
+	GTEST_SKIP() << "sanitizers do not survive a raw thread exit";
+#endif
+	testing::FLAGS_gtest_death_test_style = "threadsafe";
+	EXPECT_EXIT(
+		{
+			alarm(30);   // a waiter that hangs fails the test (SIGALRM)
+			sd_machine *m = nullptr;
+			sd_machine_config c = cfg_watchdog(2, 60000);
+			if (sd_machine_create(&c, &m))
+				_exit(2);
+			std::atomic<int> attached{0};
+			pthread_t t;
+			pthread_create(&t, nullptr, [](void *mp) -> void * {
+				sd_cpu *cpu = nullptr;
+				if (sd_cpu_attach(static_cast<sd_machine *>(mp), 1, &cpu) == 0)
+					syscall(SYS_exit, 0);
+				return nullptr;
+			}, m);
+			pthread_join(t, nullptr);   // the kernel clears the tid word at exit
+			(void)attached;
+			sd_cpu *a = nullptr;
+			if (sd_cpu_attach(m, 0, &a))
+				_exit(4);
+			Probe p;
+			int err = sd_ipi_call(a, 1, probe_fn, &p);
+			int err2 = sd_ipi_call(a, 1, probe_fn, &p);  // now offline
+			bool counted = cpu_counter(m, 0, SD_STAT_IPI_TARGET_GONE) == 1;
+			_exit(err == -ESRCH && err2 == -EINVAL && counted && p.runs.load() == 0 ? 0 : 5);
+		},
+		testing::ExitedWithCode(0), "exited while attached");
 }
 
 } // namespace
