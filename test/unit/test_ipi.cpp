@@ -1105,4 +1105,46 @@ TEST(IpiLifecycle, ThreadGoneWithoutDestructorsIsNotWaitedFor)
 		testing::ExitedWithCode(0), "exited while attached");
 }
 
+TEST(IpiLifecycle, ReattachedCpuStartsWithAnEmptyTlb)
+{
+	// CPU 1 caches a writable page, its thread detaches; CPU 0 revokes
+	// write (the flush skips CPU 1: it has no thread). A new thread
+	// attached as CPU 1 must not write through the old entry.
+	constexpr uint64_t kVa = 0x40000000;
+	for (const char *spec : {"broadcast", "ipi", "local", "gbcast", "none"}) {
+		SCOPED_TRACE(spec);
+		sd_machine_config c = sdtest::config(2, spec);
+		Machine mach(c);
+		ASSERT_NE(nullptr, mach.m);
+		sd_mm *mm = nullptr;
+		ASSERT_EQ(0, sd_mm_create(mach.m, &mm));
+		std::thread([&] {
+			Attached b(mach.m, 1);
+			ASSERT_NE(nullptr, b.c);
+			ASSERT_EQ(0, sd_mmap(b.c, mm, kVa, SD_PAGE_SIZE, SD_PROT_READ | SD_PROT_WRITE));
+			ASSERT_EQ(0, sd_switch_mm(b.c, mm));
+			ASSERT_EQ(0, sd_access(b.c, kVa, SD_WRITE, nullptr));
+		}).join();
+		{
+			Attached a(mach.m, 0);
+			ASSERT_NE(nullptr, a.c);
+			ASSERT_EQ(0, sd_switch_mm(a.c, mm));
+			ASSERT_EQ(0, sd_mprotect(a.c, mm, kVa, SD_PAGE_SIZE, SD_PROT_READ));
+			sd_switch_mm(a.c, nullptr);
+		}
+		uint64_t before = cpu_counter(mach.m, 1, SD_STAT_VIOLATION);
+		int werr = 0;
+		std::thread([&] {
+			Attached b(mach.m, 1);
+			ASSERT_NE(nullptr, b.c);
+			ASSERT_EQ(0, sd_switch_mm(b.c, mm));
+			werr = sd_access(b.c, kVa, SD_WRITE, nullptr);
+			sd_switch_mm(b.c, nullptr);
+		}).join();
+		EXPECT_NE(0, werr) << "wrote a page made read-only while the CPU was detached";
+		EXPECT_EQ(before, cpu_counter(mach.m, 1, SD_STAT_VIOLATION));
+		EXPECT_EQ(0, sd_mm_destroy(mm)) << sd_last_error();
+	}
+}
+
 } // namespace
