@@ -166,6 +166,11 @@ void sd_ipi_offline(struct sd_cpu *c);
 int sd_ipi_install(int sig, bool take_over);
 void sd_ipi_uninstall(int sig);
 
+/* The IPI state of @t in one line (what the watchdog reports): depth,
+ * pending flags, queue, signal mask, what its thread is blocked in. Any
+ * thread; the owner-private words are read racily. */
+void sd_ipi_describe(struct sd_cpu *t, char *buf, size_t len);
+
 /* Answer every queued IPI now (detach, shutdown). Owner only. */
 void sd_ipi_drain(struct sd_cpu *c);
 

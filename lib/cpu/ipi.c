@@ -433,30 +433,41 @@ static void peek_target(const struct sd_cpu *t, int *depth, int *pending)
 #endif
 }
 
-/* The stuck report: everything needed to tell who is at fault. */
-static void ipi_report_stuck(struct sd_cpu *from, struct sd_cpu *t, int tid, uint64_t waited_ns)
+void sd_ipi_describe(struct sd_cpu *t, char *buf, size_t len)
 {
-	int sig = from->m->cfg.ipi_signal, depth, pending;
-	bool sig_pending, sig_blocked;
-	char wchan[64], syscall_line[128];
+	int sig = t->m->cfg.ipi_signal, tid = atomic_load(&t->tid), depth, pending;
+	bool sig_pending = false, sig_blocked = false;
+	char wchan[64] = "", syscall_line[128] = "";
 
 	peek_target(t, &depth, &pending);
-	task_sig_state(tid, sig, &sig_pending, &sig_blocked);
-	read_task_file(tid, "wchan", wchan, sizeof(wchan));
-	read_task_file(tid, "syscall", syscall_line, sizeof(syscall_line));
+	if (tid) {
+		task_sig_state(tid, sig, &sig_pending, &sig_blocked);
+		read_task_file(tid, "wchan", wchan, sizeof(wchan));
+		read_task_file(tid, "syscall", syscall_line, sizeof(syscall_line));
+	}
+	snprintf(buf, len,
+		 "CPU %u (tid %d): irq_depth %d, ipi_pending %d, kick %d, queue %s, "
+		 "last send error %d, signal %d %s%s, handler %s, blocked in wchan '%s' "
+		 "(syscall %s)",
+		 t->id, tid, depth, pending, atomic_load(&t->ipi_kick),
+		 cds_lfs_empty(&t->ipi_queue) ? "empty" : "non-empty",
+		 atomic_load_explicit(&t->ipi_send_err, memory_order_relaxed), sig,
+		 sig_pending ? "pending" : "not pending",
+		 sig_blocked ? ", masked by the thread (flushes wait until it unmasks)" : "",
+		 ipi_handler_installed(sig) ? "ours" :
+		 "REPLACED by the program (IPIs cannot be answered until ours is back)",
+		 wchan[0] ? wchan : "?", syscall_line[0] ? syscall_line : "?");
+}
+
+/* The stuck report: everything needed to tell who is at fault. */
+static void ipi_report_stuck(struct sd_cpu *from, struct sd_cpu *t, uint64_t waited_ns)
+{
+	char state[512];
+
+	sd_ipi_describe(t, state, sizeof(state));
 	sd_stat_inc(from, SD_STAT_IPI_STUCK);
-	fprintf(stderr,
-		"libshootdown: CPU %u has waited %llu ms for an IPI to CPU %u (tid %d): "
-		"irq_depth %d, ipi_pending %d, kick %d, queue %s, last send error %d, "
-		"signal %d %s%s, handler %s, blocked in wchan '%s' (syscall %s)\n",
-		from->id, (unsigned long long)(waited_ns / 1000000), t->id, tid, depth, pending,
-		atomic_load(&t->ipi_kick), cds_lfs_empty(&t->ipi_queue) ? "empty" : "non-empty",
-		atomic_load_explicit(&t->ipi_send_err, memory_order_relaxed), sig,
-		sig_pending ? "pending" : "not pending",
-		sig_blocked ? ", masked by the thread (flushes wait until it unmasks)" : "",
-		ipi_handler_installed(sig) ? "ours" :
-		"REPLACED by the program (IPIs cannot be answered until ours is back)",
-		wchan[0] ? wchan : "?", syscall_line[0] ? syscall_line : "?");
+	fprintf(stderr, "libshootdown: CPU %u has waited %llu ms for an IPI to %s\n", from->id,
+		(unsigned long long)(waited_ns / 1000000), state);
 }
 
 /*
@@ -512,7 +523,7 @@ static void ipi_wait_parked(struct sd_cpu *from, struct sd_ipi_req *req)
 		}
 		if (now >= next_report) {
 			if (tid)
-				ipi_report_stuck(from, t, tid, now - start);
+				ipi_report_stuck(from, t, now - start);
 			next_report = now + report_ns;
 		}
 		until = next_resend < next_report ? next_resend : next_report;

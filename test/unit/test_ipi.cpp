@@ -85,6 +85,14 @@ bool wait_until(const std::function<bool()> &pred, double secs = 10.0)
 	return true;
 }
 
+// The target's IPI state as the watchdog reports it, for failure messages.
+std::string describe_cpu(sd_machine *m, unsigned cpu)
+{
+	char buf[512];
+	sd_ipi_describe(sd_machine_cpu(m, cpu), buf, sizeof(buf));
+	return buf;
+}
+
 uint64_t cpu_counter(sd_machine *m, unsigned cpu, sd_stat id)
 {
 	sd_stats s;
@@ -704,10 +712,12 @@ TEST(Ipi, AttachDetachChurnWhileSendersPost)
 					attaches++;
 					// CPU 0 posts to us nonstop: one must get through
 					// while we stay attached, not only at our detach.
-					EXPECT_TRUE(stop.load() || wait_until([&] {
+					bool got = stop.load() || wait_until([&] {
 						return stop.load() ||
 						       cpu_counter(mach.m, id, SD_STAT_IPI_RECV) > recv;
-					}, 5.0)) << "an IPI to a freshly attached CPU was lost";
+					}, 5.0);
+					EXPECT_TRUE(got) << "an IPI to a freshly attached CPU was lost: "
+							 << describe_cpu(mach.m, id);
 					std::this_thread::sleep_for(std::chrono::microseconds(50 * id));
 					EXPECT_EQ(0, sd_cpu_detach(c));
 				}
