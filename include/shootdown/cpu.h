@@ -34,7 +34,18 @@ SD_BEGIN_DECLS
  *
  * Binds the thread to the CPU's PU (unpinned if that is impossible and the
  * machine is not strict), registers it with RCU and sets its thread-local
- * CPU. The CPU starts with no address space loaded and interrupts on.
+ * CPU. The CPU starts with no address space loaded, interrupts on, and an
+ * empty TLB (it received no flush while it had no thread).
+ *
+ * What the thread sees from then on: IPIs arrive as the machine's
+ * ipi_signal (sd_machine_info()), handled with SA_RESTART. read(), write(),
+ * futex and mutex waits resume after an IPI; nanosleep(), poll(),
+ * epoll_wait(), select(), sigtimedwait() and the like return EINTR once per
+ * IPI (as for any signal): loop on EINTR. Masking the signal (sigprocmask,
+ * pthread_sigmask) holds every flush that needs this CPU until it is
+ * unmasked; the waiters report it on stderr (ipi_timeout_ms). A language
+ * runtime must allow for both before it attaches its threads. A thread that
+ * exits while attached is detached as it exits (its queued IPIs are run).
  *
  * Return: 0; -EINVAL if @id is out of range or an argument is NULL; -EBUSY if
  * this thread is already a CPU (of any machine) or CPU @id already has a
@@ -106,10 +117,18 @@ typedef void (*sd_ipi_fn)(struct sd_cpu *target, void *arg);
  * again. The caller spins briefly, then yields, then sleeps until the ack.
  * @fn must be async-signal-safe and must not wait on other CPUs.
  *
+ * The wait has no deadline but is watched: every SD_IPI_RESEND_MS parked the
+ * signal is sent again (a lost signal costs a delay), and every
+ * ipi_timeout_ms the stuck target is reported on stderr with its state and
+ * counted (ipi_stuck_reports), including when the program replaced the
+ * library's signal handler. The call returns once the target answers.
+ *
  * Return: 0; -EINVAL if @target is out of range, is the caller itself, or
  * has no attached thread; -EPERM if the caller is not attached as @from;
- * -EDEADLK if the caller has interrupts off (it could never ack a cross IPI).
- * Attached thread only.
+ * -EDEADLK if the caller has interrupts off (it could never ack a cross IPI);
+ * -ESRCH if the target's thread had exited without detaching (and without
+ * running thread-exit destructors): @fn did not run, and the target counts as
+ * offline from then on (ipi_targets_gone). Attached thread only.
  */
 SD_EXPORT int sd_ipi_call(struct sd_cpu *from, unsigned target, sd_ipi_fn fn, void *arg);
 

@@ -147,8 +147,16 @@ SD_EXPORT void sd_machine_config_init(struct sd_machine_config *cfg);
  * PU list, a bad synthetic topology, a strategy spec of 64 characters or
  * more, a malformed or out-of-range strategy option); -ENOENT for an unknown strategy or
  * option; -EBUSY if 8 distinct IPI signals are already in use by other
- * machines; -ENOMEM. Nothing is left allocated on failure. Any thread that is
- * not an attached CPU.
+ * machines, or if the program already installed a handler on ipi_signal and
+ * SD_MACHINE_TAKE_SIGNAL is not set (SIG_IGN is not a handler: it is kept
+ * and chained to); -ENOMEM. Nothing is left allocated on failure. Any thread
+ * that is not an attached CPU.
+ *
+ * The signal stays the program's too: a signal of that number that is not
+ * one of the library's IPIs (they carry a cookie in their siginfo) goes to
+ * the action the program had before, on any thread: its handler (with its
+ * mask and SA_SIGINFO convention), nothing for SIG_IGN, and the default
+ * action (the process ends) for SIG_DFL.
  * Not from an attached CPU, so never with interrupts off.
  */
 SD_EXPORT int sd_machine_create(const struct sd_machine_config *cfg,
@@ -156,6 +164,10 @@ SD_EXPORT int sd_machine_create(const struct sd_machine_config *cfg,
 
 /**
  * sd_machine_destroy() - free a machine.
+ *
+ * The last machine using a signal gives the program back the action it had
+ * before sd_machine_create(), unless the program installed another one
+ * meanwhile: that one is left in place.
  *
  * Return: 0; -EBUSY if a CPU is still attached or an address space still
  * exists (the machine is left intact). Any thread that is not one of its CPUs.
