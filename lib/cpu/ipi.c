@@ -227,6 +227,12 @@ static int install_new(unsigned slot, int sig, bool take_over)
 	 * answering the IPI instead of failing with EINTR. */
 	sa.sa_flags = SA_SIGINFO | SA_RESTART;
 	sigemptyset(&sa.sa_mask);
+	/* Ours with no user: a restore that failed. Chaining to ourselves
+	 * would recurse; the host's action before us is lost, take SIG_DFL. */
+	if (is_our_handler(&cur)) {
+		memset(&cur, 0, sizeof(cur));
+		cur.sa_handler = SIG_DFL;
+	}
 	installed[slot].old = cur;
 	installed[slot].sig = sig;
 	if (sigaction(sig, &sa, NULL) < 0) {
@@ -511,6 +517,10 @@ static void ipi_wait_parked(struct sd_cpu *from, struct sd_ipi_req *req)
 	uint64_t start = now_ns(), resend_ns = (uint64_t)SD_IPI_RESEND_MS * 1000000u;
 	uint64_t report_ns = (uint64_t)from->m->cfg.ipi_timeout_ms * 1000000u;
 	uint64_t next_resend = start + resend_ns, next_report = start + report_ns;
+
+	/* The post's own send already found no such thread: reap at once. */
+	if (atomic_load_explicit(&t->ipi_send_err, memory_order_relaxed) == -ESRCH)
+		next_resend = start;
 
 	while (!req_finished(req)) {
 		uint64_t now = now_ns(), until;
