@@ -820,7 +820,6 @@ TEST(IpiWatchdog, MaskedTargetIsReportedThenAnswered)
 	// The target masks the IPI signal (as a host thread in a critical
 	// section might). The waiter must say who holds it up, then get its
 	// answer once the mask is lifted.
-	SKIP_UNDER_TSAN();  // TSan keeps its own mask bookkeeping; /proc shows none
 	Machine mach(cfg_watchdog(2, 100));
 	ASSERT_NE(nullptr, mach.m);
 	std::atomic<int> step{0};
@@ -987,8 +986,8 @@ TEST(IpiSignals, DefaultActionStillEndsTheProcess)
 {
 	// Before the machine, the signal's default action ended the process;
 	// a host signal must still do so, not vanish into the IPI handler.
-#ifdef SD_TEST_SANITIZED
-	GTEST_SKIP() << "death test forks a threaded process";
+#ifdef SD_TEST_TSAN
+	GTEST_SKIP() << "TSan: death test forks a threaded process";
 #endif
 	const int sig = SIGRTMIN + 6;
 	testing::FLAGS_gtest_death_test_style = "threadsafe";
