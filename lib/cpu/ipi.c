@@ -101,19 +101,21 @@ static bool ipi_is_ours(const siginfo_t *si)
 }
 
 /* One handler per signal for the whole process; machines share it. The
- * handler reads the table without the lock: an entry's sig and old action
- * are written before users becomes non-zero and never while it is. */
+ * handler reads the table without the lock (a lock-free atomic is
+ * async-signal-safe): an entry's old action is written before its sig is
+ * published, and not rewritten until sig is cleared again. */
 static pthread_mutex_t install_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct {
-	volatile sig_atomic_t sig;
-	unsigned users;
+	SD_ATOMIC(int) sig;
+	unsigned users;         /* under install_lock */
 	struct sigaction old;   /* the host's action, which we chain to */
 } installed[8];
 
 static const struct sigaction *host_action(int sig)
 {
+	/* Pairs with the release in install_new(). */
 	for (unsigned i = 0; i < SD_ARRAY_SIZE(installed); i++)
-		if (installed[i].sig == sig)
+		if (atomic_load_explicit(&installed[i].sig, memory_order_acquire) == sig)
 			return &installed[i].old;
 	return NULL;
 }
@@ -234,9 +236,10 @@ static int install_new(unsigned slot, int sig, bool take_over)
 		cur.sa_handler = SIG_DFL;
 	}
 	installed[slot].old = cur;
-	installed[slot].sig = sig;
+	/* Publish old before the handler can look for it. */
+	atomic_store_explicit(&installed[slot].sig, sig, memory_order_release);
 	if (sigaction(sig, &sa, NULL) < 0) {
-		installed[slot].sig = 0;
+		atomic_store(&installed[slot].sig, 0);
 		return sd_fail(-EINVAL, "sigaction(%d) failed: %s", sig, strerror(errno));
 	}
 	installed[slot].users = 1;
@@ -250,7 +253,7 @@ int sd_ipi_install(int sig, bool take_over)
 
 	pthread_mutex_lock(&install_lock);
 	for (i = 0; i < SD_ARRAY_SIZE(installed); i++) {
-		if (installed[i].users && installed[i].sig == sig) {
+		if (installed[i].users && atomic_load(&installed[i].sig) == sig) {
 			installed[i].users++;
 			goto out;
 		}
@@ -273,14 +276,14 @@ void sd_ipi_uninstall(int sig)
 
 	pthread_mutex_lock(&install_lock);
 	for (unsigned i = 0; i < SD_ARRAY_SIZE(installed); i++) {
-		if (!installed[i].users || installed[i].sig != sig)
+		if (!installed[i].users || atomic_load(&installed[i].sig) != sig)
 			continue;
 		/* Restore the host's action only over our own: a handler the
 		 * host installed meanwhile is its, and stays. */
 		if (--installed[i].users == 0) {
 			if (sigaction(sig, NULL, &cur) == 0 && is_our_handler(&cur))
 				sigaction(sig, &installed[i].old, NULL);
-			installed[i].sig = 0;
+			atomic_store(&installed[i].sig, 0);
 		}
 		break;
 	}
