@@ -171,6 +171,10 @@ void sd_ipi_uninstall(int sig);
  * thread; the owner-private words are read racily. */
 void sd_ipi_describe(struct sd_cpu *t, char *buf, size_t len);
 
+/* Test only: plant the stranded-IPI bug back (no look at ipi_pending after
+ * ipi_run_queue()'s decrement), so a test can show it tells the two apart. */
+extern SD_ATOMIC(bool) sd_ipi_test_no_recheck;
+
 /* Answer every queued IPI now (detach, shutdown). Owner only. */
 void sd_ipi_drain(struct sd_cpu *c);
 

@@ -66,6 +66,15 @@ static void ipi_run_batch(struct sd_cpu *c)
  * signals again. The kernel never meets this (the hardware re-raises a
  * pending vector once IF is set); we must look again after the decrement.
  */
+SD_ATOMIC(bool) sd_ipi_test_no_recheck;
+
+static bool ipi_recheck(struct sd_cpu *c)
+{
+	if (unlikely(atomic_load_explicit(&sd_ipi_test_no_recheck, memory_order_relaxed)))
+		return false;
+	return c->ipi_pending && !c->irq_depth;
+}
+
 static void ipi_run_queue(struct sd_cpu *c)
 {
 	do {
@@ -85,7 +94,7 @@ static void ipi_run_queue(struct sd_cpu *c)
 		 * store: a signal after the decrement runs the queue itself;
 		 * one before it left ipi_pending, which we read only now. */
 		atomic_signal_fence(memory_order_seq_cst);
-	} while (c->ipi_pending && !c->irq_depth);
+	} while (ipi_recheck(c));
 }
 
 /*
