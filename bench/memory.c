@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <shootdown/shootdown.h>
@@ -137,17 +138,21 @@ static int measure(const char *spec, unsigned cpus, int flush)
 		err = sd_mm_create(m, &r.mm);
 		size_t heap0 = heap_in_use();
 		long rss2 = rss_bytes();
+		struct timespec t0, t1;
+		clock_gettime(CLOCK_MONOTONIC, &t0);
 		if (!err)
 			err = sd_machine_run(m, all_to_all, &r);
+		clock_gettime(CLOCK_MONOTONIC, &t1);
 		if (!err)
 			err = atomic_load(&r.err);
 		long rss3 = rss_bytes();
 		long heap = (long)heap_in_use() - (long)heap0;
 		struct sd_stats st;
 		sd_stats_snapshot(m, &st);
-		printf("  flushed: %llu IPIs, heap left %+ld B, run rss %+.0f B/CPU",
-		       (unsigned long long)st.counter[SD_STAT_IPI_RECV], heap,
-		       (double)(rss3 - rss2) / cpus);
+		printf("  flushed: %llu IPIs in %.0f ms, heap left %+ld B, run rss %+.0f B/CPU",
+		       (unsigned long long)st.counter[SD_STAT_IPI_RECV],
+		       (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6,
+		       heap, (double)(rss3 - rss2) / cpus);
 		if (err)
 			printf("  error %s: %s", sd_strerror(err), sd_last_error());
 		if (r.mm)

@@ -192,8 +192,8 @@ TEST(Memory, InfoMatchesResidentGrowth)
 // ring of two requests. Target 1 keeps interrupts off until the initiator
 // posts a third request (the reuse of 1's slot: a bug while 1 has not
 // answered) or 300 ms passed. Target 4, the last one posted to, keeps them
-// off until the initiator's flush returned (a bug: 4 has not answered) or
-// 300 ms passed. Either bug is seen whatever the scheduling; the fixed code
+// off from its post until the initiator's flush returned (a bug: 4 has not
+// answered) or 300 ms passed. Either bug is seen whatever the scheduling; the fixed code
 // costs the two 300 ms bounds.
 struct RingRun {
 	std::atomic<bool> reused_before_ack{ false };
@@ -260,6 +260,8 @@ void run_ring(RingRun *r, unsigned broken)
 					r->reused_before_ack = true;
 				sd_irq_enable(t.c);
 			} else if (id == kCpus - 1) {
+				// Posted to last: from then on, the flush must wait for us.
+				holds_within([&] { return sent_by(machine.m, 0) >= base + 4; }, 20000);
 				if (holds_within([&] { return flushed.load(); }, 300) &&
 				    received_by(machine.m, id) == recv0[id])
 					r->returned_before_ack = true;
