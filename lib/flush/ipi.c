@@ -713,7 +713,9 @@ static void csd_ring_reap_all(struct sd_cpu *cpu, struct csd_ring *r)
  * targets, post a request to each (a signal only if its queue was idle),
  * run the flush here meanwhile, then wait for every ack. Past csd_window
  * targets, posting waits for the oldest ack first (see csd_ring_get()):
- * the flush is complete only when every target answered either way.
+ * the flush is complete only when every target answered either way. A
+ * target read after such a wait is still read after the tlb_gen RMW, so
+ * the switch/flush argument at the top of this file holds for it as well.
  */
 static void flush_tlb_multi(struct sd_cpu *cpu, const struct sd_cpumask *mask,
 			    struct sd_ipi_flush_info *f)
