@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -119,6 +120,7 @@ static int measure(const char *spec, unsigned cpus, int flush)
 	int err;
 
 	mallopt(M_MMAP_THRESHOLD, 64 * 1024);
+	prctl(PR_SET_THP_DISABLE, 1, 0, 0, 0);    /* 4 KiB pages: RSS counts bytes */
 	cfg.nr_cpus = cpus;
 	cfg.strategy = spec;
 	cfg.oracle = SD_ORACLE_OFF;

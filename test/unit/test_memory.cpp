@@ -13,6 +13,7 @@
 #include <malloc.h>
 #include <cerrno>
 #include <cstring>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -137,6 +138,8 @@ long rss_growth(unsigned cpus, const char *spec, size_t *reported)
 		sd_machine *m = nullptr;
 
 		c.oracle = SD_ORACLE_OFF;
+		// With THP=always a large array could be backed by 2 MiB pages.
+		prctl(PR_SET_THP_DISABLE, 1, 0, 0, 0);
 		long before = rss_bytes();
 		if (!sd_machine_create(&c, &m)) {
 			out[0] = rss_bytes() - before;
