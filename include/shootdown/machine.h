@@ -220,7 +220,15 @@ struct sd_machine_info {
 	unsigned tlb_l1_entries; /**< L1 TLB entries */
 	unsigned asid_bits;     /**< ASID width */
 	int ipi_signal;         /**< signal number used for IPIs */
-	size_t bytes_per_cpu;   /**< memory of one CPU's state, TLB included */
+	/**
+	 * What one emulated CPU costs, in bytes: its per-CPU area (state and
+	 * TLB) as mapped, in whole pages, plus its share of what the strategy
+	 * allocated at creation (per-CPU arrays, request rings, ASID maps).
+	 * All of it is resident from sd_machine_create() on and no flush adds
+	 * to it. Not counted: per-mm state, the CPU threads of sd_machine_run()
+	 * and what a user strategy allocates itself.
+	 */
+	size_t bytes_per_cpu;
 	char strategy[64];      /**< strategy spec as parsed, e.g. "broadcast" */
 	char topology[128];     /**< short summary such as "1 pack, 2 cores, 2 PUs" */
 	char pin_note[128];     /**< why CPUs run unpinned, or "" */

@@ -54,6 +54,12 @@ int sd_arm64_asid_init(struct sd_arm64_asid *a, unsigned bits, unsigned nr_cpus)
 	return 0;
 }
 
+size_t sd_arm64_asid_bytes(const struct sd_arm64_asid *a)
+{
+	return (a->nr + 63) / 64 * sizeof(uint64_t) + a->nr_cpus * sizeof(*a->percpu) +
+	       sd_cpumask_bytes(&a->flush_pending);
+}
+
 void sd_arm64_asid_fini(struct sd_arm64_asid *a)
 {
 	free(a->map);

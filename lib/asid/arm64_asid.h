@@ -35,6 +35,9 @@ struct sd_arm64_asid {
 /* Return: 0; -EINVAL if 2^bits - 1 ASIDs cannot cover @nr_cpus + 2; -ENOMEM. */
 int sd_arm64_asid_init(struct sd_arm64_asid *a, unsigned bits, unsigned nr_cpus);
 void sd_arm64_asid_fini(struct sd_arm64_asid *a);
+/* Bytes sd_arm64_asid_init() allocated: the ASID map, the per-CPU lines
+ * and flush_pending. */
+size_t sd_arm64_asid_bytes(const struct sd_arm64_asid *a);
 
 /* What a switch did, for the caller's counters and local flush. */
 struct sd_arm64_switch {

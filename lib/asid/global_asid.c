@@ -43,6 +43,11 @@ int sd_global_asid_init(struct sd_global_asid *g, unsigned first, unsigned pool,
 	return 0;
 }
 
+size_t sd_global_asid_bytes(const struct sd_global_asid *g)
+{
+	return 2 * ((g->max + BITS - 1) / BITS) * sizeof(uint64_t);
+}
+
 void sd_global_asid_fini(struct sd_global_asid *g)
 {
 	free(g->used);

@@ -35,6 +35,9 @@ struct sd_global_asid {
 int sd_global_asid_init(struct sd_global_asid *g, unsigned first, unsigned pool,
 			void (*flush_all_nonglobals)(void *arg), void *arg);
 void sd_global_asid_fini(struct sd_global_asid *g);
+/* Bytes sd_global_asid_init() allocated: two bitmaps over the ASID space,
+ * whatever the CPU count. */
+size_t sd_global_asid_bytes(const struct sd_global_asid *g);
 
 /* global_asid_lock: use_global_asid() rechecks the mm under it. */
 static inline void sd_global_asid_lock(struct sd_global_asid *g)

@@ -18,6 +18,14 @@ struct sd_cpumask {
 };
 
 int sd_cpumask_init(struct sd_cpumask *mask, unsigned nbits);
+
+/* What sd_cpumask_init() allocated for @mask's words. */
+static inline size_t sd_cpumask_bytes(const struct sd_cpumask *mask)
+{
+	size_t words = (mask->nbits + SD_BITS_PER_WORD - 1) / SD_BITS_PER_WORD;
+
+	return (words * sizeof(uint64_t) + SD_CACHELINE - 1) / SD_CACHELINE * SD_CACHELINE;
+}
 void sd_cpumask_destroy(struct sd_cpumask *mask);
 
 static inline unsigned sd_cpumask_nwords(const struct sd_cpumask *mask)

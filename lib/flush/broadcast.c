@@ -87,6 +87,14 @@ void sd_broadcast_machine_fini(struct sd_machine *m, void *priv)
 	free(b);
 }
 
+size_t sd_broadcast_state_bytes(const struct sd_machine *m, const void *priv)
+{
+	const struct sd_broadcast *b = priv;
+
+	(void)m;
+	return sizeof(*b) + sd_arm64_asid_bytes(&b->asid);
+}
+
 int sd_broadcast_mm_init(struct sd_machine *m, struct sd_mm *mm, void **mm_priv)
 {
 	struct sd_broadcast_mm *bm = aligned_alloc(SD_CACHELINE, sizeof(*bm));
@@ -253,4 +261,5 @@ const struct sd_strategy_ops sd_broadcast_ops = {
 	.flush_mm = bcast_flush_mm,
 	.switch_mm = sd_broadcast_switch,
 	.enter_lazy = bcast_enter_lazy,
+	.state_bytes = sd_broadcast_state_bytes,
 };

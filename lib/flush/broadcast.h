@@ -39,6 +39,8 @@ int sd_broadcast_machine_init(struct sd_machine *m, struct sd_broadcast *b);
 int sd_broadcast_machine_create(struct sd_machine *m, const char *name,
 				const struct sd_strategy_opt *opts, unsigned nr_opts, void **priv);
 void sd_broadcast_machine_fini(struct sd_machine *m, void *priv);
+/* state_bytes of sd_broadcast_machine_create()'s machine (broadcast, none). */
+size_t sd_broadcast_state_bytes(const struct sd_machine *m, const void *priv);
 /* Apply one of broadcast's options (range=, lpa2=, max_tlbi_ops=) to @b. */
 int sd_broadcast_option(struct sd_broadcast *b, const char *name, const struct sd_strategy_opt *o);
 int sd_broadcast_mm_init(struct sd_machine *m, struct sd_mm *mm, void **mm_priv);

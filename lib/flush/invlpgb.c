@@ -24,6 +24,11 @@ int sd_invlpgb_init(struct sd_invlpgb *ib, unsigned nr_cpus)
 	return 0;
 }
 
+size_t sd_invlpgb_bytes(const struct sd_invlpgb *ib)
+{
+	return sd_round_up(ib->nr_cpus * sizeof(*ib->percpu), SD_CACHELINE);
+}
+
 void sd_invlpgb_fini(struct sd_invlpgb *ib)
 {
 	free(ib->percpu);

@@ -44,6 +44,8 @@ struct sd_invlpgb {
 
 int sd_invlpgb_init(struct sd_invlpgb *ib, unsigned nr_cpus);
 void sd_invlpgb_fini(struct sd_invlpgb *ib);
+/* Bytes sd_invlpgb_init() allocated: one issuer's queue per CPU. */
+size_t sd_invlpgb_bytes(const struct sd_invlpgb *ib);
 
 /* INVLPGB ..., no sync: @op for every CPU's TLB, @cpu issuing (the caller's
  * own CPU). */

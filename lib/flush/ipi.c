@@ -124,6 +124,11 @@ static int ipi_option(struct sd_ipi *ipi, const char *name, const struct sd_stra
 		ipi->ceiling = (unsigned)v;
 		return err;
 	}
+	if (!strcmp(o->key, "csd_window")) {
+		err = sd_strategy_opt_uint(name, o, 1, SD_IPI_CSD_WINDOW_MAX, &v);
+		ipi->csd_window = (unsigned)v;
+		return err;
+	}
 	if (!strcmp(o->key, "trim_ms")) {
 		err = sd_strategy_opt_uint(name, o, 1, 3600u * 1000u, &v);
 		ipi->trim_ns = v * 1000000u;
@@ -149,11 +154,54 @@ static void ipi_free(struct sd_ipi *ipi)
 	}
 	free(ipi->percpu);
 	free(ipi->csd_all);
-	free(ipi->targets_all);
 	free(ipi);
 }
 
 static void flush_all_nonglobals_cb(void *arg);
+
+/*
+ * The per-CPU state and the request rings, zeroed here so that what a
+ * machine costs is resident from creation on and sd_machine_info() can
+ * report it: no flush pattern makes either grow.
+ */
+static int alloc_percpu(struct sd_ipi *ipi, unsigned n)
+{
+	size_t percpu_size = sd_round_up(n * sizeof(*ipi->percpu), SD_CACHELINE);
+	size_t csd_size = sd_round_up((size_t)n * ipi->csd_window * sizeof(*ipi->csd_all),
+				      SD_CACHELINE);
+
+	ipi->percpu = aligned_alloc(SD_CACHELINE, percpu_size);
+	ipi->csd_all = aligned_alloc(SD_CACHELINE, csd_size);
+	if (!ipi->percpu || !ipi->csd_all)
+		return -ENOMEM;
+	memset(ipi->percpu, 0, percpu_size);
+	memset(ipi->csd_all, 0, csd_size);
+	for (unsigned i = 0; i < n; i++) {
+		struct sd_ipi_cpu *pc = &ipi->percpu[i];
+		atomic_init(&pc->loaded_mm, 0);
+		atomic_init(&pc->loaded_asid, 0);
+		atomic_init(&pc->is_lazy, false);
+		pc->csd = &ipi->csd_all[(size_t)i * ipi->csd_window];
+	}
+	return 0;
+}
+
+/* What machine_init allocated, for sd_machine_info(): per-mm state is not
+ * counted (it is per address space, not per CPU). */
+static size_t ipi_state_bytes(const struct sd_machine *m, const void *priv)
+{
+	const struct sd_ipi *ipi = priv;
+	unsigned n = m->nr_cpus;
+	size_t bytes = sizeof(*ipi);
+
+	bytes += sd_round_up(n * sizeof(*ipi->percpu), SD_CACHELINE);
+	bytes += sd_round_up((size_t)n * ipi->csd_window * sizeof(*ipi->csd_all), SD_CACHELINE);
+	if (ipi->invlpgb) {
+		bytes += sd_invlpgb_bytes(&ipi->ib);
+		bytes += sd_global_asid_bytes(&ipi->gasid);
+	}
+	return bytes;
+}
 
 static int gbcast_init(struct sd_machine *m, struct sd_ipi *ipi)
 {
@@ -183,6 +231,7 @@ static int machine_init(struct sd_machine *m, const char *name, bool invlpgb,
 		return -ENOMEM;
 	ipi->mode = SD_IPI_CPUMASK_LAZY;      /* what Linux does since 6.13 */
 	ipi->ceiling = SD_IPI_FLUSH_CEILING;
+	ipi->csd_window = SD_IPI_CSD_WINDOW;
 	ipi->trim_ns = 1000000000u;            /* HZ: once per second */
 	ipi->invlpgb = invlpgb;
 	ipi->pool = SD_GBCAST_POOL;
@@ -201,24 +250,13 @@ static int machine_init(struct sd_machine *m, const char *name, bool invlpgb,
 		ipi_free(ipi);
 		return err;
 	}
-	ipi->percpu = aligned_alloc(SD_CACHELINE, sd_round_up(n * sizeof(*ipi->percpu),
-							      SD_CACHELINE));
-	/* n * n requests: calloc leaves untouched pages unbacked, so a large
-	 * machine pays only for the pairs that ever talk. */
-	ipi->csd_all = calloc((size_t)n * n, sizeof(*ipi->csd_all));
-	ipi->targets_all = calloc((size_t)n * n, sizeof(*ipi->targets_all));
-	if (!ipi->percpu || !ipi->csd_all || !ipi->targets_all) {
+	/* No more requests in flight than there are other CPUs to take them. */
+	if (ipi->csd_window > n - 1)
+		ipi->csd_window = n > 1 ? n - 1 : 1;
+	err = alloc_percpu(ipi, n);
+	if (err) {
 		ipi_free(ipi);
-		return -ENOMEM;
-	}
-	memset(ipi->percpu, 0, n * sizeof(*ipi->percpu));
-	for (unsigned i = 0; i < n; i++) {
-		struct sd_ipi_cpu *pc = &ipi->percpu[i];
-		atomic_init(&pc->loaded_mm, 0);
-		atomic_init(&pc->loaded_asid, 0);
-		atomic_init(&pc->is_lazy, false);
-		pc->csd = &ipi->csd_all[(size_t)i * n];
-		pc->targets = &ipi->targets_all[(size_t)i * n];
+		return err;
 	}
 	m->lru_global = lru_global;
 	*priv = ipi;
@@ -636,9 +674,48 @@ static bool cpumask_any_but(const struct sd_cpumask *mask, unsigned me)
 }
 
 /*
+ * The requests of one flush: a ring over the initiator's csd_window
+ * requests. Posted requests are reaped (waited for) in posting order, so
+ * the oldest is the one a full ring reuses. A failed post (offline target)
+ * takes no slot.
+ */
+struct csd_ring {
+	struct sd_ipi_req *csd;
+	unsigned size;
+	unsigned nr_posted, nr_reaped;
+};
+
+/*
+ * A request free to post. A full ring first waits for its oldest request's
+ * ack: the endpoint's lfstack node may be pushed again only after the
+ * target popped it and ran it (sd_ipi_wait()'s contract), or the target's
+ * queue would be corrupted and its flush lost.
+ */
+static struct sd_ipi_req *csd_ring_get(struct sd_cpu *cpu, struct sd_ipi *ipi,
+				       struct csd_ring *r)
+{
+	if (r->nr_posted - r->nr_reaped == r->size) {
+		if (!(ipi->broken & SD_IPI_BREAK_CSD_REUSE))
+			sd_ipi_wait(cpu, &r->csd[r->nr_reaped % r->size]);
+		r->nr_reaped++;
+	}
+	return &r->csd[r->nr_posted % r->size];
+}
+
+static void csd_ring_reap_all(struct sd_cpu *cpu, struct csd_ring *r)
+{
+	for (; r->nr_reaped < r->nr_posted; r->nr_reaped++)
+		sd_ipi_wait(cpu, &r->csd[r->nr_reaped % r->size]);
+}
+
+/*
  * native_flush_tlb_multi() through smp_call_function_many_cond(): pick the
  * targets, post a request to each (a signal only if its queue was idle),
- * run the flush here meanwhile, then wait for every ack.
+ * run the flush here meanwhile, then wait for every ack. Past csd_window
+ * targets, posting waits for the oldest ack first (see csd_ring_get()):
+ * the flush is complete only when every target answered either way. A
+ * target read after such a wait is still read after the tlb_gen RMW, so
+ * the switch/flush argument at the top of this file holds for it as well.
  */
 static void flush_tlb_multi(struct sd_cpu *cpu, const struct sd_cpumask *mask,
 			    struct sd_ipi_flush_info *f)
@@ -651,7 +728,8 @@ static void flush_tlb_multi(struct sd_cpu *cpu, const struct sd_cpumask *mask,
 		   (f->mm && atomic_load_explicit(&ipi_mm(f->mm)->asid_transition,
 						  memory_order_relaxed));
 	bool run_local = false;
-	unsigned t, nr_sent = 0;
+	struct csd_ring ring = { .csd = me->csd, .size = ipi->csd_window };
+	unsigned t;
 
 	/* cond(me) before any IPI goes out (smp_call_function_many_cond). */
 	if (sd_cpumask_test(mask, cpu->id))
@@ -659,22 +737,21 @@ static void flush_tlb_multi(struct sd_cpu *cpu, const struct sd_cpumask *mask,
 	sd_cpumask_for_each(t, mask) {
 		if (t == cpu->id || (!all && !should_flush_tlb(cpu, ipi, t, f)))
 			continue;
-		struct sd_ipi_req *req = &me->csd[t];
+		struct sd_ipi_req *req = csd_ring_get(cpu, ipi, &ring);
 		req->fn = flush_ipi;
 		req->arg = f;
 		if (sd_ipi_post(cpu, cpu->m->cpus[t], req))
-			me->targets[nr_sent++] = t;
+			ring.nr_posted++;
 	}
 	sd_order_point(SD_ORDER_FLUSH_LOADED, cpu->id);
-	if (nr_sent)
+	if (ring.nr_posted)
 		sd_stat_inc(cpu, SD_STAT_REMOTE_FLUSH);
 	if (run_local) {
 		sd_irq_off(cpu);
 		flush_tlb_func(cpu, f, true);
 		sd_irq_on(cpu);
 	}
-	for (unsigned i = 0; i < nr_sent; i++)
-		sd_ipi_wait(cpu, &me->csd[me->targets[i]]);
+	csd_ring_reap_all(cpu, &ring);
 }
 
 /* ---- gbcast: global ASIDs and INVLPGB ---- */
@@ -955,6 +1032,7 @@ const struct sd_strategy_ops sd_ipi_ops = {
 	.flush_mm = ipi_flush_mm,
 	.switch_mm = ipi_switch,
 	.enter_lazy = ipi_enter_lazy,
+	.state_bytes = ipi_state_bytes,
 	.batch_add = ipi_batch_add,
 	.batch_flush = ipi_batch_flush,
 };
@@ -970,6 +1048,7 @@ const struct sd_strategy_ops sd_gbcast_ops = {
 	.flush_mm = ipi_flush_mm,
 	.switch_mm = ipi_switch,
 	.enter_lazy = ipi_enter_lazy,
+	.state_bytes = ipi_state_bytes,
 	.batch_add = ipi_batch_add,
 	.batch_flush = ipi_batch_flush,
 };

@@ -27,6 +27,16 @@ struct sd_mm;
 #define SD_GBCAST_SAMPLE 32
 /* invlpgb_count_max: pages per INVLPGB (CPUID 0x80000008 EDX[15:0] + 1). */
 #define SD_GBCAST_COUNT_MAX 8
+/*
+ * Call-single requests one initiator has in flight (csd_window=N). The
+ * kernel's cfd_data holds one csd per (initiator, target) pair: n * n. Here
+ * each initiator has a ring of this many, and a flush to more targets reuses
+ * the oldest request once its target answered: memory is linear in the CPU
+ * count, and up to 64 targets a flush is exactly the kernel's (all IPIs out
+ * before the first wait).
+ */
+#define SD_IPI_CSD_WINDOW 64
+#define SD_IPI_CSD_WINDOW_MAX 4096
 
 enum sd_ipi_cpumask_mode {
 	SD_IPI_CPUMASK_EAGER,   /* clear at switch-out, set at switch-in */
@@ -39,6 +49,7 @@ enum {
 	SD_IPI_BREAK_SWITCH_FENCE = 1 << 1,   /* CVE-2025-40174: no smp_mb when set */
 	SD_IPI_BREAK_BATCH_GLOBAL_ONLY = 1 << 2, /* v4 reclaim: INVLPGB the global PCID only */
 	SD_IPI_BREAK_NO_TRANSITION = 1 << 3,  /* never IPI dynamic-ASID stragglers */
+	SD_IPI_BREAK_CSD_REUSE = 1 << 4,      /* reuse a ring slot without waiting */
 };
 
 /* Where freed pages go: through one global LRU lock, or per-CPU batches. */
@@ -75,8 +86,7 @@ struct sd_ipi_cpu {
 	 * flush, and it must not bounce with the switch-time writes above. */
 	sd_cacheline_aligned SD_ATOMIC(bool) is_lazy;
 	sd_cacheline_aligned struct sd_ipi_flush_info info;
-	struct sd_ipi_req *csd;                /* one per target CPU */
-	unsigned *targets;                     /* scratch: CPUs IPI'd by a flush */
+	struct sd_ipi_req *csd;                /* the ring: sd_ipi.csd_window of them */
 };
 
 struct sd_ipi_mm {
@@ -95,6 +105,7 @@ struct sd_ipi_mm {
 struct sd_ipi {
 	enum sd_ipi_cpumask_mode mode;
 	unsigned ceiling;
+	unsigned csd_window;                   /* requests per CPU, <= nr_cpus - 1 */
 	uint64_t trim_ns;
 	unsigned broken;                       /* SD_IPI_BREAK_*, tests only */
 	/* gbcast only: INVLPGB, the global ASID space and its policy. */
@@ -105,8 +116,7 @@ struct sd_ipi {
 	struct sd_invlpgb ib;
 	SD_ATOMIC(uint64_t) last_ctx_id;
 	struct sd_ipi_cpu *percpu;
-	struct sd_ipi_req *csd_all;
-	unsigned *targets_all;
+	struct sd_ipi_req *csd_all;            /* nr_cpus * csd_window */
 };
 
 /* Plant a bug (tests only): @mask of SD_IPI_BREAK_*; 0 repairs. The machine

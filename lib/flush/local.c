@@ -100,6 +100,14 @@ static void local_machine_fini(struct sd_machine *m, void *priv)
 	free(l);
 }
 
+static size_t local_state_bytes(const struct sd_machine *m, const void *priv)
+{
+	const struct sd_local *l = priv;
+
+	return sd_round_up(sizeof(*l), SD_CACHELINE) + m->nr_cpus * sizeof(*l->percpu) +
+	       sd_arm64_asid_bytes(&l->b.asid);
+}
+
 static int local_mm_init(struct sd_machine *m, struct sd_mm *mm, void **mm_priv)
 {
 	struct local_mm *lm = aligned_alloc(SD_CACHELINE, sd_round_up(sizeof(*lm), SD_CACHELINE));
@@ -282,4 +290,5 @@ const struct sd_strategy_ops sd_local_ops = {
 	.flush_mm = local_flush_mm,
 	.switch_mm = local_switch,
 	.enter_lazy = local_enter_lazy,
+	.state_bytes = local_state_bytes,
 };

@@ -39,4 +39,5 @@ const struct sd_strategy_ops sd_none_ops = {
 	.flush_mm = none_flush_mm,
 	.switch_mm = sd_broadcast_switch,
 	.enter_lazy = NULL,
+	.state_bytes = sd_broadcast_state_bytes,
 };

@@ -57,6 +57,12 @@ struct sd_strategy_ops {
 	 */
 	void (*batch_add)(struct sd_cpu *cpu, struct sd_cpumask *cpus, struct sd_mm *mm);
 	void (*batch_flush)(struct sd_cpu *cpu, struct sd_cpumask *cpus);
+	/*
+	 * Optional: the bytes machine_init allocated (machine-wide state and
+	 * per-CPU arrays, not per-mm state), for sd_machine_info()'s
+	 * bytes_per_cpu. NULL counts nothing. Any thread.
+	 */
+	size_t (*state_bytes)(const struct sd_machine *m, const void *priv);
 };
 
 /*

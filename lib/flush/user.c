@@ -112,6 +112,16 @@ static int user_machine_init(struct sd_machine *m, const struct sd_strategy_opt 
 	return err;
 }
 
+/* What the adapter allocated; the user's own machine_init state is the
+ * user's to count. */
+static size_t user_state_bytes(const struct sd_machine *m, const void *priv)
+{
+	const struct user_machine *um = priv;
+
+	(void)m;
+	return sd_round_up(sizeof(*um), SD_CACHELINE) + sd_arm64_asid_bytes(&um->b.asid);
+}
+
 static void user_machine_fini(struct sd_machine *m, void *priv)
 {
 	struct user_machine *um = priv;
@@ -293,6 +303,7 @@ int sd_strategy_register(const struct sd_strategy *s)
 		.flush_range = user_flush_range,
 		.flush_mm = user_flush_mm,
 		.switch_mm = user_switch,
+		.state_bytes = user_state_bytes,
 	};
 	slot->registered = true;
 	pthread_mutex_unlock(&registry_lock);

@@ -9,6 +9,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <urcu-qsbr.h>
 
 #include <shootdown/error.h>
@@ -348,6 +349,24 @@ int sd_machine_run(struct sd_machine *m, sd_cpu_fn fn, void *arg)
 
 /* ---- info ---- */
 
+/*
+ * What one emulated CPU costs: its area as mapped (hwloc hands out whole
+ * pages), its slots in cpus[] and the topology's pu_of_cpu[], and its share
+ * of what the strategy allocated at creation. Every one of those is zeroed
+ * or written at creation, so this is resident memory, and no flush pattern
+ * adds to it; per-mm state and CPU threads' stacks are not counted.
+ */
+static size_t machine_bytes_per_cpu(const struct sd_machine *m)
+{
+	size_t page = (size_t)sysconf(_SC_PAGESIZE);
+	size_t strategy = m->ops->state_bytes ? m->ops->state_bytes(m, m->strategy) : 0;
+	size_t bytes = sd_round_up(m->cpu_area_size, page);
+
+	bytes += sizeof(m->cpus[0]) + sizeof(m->topo.pu_of_cpu[0]);
+	bytes += (strategy + m->nr_cpus - 1) / m->nr_cpus;
+	return sd_round_up(bytes, SD_CACHELINE);
+}
+
 int sd_machine_info(const struct sd_machine *m, struct sd_machine_info *info)
 {
 	if (!m || !info)
@@ -368,7 +387,7 @@ int sd_machine_info(const struct sd_machine *m, struct sd_machine_info *info)
 	info->tlb_l1_entries = m->cfg.tlb_l1_entries;
 	info->asid_bits = m->cfg.asid_bits;
 	info->ipi_signal = m->cfg.ipi_signal;
-	info->bytes_per_cpu = m->cpu_area_size;
+	info->bytes_per_cpu = machine_bytes_per_cpu(m);
 	snprintf(info->strategy, sizeof(info->strategy), "%s", m->strategy_spec);
 	snprintf(info->topology, sizeof(info->topology), "%s", m->topo.summary);
 	pthread_mutex_lock((pthread_mutex_t *)&m->pin_note_lock);
