@@ -178,9 +178,12 @@ bool sd_ipi_post(struct sd_cpu *from, struct sd_cpu *t, struct sd_ipi_req *req)
 	/* One signal in flight is enough: the handler drains the whole queue
 	 * (a non-empty call_single_queue already has its IPI). */
 	if (!atomic_exchange(&t->ipi_kick, 1))
-		syscall(SYS_tgkill, getpid(), tid, from->m->cfg.ipi_signal);
+		syscall(SYS_tgkill, getpid(), tid, t->m->cfg.ipi_signal);
 	atomic_fetch_sub_explicit(&t->ipi_senders, 1, memory_order_release);
-	sd_stat_inc(from, SD_STAT_IPI_SENT);
+	/* @from is NULL for a plain thread (sd_mm_destroy() shooting lazy
+	 * CPUs): there is no sending CPU to count it on. */
+	if (from)
+		sd_stat_inc(from, SD_STAT_IPI_SENT);
 	return true;
 }
 
