@@ -13,6 +13,7 @@
 #include "../core/rcu.h"
 
 #include "../core/error.h"
+#include "../core/ordering.h"
 #include "../machine/machine.h"
 #include "mm.h"
 #include "tlbbatch.h"
@@ -733,6 +734,7 @@ int sd_switch_mm(struct sd_cpu *c, struct sd_mm *next)
 	if (next && next->m != c->m)
 		return sd_fail(-EINVAL, "sd_switch_mm: mm belongs to another machine");
 	rcu_online(c);
+	sd_order_point(SD_ORDER_SWITCH_ENTER, c->id);
 	sd_irq_off(c);
 	/* Read under interrupts off: an IPI from sd_mm_destroy() may switch
 	 * a lazy CPU away from its mm (drop_lazy_mm()), and a prev read
