@@ -23,9 +23,11 @@
 #include <thread>
 
 #include <cctype>
+#include <cstring>
 
 extern "C" {
 #include "core/ordering.h"
+#include "flush/ipi.h"
 #include "machine/machine.h"
 }
 
@@ -66,6 +68,10 @@ bool attached(sd_machine *m, unsigned cpu)
 
 std::atomic<sd_mm *> dead_mm{nullptr};
 std::atomic<int> switched_out_dead{0};
+// switch_in() minus switch_out() calls: 0 once every CPU left every mm,
+// if the library tells the strategy of every departure (a shot lazy CPU's
+// included).
+std::atomic<int> user_loaded{0};
 
 void user_ipi_target(sd_cpu *target, void *arg)
 {
@@ -84,8 +90,14 @@ void user_flush(sd_cpu *cpu, sd_mm *mm, uint64_t, uint64_t, unsigned, void *)
 		}
 }
 
+void user_switch_in(sd_cpu *, sd_mm *, void *)
+{
+	user_loaded.fetch_add(1);
+}
+
 void user_switch_out(sd_cpu *, sd_mm *mm, void *)
 {
+	user_loaded.fetch_sub(1);
 	// Only compares the pointer value: the mm behind it is gone.
 	if (mm && mm == dead_mm.load())
 		switched_out_dead.fetch_add(1);
@@ -97,10 +109,16 @@ struct UserStrategy {
 		sd_strategy s = SD_STRATEGY_INIT;
 		s.name = "lifecycle";
 		s.flush = user_flush;
+		s.switch_in = user_switch_in;
 		s.switch_out = user_switch_out;
+		user_loaded.store(0);
 		EXPECT_EQ(0, sd_strategy_register(&s)) << sd_last_error();
 	}
-	~UserStrategy() { EXPECT_EQ(0, sd_strategy_unregister("lifecycle")) << sd_last_error(); }
+	~UserStrategy()
+	{
+		EXPECT_EQ(0, user_loaded.load()) << "a CPU left an mm without switch_out()";
+		EXPECT_EQ(0, sd_strategy_unregister("lifecycle")) << sd_last_error();
+	}
 };
 
 // ================================ lazy mms ================================
@@ -124,6 +142,7 @@ struct ReturnedLazy {
 	std::atomic<int> body1_done{0};
 	std::atomic<int> destroy_err{1};
 	std::atomic<int> cpu1_mm_after{-1};     // 1 if CPU 1 still had an mm
+	std::atomic<int> ipi_loaded_after{0};   // `ipi`: CPU 1's loaded_mm is A
 	std::string detail;
 };
 
@@ -154,11 +173,20 @@ TEST_P(LazyMm, DestroyAfterTheBodyThatRanItReturned)
 		s->destroy_err.store(err);
 		if (err)
 			s->detail = sd_last_error();
-		s->cpu1_mm_after.store(sd_cpu_current_mm(sd_machine_cpu(sd_cpu_machine(c), 1)) != nullptr);
+		s->cpu1_mm_after.store(sd_cpu_current_mm(c1) != nullptr);
+		// The strategy's own view (x86's cpu_tlbstate.loaded_mm) must
+		// have let go of A too, or its next switch would touch A.
+		const sd_machine *m = sd_cpu_machine(c);
+		if (!strncmp(m->ops->name, "ipi", 3) || !strcmp(m->ops->name, "gbcast")) {
+			auto *ipi = static_cast<sd_ipi *>(m->strategy);
+			s->ipi_loaded_after.store(atomic_load(&ipi->percpu[1].loaded_mm) ==
+						  (uintptr_t)s->a);
+		}
 	}, &s)) << sd_last_error();
 	EXPECT_EQ(0, s.destroy_err.load()) << "a CPU lazy on A after its body returned kept A "
 					      "alive: " << s.detail;
 	EXPECT_EQ(0, s.cpu1_mm_after.load()) << "the lazy CPU still names the destroyed mm";
+	EXPECT_EQ(0, s.ipi_loaded_after.load()) << "the strategy still has the destroyed mm loaded";
 	EXPECT_GE(stat_of(mach.m, 1, SD_STAT_IPI_RECV), 1u) << "the lazy CPU was never shot";
 	EXPECT_EQ(0u, sd_oracle_violations(mach.m));
 	if (s.destroy_err.load()) {
