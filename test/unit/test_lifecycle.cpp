@@ -252,7 +252,7 @@ TEST_P(LazyMm, LazyCpuShotInItsBodyThenRunsAnotherMm)
 }
 
 INSTANTIATE_TEST_SUITE_P(Strategies, LazyMm,
-			 ::testing::Values("broadcast", "local", "ipi", "ipi:cpumask=lazy",
+			 ::testing::Values("broadcast", "local", "ipi", "ipi:cpumask=eager", "ipi:cpumask=lazy",
 					   "gbcast", "lifecycle"),
 			 [](const ::testing::TestParamInfo<const char *> &i) {
 				 std::string n(i.param);
