@@ -301,6 +301,53 @@ TEST(LazyMmAnyThread, PlainThreadDestroysALazilyLoadedMm)
 	}
 }
 
+// A lazy CPU that runs with interrupts off holds the destroy until it turns
+// them on: the shoot is deferred, never lost, and never skipped.
+TEST(LazyMmAnyThread, LazyCpuWithInterruptsOffDelaysTheDestroy)
+{
+	Machine mach(sdtest::config(2, "ipi"));
+	ASSERT_NE(nullptr, mach.m);
+	struct S {
+		sd_mm *a = nullptr;
+		std::atomic<int> off{0}, destroying{0}, destroyed{0};
+		std::atomic<int> done_while_off{-1};
+		std::atomic<int> err{1};
+	} s;
+	ASSERT_EQ(0, sd_mm_create(mach.m, &s.a));
+	Watchdog w("LazyMmAnyThread.LazyCpuWithInterruptsOff: the destroyer waiting for CPU 1's "
+		   "ack after it turned interrupts on", kBound);
+	std::thread destroyer([&s] {
+		wait_flag(s.off);
+		s.destroying.store(1);
+		s.err.store(sd_mm_destroy(s.a));
+		s.destroyed.store(1);
+	});
+	EXPECT_EQ(0, sd_machine_run(mach.m, [](sd_cpu *c, void *p) {
+		auto *s = static_cast<S *>(p);
+		if (sd_cpu_id(c) != 1)
+			return;
+		EXPECT_EQ(0, sd_switch_mm(c, s->a));
+		EXPECT_EQ(0, sd_cpu_idle(c));
+		sd_irq_disable(c);
+		s->off.store(1);
+		wait_flag(s->destroying);
+		// Whether or not its IPI is here yet, the destroy needs our ack,
+		// which cannot happen with interrupts off.
+		std::this_thread::sleep_for(std::chrono::milliseconds(20));
+		s->done_while_off.store(s->destroyed.load());
+		EXPECT_EQ(s->a, sd_cpu_current_mm(c));
+		EXPECT_EQ(0, sd_irq_enable(c));
+		wait_flag(s->destroyed);
+		EXPECT_EQ(nullptr, sd_cpu_current_mm(c));
+	}, &s)) << sd_last_error();
+	destroyer.join();
+	EXPECT_EQ(0, s.done_while_off.load()) << "the destroy did not wait for the lazy CPU";
+	EXPECT_EQ(0, s.err.load());
+	if (s.err.load()) {
+		EXPECT_EQ(0, sd_mm_destroy(s.a));
+	}
+}
+
 // The destroyer is itself the lazy CPU: it drops the mm on itself.
 TEST(LazyMmAnyThread, DestroyerIsTheLazyCpu)
 {
