@@ -91,9 +91,17 @@ SD_EXPORT void sd_irq_disable(struct sd_cpu *cpu);
 
 /**
  * sd_irq_enable() - drop one level of interrupts-off; at level zero, run any
- * IPI that arrived meanwhile. Called by the attached thread only.
+ * IPI that arrived meanwhile.
+ *
+ * An enable with interrupts already on (not paired with an sd_irq_disable())
+ * is refused: interrupts stay on, the call is counted for sd_machine_run() to
+ * report, and -EINVAL is returned.
+ *
+ * Return: 0; -EINVAL if @cpu is NULL or interrupts were already on.
+ * Called by the attached thread only (not checked: it is a hot path), with
+ * interrupts off (that is what it turns back on).
  */
-SD_EXPORT void sd_irq_enable(struct sd_cpu *cpu);
+SD_EXPORT int sd_irq_enable(struct sd_cpu *cpu);
 
 /** sd_irqs_disabled() - whether @cpu runs with emulated interrupts off. Any thread. */
 SD_EXPORT int sd_irqs_disabled(const struct sd_cpu *cpu);

@@ -182,12 +182,25 @@ typedef void (*sd_cpu_fn)(struct sd_cpu *cpu, void *arg);
  * sd_machine_run() - start one thread per CPU, run @fn on each, join them.
  *
  * Each thread is bound to its PU, attached as its CPU, runs @fn(cpu, @arg),
- * then keeps answering IPIs until every CPU's @fn has returned, so a late
- * shootdown never waits on a CPU that has gone. Blocks until all are done.
+ * then idles (lazily keeping its last mm, which sd_mm_destroy() may still
+ * take away) and keeps answering IPIs until every CPU's @fn has returned,
+ * so a late shootdown never waits on a CPU that has gone. Then every CPU is
+ * detached. Blocks until all are done.
+ *
+ * A body that breaks the CPU's interrupt balance does not leave a zombie
+ * CPU behind: if it returns with interrupts off, they are turned back on
+ * (deferred IPIs run) and the CPU is detached as usual, and the run reports
+ * it; sd_irq_enable() calls it made with interrupts on are reported too. A
+ * body that leaves its thread with pthread_exit() (or is cancelled) has its
+ * CPU detached on the way out, and the other bodies are not held up. Only
+ * the first error is returned; its sd_last_error() names the CPU.
  *
  * Return: 0; -EBUSY if any CPU is already attached; -EAGAIN if threads could
  * not be created (none are left running); -ENOSYS/-EPERM with
- * SD_MACHINE_STRICT_PIN when binding fails. Any thread that is not a CPU.
+ * SD_MACHINE_STRICT_PIN when binding fails; -EDEADLK if a body returned with
+ * interrupts off; -EINVAL if a body called sd_irq_enable() with interrupts
+ * on. After any of these every CPU is detached, so the machine may be run
+ * again or destroyed. Any thread that is not a CPU.
  * Not from an attached CPU, so never with interrupts off.
  */
 SD_EXPORT int sd_machine_run(struct sd_machine *m, sd_cpu_fn fn, void *arg);

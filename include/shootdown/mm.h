@@ -62,9 +62,26 @@ SD_EXPORT int sd_mm_create(struct sd_machine *m, struct sd_mm **out);
 
 /**
  * sd_mm_destroy() - tear an address space down and free its frames and tables.
- * Return: 0; -EBUSY if a CPU still has it loaded, lazily or not (nothing is
- * freed). Any thread; waits for an RCU grace period.
- * Not with interrupts off: it may wait for other CPUs.
+ *
+ * A CPU that holds @mm only lazily (idle since it ran it: sd_cpu_idle(), or
+ * a sd_machine_run() CPU whose body returned) does not keep it alive: it is
+ * sent an IPI and, on its own thread with interrupts off, switches to no
+ * address space through the strategy (the kernel's shooting of lazy TLB
+ * users, cleanup_lazy_tlbs()). It stays idle; its next sd_switch_mm() loads
+ * whatever it names. The caller waits for those acks, so a lazy CPU whose
+ * thread runs with interrupts off delays the destroy until it turns them
+ * on. A lazy CPU that is dropped while the destroy then fails keeps working:
+ * the drop is invisible except for one extra switch.
+ *
+ * Switching a CPU to @mm while it is being destroyed is the caller's bug
+ * (as for a task's mm in the kernel); it is caught (-EBUSY, nothing freed)
+ * when the switch lands before the final check.
+ *
+ * Return: 0; -EINVAL for a NULL @mm; -EBUSY if a CPU runs it (not lazily),
+ * or a TLB batch still owes it a flush (nothing is freed); -EDEADLK if the
+ * caller is a CPU with interrupts off (it could not wait for the lazy
+ * CPUs); -ENOMEM. Any thread: an attached CPU (interrupts on), or a thread
+ * that is no CPU, during or after sd_machine_run().
  */
 SD_EXPORT int sd_mm_destroy(struct sd_mm *mm);
 
@@ -144,6 +161,8 @@ SD_EXPORT int sd_switch_mm(struct sd_cpu *cpu, struct sd_mm *next);
 /**
  * sd_cpu_idle() - enter idle: the CPU keeps its address space loaded but in
  * lazy TLB mode (as a kernel thread would) until the next sd_switch_mm().
+ * Meanwhile sd_mm_destroy() of that mm, from another thread, switches the
+ * CPU to no mm (sd_cpu_current_mm() then returns NULL); the CPU stays idle.
  * Passes an RCU quiescent state. Return: 0; -EPERM if the caller is not
  * attached as @cpu. Attached thread, interrupts on.
  */

@@ -30,6 +30,8 @@ enum sd_order_point {
 	SD_ORDER_IPI_DRAINED,    /* IPI target: queue found empty, interrupts
 				  * still off (ipi_run_queue()); may run in
 				  * the signal handler */
+	SD_ORDER_SWITCH_ENTER,   /* sd_switch_mm(): entered, interrupts still on
+				  * (test_lifecycle lands an IPI here) */
 	SD_ORDER_NR_POINTS,
 };
 

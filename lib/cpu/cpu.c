@@ -189,9 +189,24 @@ void sd_irq_disable(struct sd_cpu *c)
 	sd_irq_off(c);
 }
 
-void sd_irq_enable(struct sd_cpu *c)
+/*
+ * An enable with interrupts already on would take the depth to -1: the CPU
+ * would read as interrupts-off for good, and every IPI to it (so every
+ * remote flush that must reach it) would wait forever. Refuse it, leave the
+ * depth at 0 and count it, so sd_machine_run() can report a body that did
+ * it. The library's own pairs use sd_irq_on() and skip this check.
+ */
+int sd_irq_enable(struct sd_cpu *c)
 {
+	if (unlikely(!c))
+		return sd_fail(-EINVAL, "sd_irq_enable: NULL CPU");
+	if (unlikely(c->irq_depth <= 0)) {
+		c->irq_unbalanced++;
+		return sd_fail(-EINVAL, "sd_irq_enable: interrupts are already on on CPU %u "
+			       "(unbalanced enable, ignored)", c->id);
+	}
 	sd_irq_on(c);
+	return 0;
 }
 
 int sd_irqs_disabled(const struct sd_cpu *c)

@@ -51,6 +51,7 @@ struct sd_cpu {
 	 * need compiler (signal) fences only, never atomics. */
 	sd_cacheline_aligned volatile sig_atomic_t irq_depth;
 	volatile sig_atomic_t ipi_pending;
+	unsigned irq_unbalanced;       /* sd_irq_enable() calls with interrupts on */
 	uint16_t asid;                 /* the ASID register */
 	uint64_t regs[31];             /* X0..X30: what trap emulation writes */
 	bool checked;                  /* copy of the machine's oracle mode */
@@ -140,7 +141,8 @@ struct sd_ipi_req {
  * Queue @req on @t and interrupt it with a real signal, unless one is
  * already on its way. Returns false, queueing nothing, if @t has no thread
  * (an offline CPU: it runs nothing and needs no IPI). Callable with
- * interrupts off; only the wait needs them on.
+ * interrupts off; only the wait needs them on. @from may be NULL when the
+ * sender is not a CPU (a plain thread; nothing is counted then).
  */
 bool sd_ipi_post(struct sd_cpu *from, struct sd_cpu *t, struct sd_ipi_req *req);
 

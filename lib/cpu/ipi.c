@@ -344,12 +344,15 @@ bool sd_ipi_post(struct sd_cpu *from, struct sd_cpu *t, struct sd_ipi_req *req)
 	 * leaves the kick set; the waiter's watchdog sends again, and finds
 	 * out whether the thread is gone. */
 	if (!atomic_exchange(&t->ipi_kick, 1)) {
-		err = ipi_send(from->m->cfg.ipi_signal, tid);
+		err = ipi_send(t->m->cfg.ipi_signal, tid);
 		if (err)
 			atomic_store_explicit(&t->ipi_send_err, err, memory_order_relaxed);
 	}
 	atomic_fetch_sub_explicit(&t->ipi_senders, 1, memory_order_release);
-	sd_stat_inc(from, SD_STAT_IPI_SENT);
+	/* @from is NULL for a plain thread (sd_mm_destroy() shooting lazy
+	 * CPUs): there is no sending CPU to count it on. */
+	if (from)
+		sd_stat_inc(from, SD_STAT_IPI_SENT);
 	return true;
 }
 

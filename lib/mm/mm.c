@@ -13,6 +13,7 @@
 #include "../core/rcu.h"
 
 #include "../core/error.h"
+#include "../core/ordering.h"
 #include "../machine/machine.h"
 #include "mm.h"
 #include "tlbbatch.h"
@@ -78,19 +79,115 @@ static unsigned loaded_anywhere(const struct sd_mm *mm)
 	return 0;
 }
 
+/* 1 + the first CPU running @mm for real (not lazily), or 0. */
+static unsigned running_anywhere(const struct sd_mm *mm)
+{
+	const struct sd_machine *m = mm->m;
+
+	for (unsigned i = 0; i < m->nr_cpus; i++) {
+		const struct sd_cpu *c = m->cpus[i];
+		if (atomic_load_explicit(&c->mm, memory_order_acquire) == mm &&
+		    !atomic_load_explicit(&c->lazy, memory_order_relaxed))
+			return i + 1;
+	}
+	return 0;
+}
+
+/*
+ * do_shoot_lazy_tlb(): on @c's own thread with interrupts off (the IPI
+ * handler, or the destroyer on itself). If @c still holds @mm only lazily,
+ * switch it to no mm (the kernel's switch to init_mm) through the strategy,
+ * so its per-CPU state for @mm (loaded_mm, cpumask bits, active counts,
+ * the ASID register) is released before the ack. A CPU that switched away
+ * meanwhile, or back into @mm for real, is left alone: the destroyer sees
+ * the latter in its rescan. The CPU stays idle (lazy) on no mm.
+ */
+static void drop_lazy_mm(struct sd_cpu *c, void *arg)
+{
+	struct sd_mm *mm = arg;
+
+	if (atomic_load_explicit(&c->mm, memory_order_relaxed) != mm ||
+	    !atomic_load_explicit(&c->lazy, memory_order_relaxed))
+		return;
+	c->m->ops->switch_mm(c, mm, NULL);
+	/* Relaxed: the ack's release (ipi_run_queue()'s exchange to DONE)
+	 * publishes it to the destroyer's rescan, which pairs with it through
+	 * the acquire in sd_ipi_wait(). */
+	atomic_store_explicit(&c->mm, NULL, memory_order_relaxed);
+}
+
+/*
+ * cleanup_lazy_tlbs() with CONFIG_MMU_LAZY_TLB_SHOOTDOWN: make every CPU
+ * that holds @mm lazily drop it, IPIing the others and waiting for their
+ * acks (interrupts on, so IPIs aimed at @self meanwhile are answered).
+ * @self is the calling CPU of this machine, or NULL for a plain thread.
+ */
+static int shoot_lazy_cpus(struct sd_mm *mm, struct sd_cpu *self)
+{
+	struct sd_machine *m = mm->m;
+	struct sd_ipi_req *reqs = NULL;
+	bool *posted = NULL;
+
+	if (self && atomic_load_explicit(&self->mm, memory_order_relaxed) == mm) {
+		sd_irq_off(self);
+		drop_lazy_mm(self, mm);
+		sd_irq_on(self);
+	}
+	if (!loaded_anywhere(mm))
+		return 0;
+	reqs = calloc(m->nr_cpus, sizeof(*reqs));
+	posted = calloc(m->nr_cpus, sizeof(*posted));
+	if (!reqs || !posted) {
+		free(reqs);
+		free(posted);
+		return sd_fail(-ENOMEM, "sd_mm_destroy: no memory for the lazy-CPU IPIs");
+	}
+	/* Post to all first, then wait: the targets answer in parallel, as
+	 * on_each_cpu_mask() does. A CPU with no thread (detaching) already
+	 * switched to no mm before it went offline (sd_cpu_detach()). */
+	for (unsigned i = 0; i < m->nr_cpus; i++) {
+		struct sd_cpu *t = m->cpus[i];
+		if (t == self || atomic_load_explicit(&t->mm, memory_order_acquire) != mm)
+			continue;
+		reqs[i].fn = drop_lazy_mm;
+		reqs[i].arg = mm;
+		posted[i] = sd_ipi_post(self, t, &reqs[i]);
+	}
+	for (unsigned i = 0; i < m->nr_cpus; i++)
+		if (posted[i])
+			sd_ipi_wait(self, &reqs[i]);
+	free(reqs);
+	free(posted);
+	return 0;
+}
+
 int sd_mm_destroy(struct sd_mm *mm)
 {
+	struct sd_cpu *self = sd_this_cpu;
 	struct sd_machine *m;
+	unsigned busy;
+	int err;
 
 	if (!mm)
 		return sd_fail(-EINVAL, "sd_mm_destroy: NULL mm");
-	if (loaded_anywhere(mm))
+	m = mm->m;
+	if (self && self->irq_depth)
+		return sd_fail(-EDEADLK, "sd_mm_destroy: interrupts are off on CPU %u (it could "
+			       "not wait for lazy CPUs)", self->id);
+	if ((busy = running_anywhere(mm)))
 		return sd_fail(-EBUSY, "mm %llu is still loaded on CPU %u (switch it out first)",
-			       (unsigned long long)mm->id, loaded_anywhere(mm) - 1);
+			       (unsigned long long)mm->id, busy - 1);
 	if (atomic_load(&mm->batch_pending))
 		return sd_fail(-EBUSY, "mm %llu is in a TLB batch that was not flushed yet",
 			       (unsigned long long)mm->id);
-	m = mm->m;
+	err = shoot_lazy_cpus(mm, self && self->m == m ? self : NULL);
+	if (err)
+		return err;
+	/* A CPU switched back into it while we shot the lazy ones (the
+	 * caller's bug, but caught when we can): nothing freed. */
+	if ((busy = loaded_anywhere(mm)))
+		return sd_fail(-EBUSY, "mm %llu was loaded again on CPU %u while being destroyed",
+			       (unsigned long long)mm->id, busy - 1);
 	/* No CPU has it loaded, so no walk of it is in flight: its tables can
 	 * go now. Its ASID is never reused without a flush (arm64: a new
 	 * generation flushes every CPU first). */
@@ -637,8 +734,12 @@ int sd_switch_mm(struct sd_cpu *c, struct sd_mm *next)
 	if (next && next->m != c->m)
 		return sd_fail(-EINVAL, "sd_switch_mm: mm belongs to another machine");
 	rcu_online(c);
-	prev = atomic_load_explicit(&c->mm, memory_order_relaxed);
+	sd_order_point(SD_ORDER_SWITCH_ENTER, c->id);
 	sd_irq_off(c);
+	/* Read under interrupts off: an IPI from sd_mm_destroy() may switch
+	 * a lazy CPU away from its mm (drop_lazy_mm()), and a prev read
+	 * before it would hand the strategy a stale, soon freed, mm. */
+	prev = atomic_load_explicit(&c->mm, memory_order_relaxed);
 	c->m->ops->switch_mm(c, prev, next);
 	/* Relaxed: the access path that reads these runs on this thread; any
 	 * ordering other CPUs need (nr_active, cpumasks) is the strategy's,
@@ -657,8 +758,9 @@ int sd_cpu_idle(struct sd_cpu *c)
 
 	if (sd_cpu_check_self(c))
 		return sd_fail(-EPERM, "sd_cpu_idle: caller is not attached as this CPU");
-	mm = atomic_load_explicit(&c->mm, memory_order_relaxed);
 	sd_irq_off(c);
+	/* Under interrupts off, as in sd_switch_mm(). */
+	mm = atomic_load_explicit(&c->mm, memory_order_relaxed);
 	if (mm && !atomic_load_explicit(&c->lazy, memory_order_relaxed) && c->m->ops->enter_lazy)
 		c->m->ops->enter_lazy(c, mm);
 	atomic_store_explicit(&c->lazy, 1, memory_order_relaxed);

@@ -291,7 +291,7 @@ TEST_F(MmTest, IdleThenSwitchBack)
 	ASSERT_EQ(0, sd_cpu_idle(c));
 	EXPECT_EQ(mm, sd_cpu_current_mm(c)) << "idle keeps the mm (lazy TLB)";
 	EXPECT_EQ(-ESRCH, sd_access(c, va, SD_READ, nullptr));
-	EXPECT_EQ(-EBUSY, sd_mm_destroy(mm)) << "a lazily loaded mm must not be destroyable";
+	// (Destroying it now would succeed: lazy users are shot, test_lifecycle.)
 	// Mapping changes still work from an idle CPU (they name the mm).
 	ASSERT_EQ(0, sd_mprotect(c, mm, va, P, SD_PROT_READ));
 	ASSERT_EQ(0, sd_cpu_idle(c)) << "idle twice is fine";
