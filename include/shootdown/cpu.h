@@ -49,7 +49,8 @@ SD_BEGIN_DECLS
  *
  * Return: 0; -EINVAL if @id is out of range or an argument is NULL; -EBUSY if
  * this thread is already a CPU (of any machine) or CPU @id already has a
- * thread; -ENOSYS/-EPERM if strict pinning fails. Any thread.
+ * thread; -ENOSYS/-EPERM if strict pinning fails; -EAGAIN if the process
+ * has no thread-specific key left for the thread-exit detach. Any thread.
  */
 SD_EXPORT int sd_cpu_attach(struct sd_machine *m, unsigned id, struct sd_cpu **out);
 

@@ -1,7 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 #include <errno.h>
 #include <pthread.h>
-#include <stdlib.h>
 #include <time.h>
 #include <string.h>
 #include <unistd.h>
@@ -65,6 +64,7 @@ static void note_unpinned(struct sd_machine *m, const char *note)
  */
 static pthread_key_t attach_key;
 static pthread_once_t attach_key_once = PTHREAD_ONCE_INIT;
+static int attach_key_err;      /* pthread_key_create()'s result, once */
 
 static void detach_at_thread_exit(void *p)
 {
@@ -79,8 +79,7 @@ static void detach_at_thread_exit(void *p)
 
 static void attach_key_create(void)
 {
-	if (pthread_key_create(&attach_key, detach_at_thread_exit))
-		abort();
+	attach_key_err = pthread_key_create(&attach_key, detach_at_thread_exit);
 }
 
 /*
@@ -112,6 +111,10 @@ int sd_cpu_attach(struct sd_machine *m, unsigned id, struct sd_cpu **out)
 		return sd_fail(-EINVAL, "CPU %u out of range (machine has %u)", id, m->nr_cpus);
 	if (sd_this_cpu)
 		return sd_fail(-EBUSY, "this thread is already attached as CPU %u", sd_this_cpu->id);
+	pthread_once(&attach_key_once, attach_key_create);
+	if (attach_key_err)
+		return sd_fail(-EAGAIN, "sd_cpu_attach: no thread-exit key: %s",
+			       strerror(attach_key_err));
 	c = m->cpus[id];
 	if (!atomic_compare_exchange_strong(&c->attached, &expected, 1))
 		return sd_fail(-EBUSY, "CPU %u already has a thread", id);
@@ -133,7 +136,6 @@ int sd_cpu_attach(struct sd_machine *m, unsigned id, struct sd_cpu **out)
 	/* A kick left by a signal that found the thread gone. */
 	atomic_store(&c->ipi_kick, 0);
 	atomic_store_explicit(&c->ipi_send_err, 0, memory_order_relaxed);
-	pthread_once(&attach_key_once, attach_key_create);
 	pthread_setspecific(attach_key, c);
 	tsan_signal_context_create();
 	/* The handler finds its CPU through sd_this_cpu: set it before the

@@ -3,9 +3,14 @@
  * The IPI endpoint: requests on a per-target lock-free stack (liburcu
  * lfstack: push is lock-free for any number of senders, pop_all is one
  * exchange by the single consumer, the target), and a real signal sent with
- * tgkill to interrupt the target's thread. The handler finds its CPU through
- * the thread-local pointer. With emulated interrupts off it only records the
- * IPI as pending (DESIGN invariant 5); sd_irq_on() runs it later.
+ * rt_tgsigqueueinfo to interrupt the target's thread. The handler finds its
+ * CPU through the thread-local pointer. With emulated interrupts off it only
+ * records the IPI as pending (DESIGN invariant 5); sd_irq_on() runs it later.
+ *
+ * The signal is shared with the host program: ours carry a cookie, the
+ * host's go on to the action it had. A waiter that parks is watched, as
+ * kernel/smp.c's csd_lock_wait_toolong() watches a CSD lock: it re-sends the
+ * signal, reports a stuck target, and reaps a target whose thread is gone.
  */
 #include <errno.h>
 #include <pthread.h>
