@@ -154,7 +154,8 @@ bool sd_ipi_post(struct sd_cpu *from, struct sd_cpu *t, struct sd_ipi_req *req);
  * signal every SD_IPI_RESEND_MS and reports a stuck target every
  * ipi_timeout_ms (it keeps waiting: the request stays queued, so it must
  * stay alive). Returns 0, or -ESRCH if the target's thread had exited while
- * attached and the request was released without running.
+ * attached and the request was released without running. @from may be NULL,
+ * as for sd_ipi_post(): reports then name "a thread that is no CPU".
  */
 int sd_ipi_wait(struct sd_cpu *from, struct sd_ipi_req *req);
 

@@ -363,6 +363,22 @@ bool sd_ipi_post(struct sd_cpu *from, struct sd_cpu *t, struct sd_ipi_req *req)
 
 /* ---- the watchdog (kernel/smp.c: csd_lock_wait_toolong()) ---- */
 
+/* The waiter is a CPU, or NULL for a plain thread (sd_mm_destroy() shooting
+ * lazy CPUs): count on it if there is one, and name it in reports. */
+static void count_on(struct sd_cpu *from, enum sd_stat id)
+{
+	if (from)
+		sd_stat_inc(from, id);
+}
+
+static void name_waiter(const struct sd_cpu *from, char *buf, size_t len)
+{
+	if (from)
+		snprintf(buf, len, "CPU %u", from->id);
+	else
+		snprintf(buf, len, "a thread that is no CPU");
+}
+
 static uint64_t now_ns(void)
 {
 	struct timespec ts;
@@ -383,13 +399,15 @@ static void ipi_reap_dead(struct sd_cpu *from, struct sd_cpu *t, int tid)
 	struct sd_backoff b = SD_BACKOFF_INIT;
 	struct cds_lfs_head *head;
 	struct cds_lfs_node *node;
+	char who[32];
 
 	if (!atomic_compare_exchange_strong(&t->tid, &tid, 0))
 		return;         /* detached meanwhile, or another waiter reaps */
-	sd_stat_inc(from, SD_STAT_IPI_TARGET_GONE);
-	fprintf(stderr, "libshootdown: CPU %u: the thread of CPU %u (tid %d) exited while "
+	count_on(from, SD_STAT_IPI_TARGET_GONE);
+	name_waiter(from, who, sizeof(who));
+	fprintf(stderr, "libshootdown: %s: the thread of CPU %u (tid %d) exited while "
 		"attached; its IPIs are not waited for, it counts as offline\n",
-		from->id, t->id, tid);
+		who, t->id, tid);
 	while (atomic_load(&t->ipi_senders))
 		sd_backoff_wait(&b);
 	head = __cds_lfs_pop_all(&t->ipi_queue);
@@ -488,11 +506,12 @@ void sd_ipi_describe(struct sd_cpu *t, char *buf, size_t len)
 /* The stuck report: everything needed to tell who is at fault. */
 static void ipi_report_stuck(struct sd_cpu *from, struct sd_cpu *t, uint64_t waited_ns)
 {
-	char state[512];
+	char state[512], who[32];
 
 	sd_ipi_describe(t, state, sizeof(state));
-	sd_stat_inc(from, SD_STAT_IPI_STUCK);
-	fprintf(stderr, "libshootdown: CPU %u has waited %llu ms for an IPI to %s\n", from->id,
+	count_on(from, SD_STAT_IPI_STUCK);
+	name_waiter(from, who, sizeof(who));
+	fprintf(stderr, "libshootdown: %s has waited %llu ms for an IPI to %s\n", who,
 		(unsigned long long)(waited_ns / 1000000), state);
 }
 
@@ -503,7 +522,7 @@ static void ipi_report_stuck(struct sd_cpu *from, struct sd_cpu *t, uint64_t wai
  */
 static void ipi_resend(struct sd_cpu *from, struct sd_cpu *t, int tid)
 {
-	int sig = from->m->cfg.ipi_signal, err;
+	int sig = t->m->cfg.ipi_signal, err;
 	bool pending, blocked;
 
 	task_sig_state(tid, sig, &pending, &blocked);
@@ -516,7 +535,7 @@ static void ipi_resend(struct sd_cpu *from, struct sd_cpu *t, int tid)
 	}
 	if (err)
 		atomic_store_explicit(&t->ipi_send_err, err, memory_order_relaxed);
-	sd_stat_inc(from, SD_STAT_IPI_RESENT);
+	count_on(from, SD_STAT_IPI_RESENT);
 }
 
 static bool req_finished(struct sd_ipi_req *req)
@@ -535,7 +554,7 @@ static void ipi_wait_parked(struct sd_cpu *from, struct sd_ipi_req *req)
 {
 	struct sd_cpu *t = req->target;
 	uint64_t start = now_ns(), resend_ns = (uint64_t)SD_IPI_RESEND_MS * 1000000u;
-	uint64_t report_ns = (uint64_t)from->m->cfg.ipi_timeout_ms * 1000000u;
+	uint64_t report_ns = (uint64_t)t->m->cfg.ipi_timeout_ms * 1000000u;
 	uint64_t next_resend = start + resend_ns, next_report = start + report_ns;
 
 	/* The post's own send already found no such thread: reap at once. */
