@@ -332,8 +332,10 @@ TEST(LazyMmAnyThread, LazyCpuWithInterruptsOffDelaysTheDestroy)
 		s->off.store(1);
 		wait_flag(s->destroying);
 		// Whether or not its IPI is here yet, the destroy needs our ack,
-		// which cannot happen with interrupts off.
-		std::this_thread::sleep_for(std::chrono::milliseconds(20));
+		// which cannot happen with interrupts off. Longer than the
+		// watchdog's resend period, so the plain-thread destroyer's
+		// parked wait resends (it has no CPU to count on).
+		std::this_thread::sleep_for(std::chrono::milliseconds(60));
 		s->done_while_off.store(s->destroyed.load());
 		EXPECT_EQ(s->a, sd_cpu_current_mm(c));
 		EXPECT_EQ(0, sd_irq_enable(c));
