@@ -479,7 +479,8 @@ int sd_reclaim(struct sd_cpu *c, struct sd_tlbbatch *b, struct sd_mm *mm, uint64
 	bool nested = atomic_load_explicit(&mm->flush_pending, memory_order_acquire) ||
 		      atomic_load_explicit(&mm->batch_pending, memory_order_acquire);
 	/* Noted before unlocking: the next change of this mm sees it owed. */
-	if (r.zapped || nested) {
+	bool noted = r.zapped || nested;
+	if (noted) {
 		(void)sd_tlbbatch_note(c, b, mm);
 		/* Out of memory: a missed check, never a false alarm. */
 		if (r.checked)
@@ -487,6 +488,10 @@ int sd_reclaim(struct sd_cpu *c, struct sd_tlbbatch *b, struct sd_mm *mm, uint64
 						     len >> SD_PAGE_SHIFT, r.version);
 	}
 	pthread_mutex_unlock(&mm->lock);
+	/* Nothing zapped, no flush in flight: our part is done already. */
+	if (!noted && r.checked)
+		sd_oracle_floor_raise_known(&mm->floor, va >> SD_PAGE_SHIFT, len >> SD_PAGE_SHIFT,
+					    r.version);
 	sd_cpu_qs(c);
 	return 0;
 }
