@@ -27,8 +27,9 @@ enum sd_order_point {
 	SD_ORDER_FLUSH_STORED,   /* flusher: its store done, before its fence */
 	SD_ORDER_FLUSH_LOADED,   /* flusher: the switcher's word read (targets
 				  * chosen), before the op ends */
-	SD_ORDER_CHANGE_FLUSH,   /* a mapping change (mm layer): PTEs edited and
-				  * unlocked, about to call the strategy's flush */
+	SD_ORDER_CHANGE_FLUSH,   /* mm layer: a mapping change (PTEs edited,
+				  * unlocked) or a TLB batch flush is about to
+				  * call the strategy's flush */
 	SD_ORDER_NR_POINTS,
 };
 

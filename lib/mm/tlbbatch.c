@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "../core/error.h"
+#include "../core/ordering.h"
 #include "../machine/machine.h"
 #include "mm.h"
 #include "tlbbatch.h"
@@ -134,6 +135,8 @@ static void flush_batch(struct sd_cpu *cpu, struct sd_tlbbatch *b)
 	const struct sd_strategy_ops *ops = cpu->m->ops;
 	struct timespec t0, t1;
 
+	/* Test instrumentation: a flush about to start (see ordering.h). */
+	sd_order_point(SD_ORDER_CHANGE_FLUSH, cpu->id);
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	if (ops->batch_flush) {
 		ops->batch_flush(cpu, &b->cpus);

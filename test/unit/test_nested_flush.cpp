@@ -223,4 +223,124 @@ INSTANTIATE_TEST_SUITE_P(
 					     Second::MmapAfterMunmap, Second::ReclaimBatch)),
 	param_name);
 
+// ---- the issue's own scenario: a third CPU keeps interrupts off ----
+//
+// With `ipi`, CPU 2 caches the page and disables interrupts, so CPU 0's
+// flush cannot finish. CPU 1's second call then either returns (no nested
+// flush: CPU 2's access with interrupts still off is served by its old
+// entry) or reaches its own flush, which CPU 2 answers by enabling
+// interrupts. Either way CPU 2 accesses again once CPU 1 has returned.
+
+struct IrqOff {
+	Second second;
+	sd_mm *mm = nullptr;
+	sd_tlbbatch *batch = nullptr;
+	std::atomic<unsigned> filled{0};
+	std::atomic<bool> irqs_off{false};
+	std::atomic<bool> cpu0_flushing{false};
+	std::atomic<bool> cpu1_flushing{false};
+	std::atomic<bool> second_returned{false};
+	std::atomic<unsigned> finished{0};
+	int write_irqs_off = 1;   // 1: not made (CPU 1 was still flushing)
+	int write_after = 1;
+};
+
+IrqOff *g_irqoff;
+
+void note_flushes(enum sd_order_point point, unsigned cpu)
+{
+	IrqOff *r = g_irqoff;
+
+	if (point != SD_ORDER_CHANGE_FLUSH || !r)
+		return;
+	if (cpu == 0)
+		r->cpu0_flushing.store(true);
+	else if (cpu == 1)
+		r->cpu1_flushing.store(true);
+}
+
+void irqoff_body(sd_cpu *c, void *p)
+{
+	auto *r = static_cast<IrqOff *>(p);
+	const unsigned id = sd_cpu_id(c);
+	Race as_race;
+
+	as_race.second = r->second;
+	as_race.mm = r->mm;
+	as_race.batch = r->batch;
+	ASSERT_EQ(0, sd_switch_mm(c, r->mm));
+	EXPECT_EQ(0, sd_access(c, kVa, SD_WRITE, nullptr));
+	r->filled.fetch_add(1);
+	wait_for(c, [&] { return r->filled.load() == 3; });
+	if (id == 2) {
+		sd_irq_disable(c);
+		r->irqs_off.store(true);
+		// Interrupts off on purpose: CPU 0's flush waits for us.
+		while (!r->second_returned.load() && !r->cpu1_flushing.load())
+			std::this_thread::sleep_for(std::chrono::microseconds(50));
+		if (r->second_returned.load())
+			r->write_irqs_off = sd_access(c, kVa, SD_WRITE, nullptr);
+		sd_irq_enable(c);
+		wait_for(c, [&] { return r->second_returned.load(); });
+		r->write_after = sd_access(c, kVa, SD_WRITE, nullptr);
+	} else if (id == 0) {
+		wait_for(c, [&] { return r->irqs_off.load(); });
+		first_call(c, &as_race);
+	} else {
+		wait_for(c, [&] { return r->cpu0_flushing.load(); });
+		second_call(c, &as_race);
+		r->second_returned.store(true);
+	}
+	r->finished.fetch_add(1);
+	wait_for(c, [&] { return r->finished.load() == 3; });
+	EXPECT_EQ(0, sd_switch_mm(c, nullptr));
+}
+
+class NestedFlushIrqOff : public ::testing::TestWithParam<Second> {};
+
+TEST_P(NestedFlushIrqOff, IpiTargetWithInterruptsOffNeverSeesTheOldTranslation)
+{
+	const Second second = GetParam();
+	const std::string what = std::string("ipi, ") + name_of(second);
+	sd_machine_config cfg = sdtest::config(3, "ipi");
+	sdtest::Machine m(cfg);
+	ASSERT_NE(nullptr, m.m);
+	IrqOff r;
+	r.second = second;
+	{
+		sdtest::Attached a(m.m, 0);
+		ASSERT_EQ(0, sd_mm_create(m.m, &r.mm));
+		ASSERT_EQ(0, sd_mmap(a.c, r.mm, kVa, 2 * SD_PAGE_SIZE, RW));
+	}
+	ASSERT_EQ(0, sd_tlbbatch_create(m.m, &r.batch));
+	g_irqoff = &r;
+	sd_order_set_hook(note_flushes);
+	{
+		sdtest::Watchdog w(what + ": CPU 2 has interrupts off until CPU 1 returns or "
+				   "flushes; an IPI wait or CPU 1's call is stuck", 60);
+		EXPECT_EQ(0, sd_machine_run(m.m, irqoff_body, &r)) << sd_last_error();
+	}
+	sd_order_set_hook(nullptr);
+	g_irqoff = nullptr;
+	EXPECT_EQ(1, r.write_irqs_off)
+		<< what << ": CPU 1's call returned while CPU 0's flush was stuck behind CPU 2 "
+			   "(CPU 2's write with interrupts off returned " << r.write_irqs_off << ")";
+	EXPECT_EQ(expected_write(second), r.write_after) << what;
+	EXPECT_EQ(0u, sd_oracle_violations(m.m)) << what;
+	EXPECT_EQ(0, sd_tlbbatch_destroy(r.batch));
+	EXPECT_EQ(0, sd_mm_destroy(r.mm));
+}
+
+std::string second_name(const ::testing::TestParamInfo<Second> &info)
+{
+	static const char *const names[] = { "Madvise", "Munmap", "MprotectRead",
+					     "MmapAfterMunmap", "ReclaimBatch" };
+	return names[static_cast<int>(info.param)];
+}
+
+INSTANTIATE_TEST_SUITE_P(Ipi, NestedFlushIrqOff,
+			 ::testing::Values(Second::Madvise, Second::Munmap, Second::MprotectRead,
+					   Second::MmapAfterMunmap, Second::ReclaimBatch),
+			 second_name);
+
 } // namespace
