@@ -220,10 +220,9 @@ static void note_batched_pending(struct sd_mm *mm, struct gather *g)
 	g->owed = atomic_load_explicit(&mm->batch_pending, memory_order_acquire) != 0;
 }
 
-/* A present PTE of page @vpn changed; @pfn != 0 if its frame goes too. */
-static void gather_page(struct gather *g, uint64_t vpn, uint64_t pfn)
+/* A present PTE changed; @pfn != 0 if its frame goes too. */
+static void gather_page(struct gather *g, uint64_t pfn)
 {
-	(void)vpn;
 	g->flush = true;
 	/* Out of memory: leak the frame rather than free it early. */
 	if (pfn)
@@ -373,7 +372,7 @@ int sd_munmap(struct sd_cpu *c, struct sd_mm *mm, uint64_t va, uint64_t len)
 			continue;
 		atomic_store_explicit(slot, 0, memory_order_release);
 		if (old & SD_PTE_PRESENT)
-			gather_page(&g, __i, sd_pte_pfn(old));
+			gather_page(&g, sd_pte_pfn(old));
 	}
 	/* On -ENOMEM the empty tables just stay linked: still correct. */
 	(void)sd_pt_unlink_empty(mm->pgd, vpn, nr, &fl);
@@ -410,7 +409,8 @@ static void zap_present(struct sd_mm *mm, uint64_t vpn, uint64_t nr, uint32_t ve
 
 static void gather_zapped(void *g, uint64_t vpn, uint64_t pfn)
 {
-	gather_page(g, vpn, pfn);
+	(void)vpn;
+	gather_page(g, pfn);
 }
 
 int sd_madvise_dontneed(struct sd_cpu *c, struct sd_mm *mm, uint64_t va, uint64_t len)
@@ -529,7 +529,7 @@ int sd_mprotect(struct sd_cpu *c, struct sd_mm *mm, uint64_t va, uint64_t len, u
 						  version),
 				      memory_order_release);
 		if (old & SD_PTE_PRESENT)
-			gather_page(&g, __i, 0);
+			gather_page(&g, 0);
 	}
 	g.nested = flush_nested(mm);
 	pthread_mutex_unlock(&mm->lock);
