@@ -8,7 +8,11 @@
  * address space with 4 KiB pages, in shared memory. A mapping change edits
  * PTEs under the mm's lock, asks the machine's strategy to flush the changed
  * range with the calling CPU as initiator, then returns: when it returns, no
- * CPU can use a translation older than the change (DESIGN invariant 1).
+ * access that starts afterwards, on any CPU, is served by a translation of
+ * the range older than the PTE state the call saw, including changes made by
+ * a concurrent call that has not finished its own flush (DESIGN invariant 1,
+ * per call). A call that finds such a flush in flight flushes its range even
+ * if it changed nothing, as tlb_finish_mmu() does when mm_tlb_flush_nested().
  *
  * Mappings are populated on first access from a pool of fake physical frames.
  * A frame freed by an unmap is reused only after its flush; a page-table page
@@ -95,7 +99,10 @@ SD_EXPORT uint64_t sd_mm_id(const struct sd_mm *mm);
  * sd_mmap() - map [@va, @va + @len) with @prot (MAP_FIXED_NOREPLACE).
  *
  * Pages are populated on first access. No flush is needed (nothing was
- * mapped), so none is sent.
+ * mapped), so none is sent, unless a change of @mm is still flushing: then
+ * the range may have been unmapped by it with old translations still cached,
+ * and sd_mmap() flushes the range itself before returning (in the kernel,
+ * munmap holds mmap_lock for write until its flush is done).
  *
  * Return: 0; -EINVAL if @len is 0, @va or @len is not page aligned, the range
  * overflows or leaves the 48-bit space, or @prot has unknown bits; -EEXIST if
@@ -137,7 +144,8 @@ SD_EXPORT int sd_madvise_dontneed(struct sd_cpu *cpu, struct sd_mm *mm,
  * Looks the page up in the CPU's TLB with its current ASID; on a miss walks
  * the page table locklessly (RCU read side, interrupts off), populating the
  * page on first touch, and fills the TLB. In checked mode the oracle counts
- * any hit on a translation older than the last completed flush of the page.
+ * any hit on a translation older than the PTE state seen by a mapping change
+ * of the page that returned before this access started.
  *
  * Return: 0 and the frame number in *@pfn (if @pfn is not NULL); -EFAULT if
  * @va is not mapped or outside the VA space; -EACCES if the mapping forbids

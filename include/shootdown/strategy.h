@@ -28,10 +28,22 @@ struct sd_mm;
  *
  * What the library does for you: ASIDs (the arm64 allocator of `broadcast`,
  * so a translation of one mm is never served to another: DESIGN invariant
- * 3), page tables and their RCU-deferred freeing (invariant 4), interrupts
- * and IPI delivery (invariant 5), and an mm_cpumask kept eagerly (a CPU's
- * bit is set when it switches to the mm and cleared when it switches away,
- * unless SD_STRATEGY_LAZY_CPUMASK).
+ * 3), page tables and their RCU-deferred freeing (invariant 4), the safety
+ * of its own memory, interrupts and IPI delivery (invariant 5), and an
+ * mm_cpumask kept eagerly (a CPU's bit is set when it switches to the mm
+ * and cleared when it switches away, unless SD_STRATEGY_LAZY_CPUMASK).
+ *
+ * Whatever flush() does, the library never reads freed memory: the per-CPU
+ * walk caches keep pointers to page-table pages, and the library, not your
+ * flush(), makes sure no walk uses one after its table was unlinked (each
+ * entry is tagged with the mm's table-free generation). A flush that
+ * invalidates less than it should is a stale translation the oracle
+ * counts, never a use-after-free, a wrong fault or a hang.
+ *
+ * flush() is also called when nothing in the range changed: a change that
+ * found its pages already changed by a concurrent call whose flush is still
+ * in flight (the kernel's mm_tlb_flush_nested()), and an sd_mmap() over a
+ * range such a call unmapped. Treat it like any other flush.
  *
  * **The contract your flush() must keep** (DESIGN invariant 1, in your
  * terms): when it returns, no CPU may hold a translation for any page of
@@ -62,8 +74,9 @@ enum sd_strategy_flags {
 
 /** sd_strategy.flush() @flags. */
 enum sd_flush_flags {
-	/** Page-table pages were freed too (informational: the library
-	 *  already defers their freeing past every lockless walker). */
+	/** Page-table pages were unlinked too. Informational: the library
+	 *  defers their freeing past every lockless walker and keeps its walk
+	 *  caches from using them, so a leaf-only invalidation is safe. */
 	SD_FLUSH_FREED_TABLES = 1u << 0,
 };
 

@@ -32,6 +32,9 @@ enum sd_order_point {
 				  * the signal handler */
 	SD_ORDER_SWITCH_ENTER,   /* sd_switch_mm(): entered, interrupts still on
 				  * (test_lifecycle lands an IPI here) */
+	SD_ORDER_CHANGE_FLUSH,   /* mm layer: a mapping change (PTEs edited,
+				  * unlocked) or a TLB batch flush is about to
+				  * call the strategy's flush */
 	SD_ORDER_NR_POINTS,
 };
 

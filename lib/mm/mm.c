@@ -47,7 +47,9 @@ int sd_mm_create(struct sd_machine *m, struct sd_mm **out)
 		return err;
 	}
 	pthread_mutex_init(&mm->lock, NULL);
+	atomic_init(&mm->table_gen, 0);
 	atomic_init(&mm->batch_pending, 0);
+	atomic_init(&mm->flush_pending, 0);
 	mm->id = atomic_fetch_add(&m->next_mm_id, 1) + 1;
 	atomic_fetch_add(&m->nr_mms, 1);
 	*out = mm;
@@ -245,7 +247,7 @@ static uint32_t change_version(struct sd_mm *mm)
 		     ((slot) = &(leaf)->e[__i & (SD_PT_ENTRIES - 1)], 1);               \
 		     __i = ((__i + 1) & (SD_PT_ENTRIES - 1)) ? __i + 1 : __end)
 
-/* ---- what a change gathers: frames to free and pages to re-floor ---- */
+/* ---- what a change gathers: frames to free, and whether to flush ---- */
 
 struct u64_vec {
 	size_t n, cap;
@@ -268,11 +270,40 @@ static int vec_push(struct u64_vec *vec, uint64_t x)
 
 struct gather {
 	struct u64_vec frames;  /* freed only after the flush (mmu_gather) */
-	struct u64_vec pages;   /* checked mode: present pages that changed */
 	bool flush;             /* a present PTE changed: some TLB may cache it */
 	bool checked;
 	bool owed;              /* a TLB batch still owes this mm a flush */
+	bool nested;            /* another change's flush is still in flight */
 };
+
+/*
+ * inc_tlb_flush_pending(): under the mm lock, before the PTE edits. A change
+ * that takes the lock after ours and finds our count learns that PTEs it
+ * sees may still be cached under their old values.
+ */
+static void flush_pending_inc(struct sd_mm *mm)
+{
+	atomic_fetch_add_explicit(&mm->flush_pending, 1, memory_order_relaxed);
+}
+
+/*
+ * mm_tlb_flush_nested(): under the mm lock, after our own edits. Another
+ * change counted (it edited before us and has not finished its flush): the
+ * PTEs we found already changed may still be cached, so we must flush our
+ * range even if we changed nothing. Acquire pairs with the release in
+ * flush_pending_dec(): a change whose decrement we saw had finished its
+ * flush, and its floors are raised.
+ */
+static bool flush_nested(struct sd_mm *mm)
+{
+	return atomic_load_explicit(&mm->flush_pending, memory_order_acquire) > 1;
+}
+
+/* dec_tlb_flush_pending(): after the flush and the floors (release). */
+static void flush_pending_dec(struct sd_mm *mm)
+{
+	atomic_fetch_sub_explicit(&mm->flush_pending, 1, memory_order_release);
+}
 
 /*
  * flush_tlb_batched_pending(): read under the mm lock. A reclaim that zapped
@@ -285,16 +316,13 @@ static void note_batched_pending(struct sd_mm *mm, struct gather *g)
 	g->owed = atomic_load_explicit(&mm->batch_pending, memory_order_acquire) != 0;
 }
 
-/* A present PTE of page @vpn changed; @pfn != 0 if its frame goes too. */
-static void gather_page(struct gather *g, uint64_t vpn, uint64_t pfn)
+/* A present PTE changed; @pfn != 0 if its frame goes too. */
+static void gather_page(struct gather *g, uint64_t pfn)
 {
 	g->flush = true;
-	/* Out of memory: leak the frame rather than free it early, and skip
-	 * the floor (a missed check, never a false alarm). */
+	/* Out of memory: leak the frame rather than free it early. */
 	if (pfn)
 		(void)vec_push(&g->frames, pfn);
-	if (g->checked)
-		(void)vec_push(&g->pages, vpn);
 }
 
 void sd_mm_free_frames(struct sd_cpu *c, const uint64_t *pfns, size_t n)
@@ -313,35 +341,71 @@ void sd_mm_free_frames(struct sd_cpu *c, const uint64_t *pfns, size_t n)
 		sd_spin_unlock(&m->lru_lock);
 }
 
+static void flush_change(struct sd_cpu *c, struct sd_mm *mm, uint64_t vpn, uint64_t nr,
+			 bool whole_mm, bool freed_tables)
+{
+	struct sd_machine *m = c->m;
+	struct sd_flush_req req = {
+		.mm = mm, .vpn = vpn, .nr = nr, .freed_tables = freed_tables,
+	};
+	struct timespec t0, t1;
+
+	/* Test instrumentation: a change about to flush (see ordering.h). */
+	sd_order_point(SD_ORDER_CHANGE_FLUSH, c->id);
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	if (whole_mm)
+		m->ops->flush_mm(c, mm);
+	else
+		m->ops->flush_range(c, &req);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	sd_stat_inc(c, SD_STAT_FLUSH);
+	sd_stat_flush_latency(c, (uint64_t)(t1.tv_sec - t0.tv_sec) * 1000000000u +
+				     (uint64_t)(t1.tv_nsec - t0.tv_nsec));
+}
+
+/*
+ * tlb_finish_mmu(): flush if we changed a present PTE, freed tables, owe a
+ * batched flush, or raced a change whose flush is in flight (nested: we may
+ * have found its work done and changed nothing, yet the translations it made
+ * stale can still be cached). Then the per-call floors, then the frees.
+ */
 static void finish_change(struct sd_cpu *c, struct sd_mm *mm, uint64_t vpn, uint64_t nr,
 			  uint32_t version, struct gather *g, struct sd_pt_freelist *fl)
 {
-	struct sd_machine *m = c->m;
+	bool freed_tables = fl && fl->n;
 
-	if (g->flush || (fl && fl->n) || g->owed) {
-		struct sd_flush_req req = {
-			.mm = mm, .vpn = vpn, .nr = nr, .freed_tables = fl && fl->n,
-		};
-		struct timespec t0, t1;
-
-		clock_gettime(CLOCK_MONOTONIC, &t0);
-		if (g->owed)
-			m->ops->flush_mm(c, mm);
-		else
-			m->ops->flush_range(c, &req);
-		clock_gettime(CLOCK_MONOTONIC, &t1);
-		sd_stat_inc(c, SD_STAT_FLUSH);
-		sd_stat_flush_latency(c, (uint64_t)(t1.tv_sec - t0.tv_sec) * 1000000000u +
-					     (uint64_t)(t1.tv_nsec - t0.tv_nsec));
-		/* Only pages that were present can be cached anywhere. */
-		for (size_t i = 0; i < g->pages.n; i++)
-			sd_oracle_floor_raise(&mm->floor, g->pages.v[i], 1, version);
-	}
+	if (g->flush || freed_tables || g->owed || g->nested)
+		flush_change(c, mm, vpn, nr, g->owed, freed_tables);
+	/* Every PTE of the range is, since our lock section, either at
+	 * @version or not present: no translation older may serve anyone. */
+	if (g->checked)
+		sd_oracle_floor_raise_known(&mm->floor, vpn, nr, version);
+	flush_pending_dec(mm);
 	sd_mm_free_frames(c, g->frames.v, g->frames.n);
 	free(g->frames.v);
-	free(g->pages.v);
 	if (fl)
 		sd_pt_free_deferred(fl);
+	sd_cpu_qs(c);
+}
+
+/*
+ * In the kernel, munmap holds mmap_lock for write until its flush is done,
+ * so an mmap of the same range cannot return while the old translations
+ * live. Our changes drop the lock before flushing; an mmap that finds a
+ * change still flushing (@unmap_in_flight, read under the lock after its
+ * PTE stores) flushes its own range instead of waiting: waiting for the
+ * other flush could deadlock against a CPU that has interrupts off and
+ * waits for us, while our own flush answers IPIs like any other.
+ */
+static void finish_mmap(struct sd_cpu *c, struct sd_mm *mm, uint64_t vpn, uint64_t nr,
+			uint32_t version, bool unmap_in_flight)
+{
+	if (unmap_in_flight)
+		flush_change(c, mm, vpn, nr, false, false);
+	/* The range was empty under the lock: nothing older than @version
+	 * may serve an access that starts after we return. */
+	if (c->checked)
+		sd_oracle_floor_raise_known(&mm->floor, vpn, nr, version);
 	sd_cpu_qs(c);
 }
 
@@ -372,11 +436,13 @@ int sd_mmap(struct sd_cpu *c, struct sd_mm *mm, uint64_t va, uint64_t len, unsig
 			return sd_fail(-ENOMEM, "sd_mmap: no memory for page tables");
 		}
 	}
-	uint64_t pte = sd_pte_make(0, SD_PTE_VMA | sd_pte_flags_from_prot(prot), change_version(mm));
+	uint32_t version = change_version(mm);
+	uint64_t pte = sd_pte_make(0, SD_PTE_VMA | sd_pte_flags_from_prot(prot), version);
 	for_each_pte(mm, vpn, nr, leaf, slot)
 		atomic_store_explicit(slot, pte, memory_order_release);
+	bool unmap_in_flight = atomic_load_explicit(&mm->flush_pending, memory_order_acquire) != 0;
 	pthread_mutex_unlock(&mm->lock);
-	sd_cpu_qs(c);
+	finish_mmap(c, mm, vpn, nr, version, unmap_in_flight);
 	return 0;
 }
 
@@ -395,16 +461,22 @@ int sd_munmap(struct sd_cpu *c, struct sd_mm *mm, uint64_t va, uint64_t len)
 	pthread_mutex_lock(&mm->lock);
 	version = change_version(mm);
 	note_batched_pending(mm, &g);
+	flush_pending_inc(mm);
 	for_each_pte(mm, vpn, nr, leaf, slot) {
 		uint64_t old = atomic_load_explicit(slot, memory_order_relaxed);
 		if (!old)
 			continue;
 		atomic_store_explicit(slot, 0, memory_order_release);
 		if (old & SD_PTE_PRESENT)
-			gather_page(&g, __i, sd_pte_pfn(old));
+			gather_page(&g, sd_pte_pfn(old));
 	}
 	/* On -ENOMEM the empty tables just stay linked: still correct. */
 	(void)sd_pt_unlink_empty(mm->pgd, vpn, nr, &fl);
+	/* After the unlinks, before the deferred free: pairs with the acquire
+	 * in walk_and_fill() (see sd_mm.table_gen). */
+	if (fl.n)
+		atomic_fetch_add_explicit(&mm->table_gen, 1, memory_order_release);
+	g.nested = flush_nested(mm);
 	pthread_mutex_unlock(&mm->lock);
 	finish_change(c, mm, vpn, nr, version, &g, &fl);
 	return 0;
@@ -433,7 +505,8 @@ static void zap_present(struct sd_mm *mm, uint64_t vpn, uint64_t nr, uint32_t ve
 
 static void gather_zapped(void *g, uint64_t vpn, uint64_t pfn)
 {
-	gather_page(g, vpn, pfn);
+	(void)vpn;
+	gather_page(g, pfn);
 }
 
 int sd_madvise_dontneed(struct sd_cpu *c, struct sd_mm *mm, uint64_t va, uint64_t len)
@@ -448,7 +521,9 @@ int sd_madvise_dontneed(struct sd_cpu *c, struct sd_mm *mm, uint64_t va, uint64_
 	pthread_mutex_lock(&mm->lock);
 	version = change_version(mm);
 	note_batched_pending(mm, &g);
+	flush_pending_inc(mm);
 	zap_present(mm, vpn, nr, version, gather_zapped, &g);
+	g.nested = flush_nested(mm);
 	pthread_mutex_unlock(&mm->lock);
 	finish_change(c, mm, vpn, nr, version, &g, NULL);
 	return 0;
@@ -471,11 +546,10 @@ static void reclaim_zapped(void *arg, uint64_t vpn, uint64_t pfn)
 {
 	struct reclaim *r = arg;
 
+	(void)vpn;
 	r->zapped = true;
-	/* Out of memory: leak the frame, skip the floor (see gather_page). */
+	/* Out of memory: leak the frame (see gather_page). */
 	(void)sd_tlbbatch_hold_frame(r->batch, pfn);
-	if (r->checked)
-		(void)sd_tlbbatch_hold_floor(r->batch, r->mm, vpn, r->version);
 }
 
 int sd_reclaim(struct sd_cpu *c, struct sd_tlbbatch *b, struct sd_mm *mm, uint64_t va,
@@ -495,10 +569,25 @@ int sd_reclaim(struct sd_cpu *c, struct sd_tlbbatch *b, struct sd_mm *mm, uint64
 	pthread_mutex_lock(&mm->lock);
 	r.version = change_version(mm);
 	zap_present(mm, va >> SD_PAGE_SHIFT, len >> SD_PAGE_SHIFT, r.version, reclaim_zapped, &r);
+	/* Nested (mm_tlb_flush_nested(), and another batch's pending flush):
+	 * pages we found already zapped may still be cached, so our batch
+	 * must flush this mm too even if we zapped nothing. */
+	bool nested = atomic_load_explicit(&mm->flush_pending, memory_order_acquire) ||
+		      atomic_load_explicit(&mm->batch_pending, memory_order_acquire);
 	/* Noted before unlocking: the next change of this mm sees it owed. */
-	if (r.zapped)
+	bool noted = r.zapped || nested;
+	if (noted) {
 		(void)sd_tlbbatch_note(c, b, mm);
+		/* Out of memory: a missed check, never a false alarm. */
+		if (r.checked)
+			(void)sd_tlbbatch_hold_floor(b, mm, va >> SD_PAGE_SHIFT,
+						     len >> SD_PAGE_SHIFT, r.version);
+	}
 	pthread_mutex_unlock(&mm->lock);
+	/* Nothing zapped, no flush in flight: our part is done already. */
+	if (!noted && r.checked)
+		sd_oracle_floor_raise_known(&mm->floor, va >> SD_PAGE_SHIFT, len >> SD_PAGE_SHIFT,
+					    r.version);
 	sd_cpu_qs(c);
 	return 0;
 }
@@ -527,6 +616,7 @@ int sd_mprotect(struct sd_cpu *c, struct sd_mm *mm, uint64_t va, uint64_t len, u
 	}
 	version = change_version(mm);
 	note_batched_pending(mm, &g);
+	flush_pending_inc(mm);
 	for_each_pte(mm, vpn, nr, leaf, slot) {
 		uint64_t old = atomic_load_explicit(slot, memory_order_relaxed);
 		uint64_t keep = old & (SD_PTE_VMA | SD_PTE_PRESENT);
@@ -535,8 +625,9 @@ int sd_mprotect(struct sd_cpu *c, struct sd_mm *mm, uint64_t va, uint64_t len, u
 						  version),
 				      memory_order_release);
 		if (old & SD_PTE_PRESENT)
-			gather_page(&g, __i, 0);
+			gather_page(&g, 0);
 	}
+	g.nested = flush_nested(mm);
 	pthread_mutex_unlock(&mm->lock);
 	finish_change(c, mm, vpn, nr, version, &g, NULL);
 	return 0;
@@ -564,6 +655,10 @@ static int populate(struct sd_cpu *c, struct sd_mm *mm, uint64_t vpn)
 	if ((pte & SD_PTE_VMA) && !(pte & SD_PTE_PRESENT)) {
 		uint64_t pfn;
 		err = sd_frame_alloc(&c->m->frames, &c->frames, &pfn);
+		/* Checked mode: a page made present gets a floor slot, so the
+		 * per-call floors find it (sd_oracle_floor_raise_known()). */
+		if (!err && c->checked)
+			(void)sd_oracle_floor_touch(&mm->floor, vpn);
 		if (!err) {
 			atomic_store_explicit(slot,
 					      sd_pte_make(pfn, (pte & (SD_PTE_VMA | SD_PTE_PROT_MASK)) |
@@ -603,7 +698,10 @@ static int walk_and_fill(struct sd_cpu *c, struct sd_mm *mm, uint64_t vpn,
 	for (;;) {
 		sd_irq_off(c);
 		uint64_t snap = sd_tlb_fill_begin(&c->tlb);
-		struct sd_pt *leaf = sd_tlb_walk_cache_lookup(&c->tlb, vpn, c->asid);
+		/* Before the walk-cache lookup and the walk; pairs with the
+		 * release bump in sd_munmap() (see sd_mm.table_gen). */
+		uint64_t table_gen = atomic_load_explicit(&mm->table_gen, memory_order_acquire);
+		struct sd_pt *leaf = sd_tlb_walk_cache_lookup_gen(&c->tlb, vpn, c->asid, table_gen);
 
 		if (leaf)
 			sd_stat_inc(c, SD_STAT_WALK_CACHE_HIT);
@@ -623,7 +721,8 @@ static int walk_and_fill(struct sd_cpu *c, struct sd_mm *mm, uint64_t vpn,
 			return -EACCES;
 		}
 		if (pte & SD_PTE_PRESENT) {
-			if (sd_tlb_fill_commit(&c->tlb, snap, vpn, c->asid, pte, (uint32_t)mm->id, leaf))
+			if (sd_tlb_fill_commit_gen(&c->tlb, snap, vpn, c->asid, pte, (uint32_t)mm->id,
+						   leaf, table_gen))
 				sd_stat_inc(c, SD_STAT_TLB_FILL);
 			else
 				sd_stat_inc(c, SD_STAT_TLB_FILL_RACED);

@@ -16,6 +16,18 @@ struct sd_mm {
 	struct sd_machine *m;
 	uint64_t id;
 	struct sd_pt *pgd;
+	/*
+	 * Table-free generation: bumped (release, under @lock) when an unmap
+	 * unlinks page-table pages, before they are queued for the RCU-
+	 * deferred free. The walk path reads it (acquire) before it looks in
+	 * the walk cache or walks, and a walk-cache entry filled under an
+	 * older generation misses. A walker that still read the old value is
+	 * inside its QSBR read-side section, so the grace period keeps the
+	 * table alive for it; one that starts after the free sees the new
+	 * value. The library thus owns walk-cache safety, whatever a user
+	 * strategy's flush() invalidates.
+	 */
+	SD_ATOMIC(uint64_t) table_gen;
 	/* Serialises PTE edits (mmap_lock and the page-table lock in one).
 	 * Flushes run after it is dropped, so flushes of one mm overlap as
 	 * they do under the kernel's read-held mmap_lock. */
@@ -24,6 +36,17 @@ struct sd_mm {
 	struct sd_oracle_floor floor;  /* checked mode only */
 	/* TLB batches that owe this mm a flush (mm->tlb_flush_batched). */
 	sd_cacheline_aligned SD_ATOMIC(unsigned) batch_pending;
+	/*
+	 * mm->tlb_flush_pending: changes between their PTE edits and the end
+	 * of their flush. Incremented under @lock before the edits, read under
+	 * @lock after them, decremented (release) once the flush and the
+	 * oracle floors are done. A change that finds another one counted
+	 * flushes its range even if it changed nothing (mm_tlb_flush_nested()
+	 * in tlb_finish_mmu()); an sd_mmap() that finds one flushes its range
+	 * before returning (what the kernel gets from munmap holding mmap_lock
+	 * for write until its flush is done).
+	 */
+	SD_ATOMIC(int) flush_pending;
 };
 
 struct sd_cpu;

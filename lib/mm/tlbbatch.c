@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "../core/error.h"
+#include "../core/ordering.h"
 #include "../machine/machine.h"
 #include "mm.h"
 #include "tlbbatch.h"
@@ -100,12 +101,12 @@ int sd_tlbbatch_hold_frame(struct sd_tlbbatch *b, uint64_t pfn)
 	return 0;
 }
 
-int sd_tlbbatch_hold_floor(struct sd_tlbbatch *b, struct sd_mm *mm, uint64_t vpn,
+int sd_tlbbatch_hold_floor(struct sd_tlbbatch *b, struct sd_mm *mm, uint64_t vpn, uint64_t nr,
 			   uint32_t version)
 {
 	if (grow((void **)&b->pages, &b->cap_pages, b->nr_pages, sizeof(*b->pages)))
 		return -ENOMEM;
-	b->pages[b->nr_pages++] = (struct sd_tlbbatch_page){ mm, vpn, version };
+	b->pages[b->nr_pages++] = (struct sd_tlbbatch_page){ mm, vpn, nr, version };
 	return 0;
 }
 
@@ -134,6 +135,8 @@ static void flush_batch(struct sd_cpu *cpu, struct sd_tlbbatch *b)
 	const struct sd_strategy_ops *ops = cpu->m->ops;
 	struct timespec t0, t1;
 
+	/* Test instrumentation: a flush about to start (see ordering.h). */
+	sd_order_point(SD_ORDER_CHANGE_FLUSH, cpu->id);
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	if (ops->batch_flush) {
 		ops->batch_flush(cpu, &b->cpus);
@@ -160,8 +163,8 @@ int sd_tlbbatch_flush(struct sd_cpu *cpu, struct sd_tlbbatch *b)
 	flush_batch(cpu, b);
 	/* Only now is no translation older than the zaps left anywhere. */
 	for (size_t i = 0; i < b->nr_pages; i++)
-		sd_oracle_floor_raise(&b->pages[i].mm->floor, b->pages[i].vpn, 1,
-				      b->pages[i].version);
+		sd_oracle_floor_raise_known(&b->pages[i].mm->floor, b->pages[i].vpn,
+					    b->pages[i].nr, b->pages[i].version);
 	sd_mm_free_frames(cpu, b->frames, b->nr_frames);
 	for (size_t i = 0; i < b->nr_mms; i++)
 		atomic_fetch_sub_explicit(&b->mms[i]->batch_pending, 1, memory_order_release);

@@ -8,10 +8,11 @@
 
 struct sd_mm;
 
-/* A page whose oracle floor rises once the batch is flushed. */
+/* A range whose oracle floors rise once the batch is flushed. */
 struct sd_tlbbatch_page {
 	struct sd_mm *mm;
 	uint64_t vpn;
+	uint64_t nr;
 	uint32_t version;
 };
 
@@ -37,8 +38,9 @@ int sd_tlbbatch_reserve(struct sd_tlbbatch *b);
 int sd_tlbbatch_note(struct sd_cpu *cpu, struct sd_tlbbatch *b, struct sd_mm *mm);
 /* Hold @pfn until the flush; on -ENOMEM the frame is leaked, never freed early. */
 int sd_tlbbatch_hold_frame(struct sd_tlbbatch *b, uint64_t pfn);
-/* Raise @mm's floor for @vpn to @version after the flush (checked mode). */
-int sd_tlbbatch_hold_floor(struct sd_tlbbatch *b, struct sd_mm *mm, uint64_t vpn,
+/* Raise @mm's floors over [@vpn, @vpn + @nr) to @version after the flush
+ * (checked mode; sd_oracle_floor_raise_known()). */
+int sd_tlbbatch_hold_floor(struct sd_tlbbatch *b, struct sd_mm *mm, uint64_t vpn, uint64_t nr,
 			   uint32_t version);
 
 #endif

@@ -70,21 +70,58 @@ static SD_ATOMIC(uint32_t) *floor_slot(struct sd_oracle_floor *f, uint64_t vpn)
 	return leaf ? &leaf->floor[vpn & (SD_FLOOR_FANOUT - 1)] : NULL;
 }
 
+/* Raise one existing floor slot to at least @version (release). */
+static void raise_slot(SD_ATOMIC(uint32_t) *slot, uint32_t version)
+{
+	uint32_t cur = atomic_load_explicit(slot, memory_order_relaxed);
+
+	while (cur < version &&
+	       !atomic_compare_exchange_weak_explicit(slot, &cur, version, memory_order_release,
+						      memory_order_relaxed))
+		;
+}
+
 int sd_oracle_floor_raise(struct sd_oracle_floor *f, uint64_t vpn, uint64_t nr, uint32_t version)
 {
 	for (uint64_t i = 0; i < nr; i++) {
 		SD_ATOMIC(uint32_t) *slot = floor_slot(f, vpn + i);
 		if (!slot)
 			return -ENOMEM;
-		uint32_t cur = atomic_load_explicit(slot, memory_order_relaxed);
 		/* Flushes of one page may return out of order: keep the max. */
-		while (cur < version &&
-		       !atomic_compare_exchange_weak_explicit(slot, &cur, version,
-							      memory_order_release,
-							      memory_order_relaxed))
-			;
+		raise_slot(slot, version);
 	}
 	return 0;
+}
+
+int sd_oracle_floor_touch(struct sd_oracle_floor *f, uint64_t vpn)
+{
+	return floor_slot(f, vpn) ? 0 : -ENOMEM;
+}
+
+void sd_oracle_floor_raise_known(struct sd_oracle_floor *f, uint64_t vpn, uint64_t nr,
+				 uint32_t version)
+{
+	const uint64_t span = SD_FLOOR_FANOUT;
+	uint64_t end = vpn + nr;
+
+	/* The radix covers the 36-bit vpn space of a 48-bit VA. */
+	if (end > span * span * span)
+		end = span * span * span;
+	while (vpn < end) {
+		struct sd_oracle_floor_mid *mid = atomic_load_explicit(
+			&f->top[vpn >> (2 * SD_FLOOR_BITS)], memory_order_acquire);
+		if (!mid) {
+			vpn = (vpn | (span * span - 1)) + 1;
+			continue;
+		}
+		struct sd_oracle_floor_leaf *leaf = atomic_load_explicit(
+			&mid->leaf[(vpn >> SD_FLOOR_BITS) & (span - 1)], memory_order_acquire);
+		uint64_t leaf_end = (vpn | (span - 1)) + 1;
+		if (leaf)
+			for (uint64_t v = vpn; v < end && v < leaf_end; v++)
+				raise_slot(&leaf->floor[v & (span - 1)], version);
+		vpn = leaf_end;
+	}
 }
 
 void sd_oracle_record(struct sd_oracle *o, const struct sd_violation *v)

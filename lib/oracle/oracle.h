@@ -76,6 +76,27 @@ static inline uint32_t sd_oracle_floor_get(const struct sd_oracle_floor *f, uint
 /* Raise the floor of [vpn, vpn + nr) to at least @version (release). */
 int sd_oracle_floor_raise(struct sd_oracle_floor *f, uint64_t vpn, uint64_t nr, uint32_t version);
 
+/*
+ * Make @vpn's floor slot exist (its floor stays as it was). The mm layer
+ * touches every page it makes present, so a page without a slot was never
+ * present and no TLB can hold a translation of it.
+ * Return: 0; -ENOMEM (the page then escapes later checks, never a false alarm).
+ */
+int sd_oracle_floor_touch(struct sd_oracle_floor *f, uint64_t vpn);
+
+/*
+ * The per-call invariant (invariant 1): raise to at least @version the
+ * floor of every page of [vpn, vpn + nr) that has a slot, skipping absent
+ * nodes whole, so a huge sparse range costs what was ever present in it.
+ * Called once the change's flush is done, with the version the change took
+ * under the mm lock: every PTE of the range was, under that lock, either
+ * rewritten at @version or not present, so any cached translation older
+ * than @version is stale, whichever call (this one or a concurrent one
+ * whose flush is still in flight) made it so.
+ */
+void sd_oracle_floor_raise_known(struct sd_oracle_floor *f, uint64_t vpn, uint64_t nr,
+				 uint32_t version);
+
 /* Record a violation's details (the count lives in the CPU's counters). */
 void sd_oracle_record(struct sd_oracle *o, const struct sd_violation *v);
 

@@ -42,6 +42,7 @@ void sd_tlb_init(struct sd_tlb *tlb, void *storage, unsigned l1_entries,
 	for (unsigned i = 0; i < SD_TLB_WC_ENTRIES; i++) {
 		atomic_init(&tlb->wc[i].tag, 0);
 		atomic_init(&tlb->wc[i].leaf, NULL);
+		tlb->wc[i].table_gen = 0;
 	}
 }
 
@@ -103,8 +104,8 @@ bool sd_tlb_lookup_l2(struct sd_tlb *tlb, uint64_t vpn, uint16_t asid, bool chec
 	return false;
 }
 
-bool sd_tlb_fill_commit(struct sd_tlb *tlb, uint64_t snap, uint64_t vpn, uint16_t asid,
-			uint64_t pte, uint32_t owner, void *leaf)
+bool sd_tlb_fill_commit_gen(struct sd_tlb *tlb, uint64_t snap, uint64_t vpn, uint16_t asid,
+			    uint64_t pte, uint32_t owner, void *leaf, uint64_t table_gen)
 {
 	uint64_t tag = sd_tlb_tag(vpn, asid);
 	uint64_t set_idx = vpn & tlb->set_mask;
@@ -120,6 +121,7 @@ bool sd_tlb_fill_commit(struct sd_tlb *tlb, uint64_t snap, uint64_t vpn, uint16_
 	if (leaf) {
 		atomic_store_explicit(&w->tag, 0, memory_order_relaxed);
 		atomic_store_explicit(&w->leaf, leaf, memory_order_relaxed);
+		w->table_gen = table_gen;
 		atomic_store_explicit(&w->tag, sd_tlb_tag(vpn >> 9, asid), memory_order_relaxed);
 	}
 	if (likely(seq_unchanged_after_insert(tlb, snap)))

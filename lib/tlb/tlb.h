@@ -52,6 +52,10 @@ struct sd_tlb_entry {
 struct sd_walk_cache_entry {
 	SD_ATOMIC(uint64_t) tag;          /* (vpn >> 9) << 17 | asid << 1 | 1 */
 	SD_ATOMIC(void *) leaf;          /* leaf table for that 2 MiB region */
+	/* The mm's table-free generation the filling walk read first (owner
+	 * only): a lookup under a newer one misses, so a table unlinked since
+	 * is never walked again, whatever the flushes did (see mm.h). */
+	uint64_t table_gen;
 };
 
 struct sd_tlb {
@@ -144,20 +148,39 @@ static inline uint64_t sd_tlb_fill_begin(struct sd_tlb *tlb)
 
 /*
  * Owner only, interrupts off. Insert the translation read by a walk that
- * started at @snap, and the leaf table the walk went through (NULL for none).
+ * started at @snap, and the leaf table the walk went through (NULL for none)
+ * under table-free generation @table_gen (read before the walk began).
  * Return: false if an invalidation ran meanwhile; nothing stays inserted then.
  */
-bool sd_tlb_fill_commit(struct sd_tlb *tlb, uint64_t snap, uint64_t vpn, uint16_t asid,
-			uint64_t pte, uint32_t owner, void *leaf);
+bool sd_tlb_fill_commit_gen(struct sd_tlb *tlb, uint64_t snap, uint64_t vpn, uint16_t asid,
+			    uint64_t pte, uint32_t owner, void *leaf, uint64_t table_gen);
 
-/* Owner only: the cached leaf table for (@vpn, @asid), or NULL. */
-static inline void *sd_tlb_walk_cache_lookup(struct sd_tlb *tlb, uint64_t vpn, uint16_t asid)
+/* sd_tlb_fill_commit_gen() for a table that is never freed (generation 0). */
+static inline bool sd_tlb_fill_commit(struct sd_tlb *tlb, uint64_t snap, uint64_t vpn,
+				      uint16_t asid, uint64_t pte, uint32_t owner, void *leaf)
+{
+	return sd_tlb_fill_commit_gen(tlb, snap, vpn, asid, pte, owner, leaf, 0);
+}
+
+/*
+ * Owner only: the cached leaf table for (@vpn, @asid), or NULL; also NULL
+ * when the entry was filled under an older table-free generation than
+ * @table_gen, as its table may have been unlinked (and freed) since.
+ */
+static inline void *sd_tlb_walk_cache_lookup_gen(struct sd_tlb *tlb, uint64_t vpn,
+						 uint16_t asid, uint64_t table_gen)
 {
 	struct sd_walk_cache_entry *w = &tlb->wc[(vpn >> 9) % SD_TLB_WC_ENTRIES];
 
-	if (atomic_load_explicit(&w->tag, memory_order_relaxed) != sd_tlb_tag(vpn >> 9, asid))
+	if (atomic_load_explicit(&w->tag, memory_order_relaxed) != sd_tlb_tag(vpn >> 9, asid) ||
+	    w->table_gen != table_gen)
 		return NULL;
 	return atomic_load_explicit(&w->leaf, memory_order_relaxed);
+}
+
+static inline void *sd_tlb_walk_cache_lookup(struct sd_tlb *tlb, uint64_t vpn, uint16_t asid)
+{
+	return sd_tlb_walk_cache_lookup_gen(tlb, vpn, asid, 0);
 }
 
 /*
