@@ -47,10 +47,14 @@ int sd_mm_create(struct sd_machine *m, struct sd_mm **out)
 		return err;
 	}
 	pthread_mutex_init(&mm->lock, NULL);
-	atomic_init(&mm->table_gen, 0);
 	atomic_init(&mm->batch_pending, 0);
 	atomic_init(&mm->flush_pending, 0);
 	mm->id = atomic_fetch_add(&m->next_mm_id, 1) + 1;
+	/* Each mm's generations start in a range of their own, so a walk-cache
+	 * entry left by a destroyed mm (whose tables sd_mm_destroy() frees at
+	 * once) can never match a new mm that is given the same ASID, even
+	 * by a strategy that reuses ASIDs without flushing walk caches. */
+	atomic_init(&mm->table_gen, mm->id << 32);
 	atomic_fetch_add(&m->nr_mms, 1);
 	*out = mm;
 	return 0;
