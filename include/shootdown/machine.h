@@ -111,7 +111,7 @@ struct sd_machine_config {
 
 /**
  * sd_machine_config_init() - fill @cfg with defaults (same as SD_MACHINE_CONFIG_INIT).
- * Any thread.
+ * NULL: nothing done, detail in sd_last_error(). Any thread.
  * Never waits for another CPU: may be called with interrupts off.
  */
 SD_EXPORT void sd_machine_config_init(struct sd_machine_config *cfg);
@@ -128,8 +128,9 @@ SD_EXPORT void sd_machine_config_init(struct sd_machine_config *cfg);
  * Return: 0; -EINVAL for a bad field (zero or unknown size, nr_cpus of 0 or
  * above 4096, a TLB geometry that is not a power of
  * two, a bad signal, asid_bits out of range or too small for nr_cpus, a bad
- * PU list, a bad synthetic topology, a strategy spec of 64 characters or
- * more, a malformed or out-of-range strategy option); -ENOENT for an unknown strategy or
+ * PU list, a bad synthetic topology, unknown bits in flags, a strategy spec
+ * of 64 characters or more, a malformed (blanks included), repeated or
+ * out-of-range strategy option); -ENOENT for an unknown strategy or
  * option; -EBUSY if 8 distinct IPI signals are already in use by other
  * machines; -ENOMEM. Nothing is left allocated on failure. Any thread that is
  * not an attached CPU.
@@ -221,7 +222,7 @@ SD_EXPORT int sd_machine_cpu_info(const struct sd_machine *m, unsigned cpu,
 SD_EXPORT void sd_machine_print_info(const struct sd_machine *m, FILE *f);
 
 /**
- * sd_machine_nr_cpus() - number of emulated CPUs. Any thread. Never waits for
+ * sd_machine_nr_cpus() - number of emulated CPUs; 0 for NULL. Any thread. Never waits for
  * another CPU: may be called with interrupts off.
  */
 SD_EXPORT unsigned sd_machine_nr_cpus(const struct sd_machine *m);
