@@ -162,6 +162,7 @@ struct Run {
 	uint64_t seed;                          // this machine's seed
 	unsigned index;                         // machine number (for --first)
 	unsigned nr_cpus, nr_mms, ops;
+	bool fixed_cpus;                        // --cpus given
 	const char *spec;
 	sd_machine *m = nullptr;
 	sd_mm *mms[kMaxMms] = {};
@@ -194,9 +195,10 @@ void print_log(Run &r, unsigned id)
 void print_replay(const Run &r, const char *family, uint64_t seed)
 {
 	std::fprintf(stderr, "[fuzz] replay: fuzz_api --strategy %s --seed %llu --first %u --machines 1"
-			     " (machine seed 0x%llx, %u CPUs, %u mms, spec %s)\n",
-		     family, (unsigned long long)seed, r.index, (unsigned long long)r.seed, r.nr_cpus,
-		     r.nr_mms, r.spec);
+			     "%s%s --ops %u (machine seed 0x%llx, %u CPUs, %u mms, spec %s)\n",
+		     family, (unsigned long long)seed, r.index, r.fixed_cpus ? " --cpus " : "",
+		     r.fixed_cpus ? std::to_string(r.nr_cpus).c_str() : "", r.ops,
+		     (unsigned long long)r.seed, r.nr_cpus, r.nr_mms, r.spec);
 }
 
 // A return code the call does not document (or a bad call that succeeded).
@@ -475,6 +477,7 @@ int run_machine(const std::string &family, uint64_t seed, unsigned index, unsign
 	r.seed = s;
 	r.index = index;
 	r.nr_cpus = 2 + rng.below(7);
+	r.fixed_cpus = fixed_cpus != 0;
 	if (fixed_cpus)
 		r.nr_cpus = fixed_cpus;
 	r.nr_mms = 1 + rng.below(kMaxMms);
@@ -489,7 +492,7 @@ int run_machine(const std::string &family, uint64_t seed, unsigned index, unsign
 	cfg.tlb_sets = 1u << rng.below(5);
 	cfg.tlb_ways = 1u << rng.below(3);
 	cfg.tlb_l1_entries = 1u << rng.below(5);
-	cfg.asid_bits = rng.chance(30) ? 5 : 0;
+	cfg.asid_bits = rng.chance(30) ? (r.nr_cpus <= 8 ? 5 : 8) : 0;  /* > nr_cpus ASIDs */
 	cfg.nr_frames = rng.chance(30) && !fixed_cpus ? 256 : 8192;
 	int err = sd_machine_create(&cfg, &r.m);
 	if (err) {
