@@ -1049,6 +1049,10 @@ TEST(Errors, NullGettersReturnTheDocumentedNeutralValue)
 		{"sd_stats_delta", [&] { sd_stats_delta(nullptr, &st, &st); sd_stats_delta(&st, &st, nullptr); return true; }},
 		{"sd_machine_print_info", [] { sd_machine_print_info(nullptr, stderr); return true; }},
 		{"sd_machine_config_init", [] { sd_machine_config_init(nullptr); return true; }},
+		{"sd_oracle_checked", [] { return sd_oracle_checked(nullptr) == 0; }},
+		{"sd_oracle_violations", [] { return sd_oracle_violations(nullptr) == 0; }},
+		{"sd_cpu_reg", [] { return sd_cpu_reg(nullptr, 0) == 0; }},
+		{"sd_trap_id_reg", [] { return sd_trap_id_reg(nullptr, 6, 0) == 0; }},
 		{"sd_irq_disable", [] { sd_irq_disable(nullptr); return true; }},
 		{"sd_irq_enable", [] { sd_irq_enable(nullptr); return true; }},
 		{"sd_cpu_quiescent", [] { sd_cpu_quiescent(nullptr); return true; }},
@@ -1227,6 +1231,74 @@ TEST(Errors, EveryReturnedCodeHasAFittingMessage)
 	EXPECT_TRUE(icontains(sd_strerror(-EINVAL), "interrupts"));
 	EXPECT_TRUE(icontains(sd_strerror(-EBUSY), "interrupts"));
 	EXPECT_TRUE(icontains(sd_strerror(-EPERM), "bind"));
+}
+
+
+// The whole int-returning surface with NULL objects: -EINVAL for a NULL
+// object, -EPERM for a NULL CPU that the caller must be attached as, and a
+// detail each time; never a crash.
+TEST(Errors, EveryIntCallRefusesNullObjects)
+{
+	Machine mach(cfg_cpus(2));
+	ASSERT_NE(nullptr, mach.m);
+	Attached a(mach.m, 0);
+	ASSERT_NE(nullptr, a.c);
+	sd_mm *mm = nullptr;
+	ASSERT_EQ(0, sd_mm_create(mach.m, &mm));
+	sd_tlbbatch *b = nullptr;
+	ASSERT_EQ(0, sd_tlbbatch_create(mach.m, &b));
+	sd_trap_hook *hook = nullptr;
+	sd_stats st;
+	sd_violation v;
+	sd_cpu_info ci;
+	struct sd_machine_info mi;
+	struct Case {
+		const char *what;
+		int want;
+		std::function<int()> call;
+	};
+	const Case cases[] = {
+		{"sd_ipi_call(NULL from)", -EPERM, [&] { return sd_ipi_call(nullptr, 1, nop_ipi, nullptr); }},
+		{"sd_mm_create(NULL out)", -EINVAL, [&] { return sd_mm_create(mach.m, nullptr); }},
+		{"sd_machine_info(NULL)", -EINVAL, [&] { return sd_machine_info(nullptr, &mi); }},
+		{"sd_machine_info(NULL info)", -EINVAL, [&] { return sd_machine_info(mach.m, nullptr); }},
+		{"sd_machine_cpu_info(NULL)", -EINVAL, [&] { return sd_machine_cpu_info(nullptr, 0, &ci); }},
+		{"sd_machine_cpu_info(NULL info)", -EINVAL, [&] { return sd_machine_cpu_info(mach.m, 0, nullptr); }},
+		{"sd_machine_run(NULL m)", -EINVAL, [&] { return sd_machine_run(nullptr, [](sd_cpu *, void *) {}, nullptr); }},
+		{"sd_stats_cpu(NULL)", -EINVAL, [&] { return sd_stats_cpu(nullptr, 0, &st); }},
+		{"sd_stats_snapshot(NULL out)", -EINVAL, [&] { return sd_stats_snapshot(mach.m, nullptr); }},
+		{"sd_oracle_violation(NULL m)", -EINVAL, [&] { return sd_oracle_violation(nullptr, 0, &v); }},
+		{"sd_strategy_register(NULL)", -EINVAL, [&] { return sd_strategy_register(nullptr); }},
+		{"sd_strategy_unregister(NULL)", -EINVAL, [&] { return sd_strategy_unregister(nullptr); }},
+		{"sd_tlb_invalidate_local(NULL cpu)", -EINVAL, [&] { return sd_tlb_invalidate_local(nullptr, mm, 0, 0); }},
+		{"sd_tlb_invalidate_broadcast(NULL mm)", -EINVAL, [&] { return sd_tlb_invalidate_broadcast(a.c, nullptr, 0, 0); }},
+		{"sd_mm_cpumask_test(NULL)", -EINVAL, [&] { return sd_mm_cpumask_test(nullptr, 0); }},
+		{"sd_mm_cpumask_set(NULL)", -EINVAL, [&] { return sd_mm_cpumask_set(nullptr, 0); }},
+		{"sd_mm_cpumask_clear(NULL)", -EINVAL, [&] { return sd_mm_cpumask_clear(nullptr, 0); }},
+		{"sd_mm_active_cpus(NULL)", -EINVAL, [&] { return sd_mm_active_cpus(nullptr); }},
+		{"sd_tlbbatch_create(NULL m)", -EINVAL, [&] { sd_tlbbatch *x; return sd_tlbbatch_create(nullptr, &x); }},
+		{"sd_tlbbatch_create(NULL out)", -EINVAL, [&] { return sd_tlbbatch_create(mach.m, nullptr); }},
+		{"sd_tlbbatch_add(NULL cpu)", -EPERM, [&] { return sd_tlbbatch_add(nullptr, b, mm); }},
+		{"sd_tlbbatch_add(NULL batch)", -EINVAL, [&] { return sd_tlbbatch_add(a.c, nullptr, mm); }},
+		{"sd_tlbbatch_add(NULL mm)", -EINVAL, [&] { return sd_tlbbatch_add(a.c, b, nullptr); }},
+		{"sd_tlbbatch_flush(NULL cpu)", -EPERM, [&] { return sd_tlbbatch_flush(nullptr, b); }},
+		{"sd_tlbbatch_flush(NULL batch)", -EINVAL, [&] { return sd_tlbbatch_flush(a.c, nullptr); }},
+		{"sd_reclaim(NULL cpu)", -EPERM, [&] { return sd_reclaim(nullptr, b, mm, 0, P); }},
+		{"sd_reclaim(NULL batch)", -EINVAL, [&] { return sd_reclaim(a.c, nullptr, mm, 0, P); }},
+		{"sd_trap_register(NULL m)", -EINVAL, [&] { return sd_trap_register(nullptr, 0, 0, [](sd_cpu *, uint32_t, void *) { return 0; }, nullptr, &hook); }},
+		{"sd_trap_register(NULL fn)", -EINVAL, [&] { return sd_trap_register(mach.m, 0, 0, nullptr, nullptr, &hook); }},
+		{"sd_trap_unregister(NULL hook)", -EINVAL, [&] { return sd_trap_unregister(mach.m, nullptr); }},
+		{"sd_trap(NULL cpu)", -EPERM, [&] { return sd_trap(nullptr, SD_ID_AA64ISAR0_EL1(0)); }},
+		{"sd_cpu_set_reg(NULL)", -EINVAL, [&] { return sd_cpu_set_reg(nullptr, 0, 1); }},
+	};
+	for (const auto &k : cases) {
+		SCOPED_TRACE(k.what);
+		prime_last_error();
+		check_error(k.call(), k.want, {"NULL", "attached", "range", "argument", "thread"});
+	}
+	EXPECT_EQ(0, sd_tlbbatch_destroy(nullptr));
+	EXPECT_EQ(0, sd_tlbbatch_destroy(b));
+	EXPECT_EQ(0, sd_mm_destroy(mm));
 }
 
 } // namespace
