@@ -86,7 +86,7 @@ SD_EXPORT uint64_t sd_mm_id(const struct sd_mm *mm);
  * @prot has unknown bits, or interrupts are off; -EEXIST if any page of the
  * range is already mapped; -EPERM if @cpu is NULL or the caller is not
  * attached as it; -ENOMEM if the page tables for the range cannot be
- * allocated. On every error nothing is mapped and no table is left behind.
+ * allocated, or would alone need more pages than the machine's nr_frames. On every error nothing is mapped and no table is left behind.
  * Attached thread, interrupts on.
  */
 SD_EXPORT int sd_mmap(struct sd_cpu *cpu, struct sd_mm *mm, uint64_t va,
@@ -129,7 +129,8 @@ SD_EXPORT int sd_madvise_dontneed(struct sd_cpu *cpu, struct sd_mm *mm,
  * Return: 0 and the frame number in *@pfn (if @pfn is not NULL); -EFAULT if
  * @va is not mapped or outside the VA space; -EACCES if the mapping forbids
  * @kind; -ESRCH if no address space is loaded or the CPU is idle; -ENOMEM if
- * no frame is left; -EPERM if the caller is not attached as @cpu.
+ * no frame is left; -EPERM if the caller is not attached as @cpu; -EINVAL
+ * for an unknown @kind.
  * Attached thread, interrupts on or off.
  */
 SD_EXPORT int sd_access(struct sd_cpu *cpu, uint64_t va, enum sd_access_kind kind,

@@ -137,8 +137,8 @@ SD_EXPORT void sd_stats_delta(const struct sd_stats *after, const struct sd_stat
 
 /**
  * sd_stats_flush_ns_quantile() - a flush-latency quantile (0 <= @q <= 1) from
- * the histogram, as the upper bound of its bucket in ns; 0 if no flushes
- * or @s is NULL.
+ * the histogram, as the upper bound of its bucket in ns; 0 if no flushes,
+ * @s is NULL or @q is outside [0, 1] (NaN included).
  * Never waits for another CPU: may be called with interrupts off. Any thread.
  */
 SD_EXPORT uint64_t sd_stats_flush_ns_quantile(const struct sd_stats *s, double q);

@@ -261,6 +261,13 @@ static int build_tables(struct sd_mm *mm, uint64_t vpn, uint64_t nr)
 	uint64_t missing = sd_pt_count_missing(mm->pgd, vpn, nr);
 	struct sd_pt_reserve r;
 
+	/* Tables are charged against the machine's memory: a range whose
+	 * tables alone exceed it fails before any is allocated, rather than
+	 * drive the host into its OOM killer. */
+	if (missing > mm->m->cfg.nr_frames)
+		return sd_fail(-ENOMEM, "sd_mmap: the range needs %llu page tables, more than the "
+			       "machine's %llu frames of memory", (unsigned long long)missing,
+			       (unsigned long long)mm->m->cfg.nr_frames);
 	if (sd_pt_reserve(&r, missing))
 		return sd_fail(-ENOMEM, "sd_mmap: no memory for the %llu page tables of the range",
 			       (unsigned long long)missing);
@@ -573,6 +580,8 @@ static __attribute__((noinline)) int access_slow(struct sd_cpu *c, uint64_t va,
 
 	if (sd_cpu_check_self(c))
 		return sd_fail(-EPERM, "sd_access: caller is not attached as this CPU");
+	if ((unsigned)kind > SD_WRITE)
+		return sd_fail(-EINVAL, "sd_access: unknown access kind %u", (unsigned)kind);
 	struct sd_mm *mm = atomic_load_explicit(&c->mm, memory_order_relaxed);
 	if (!mm || atomic_load_explicit(&c->lazy, memory_order_relaxed))
 		return sd_fail_lazy(-ESRCH, "sd_access(0x%llx): no address space loaded "
@@ -627,6 +636,7 @@ int sd_access(struct sd_cpu *c, uint64_t va, enum sd_access_kind kind, uint64_t 
 	uint64_t vpn = va >> SD_PAGE_SHIFT;
 
 	if (likely(c && c == sd_this_cpu && !c->checked && va < SD_VA_END &&
+		   (unsigned)kind <= SD_WRITE &&
 		   atomic_load_explicit(&c->mm, memory_order_relaxed) &&
 		   !atomic_load_explicit(&c->lazy, memory_order_relaxed) &&
 		   ++c->ops_since_qs < SD_ACCESSES_PER_QS &&

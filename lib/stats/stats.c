@@ -80,6 +80,8 @@ uint64_t sd_stats_flush_ns_quantile(const struct sd_stats *s, double q)
 
 	if (!s)
 		return (uint64_t)sd_fail(0, "sd_stats_flush_ns_quantile: NULL stats");
+	if (!(q >= 0.0 && q <= 1.0))    /* NaN too */
+		return (uint64_t)sd_fail(0, "sd_stats_flush_ns_quantile: q = %g is not in [0, 1]", q);
 	for (unsigned i = 0; i < SD_STAT_HIST_BUCKETS; i++)
 		total += s->flush_ns_hist[i];
 	if (!total)

@@ -9,6 +9,7 @@ extern "C" {
 
 #include <atomic>
 #include <cctype>
+#include <cmath>
 #include <climits>
 #include <filesystem>
 #include <fstream>
@@ -1299,6 +1300,38 @@ TEST(Errors, EveryIntCallRefusesNullObjects)
 	EXPECT_EQ(0, sd_tlbbatch_destroy(nullptr));
 	EXPECT_EQ(0, sd_tlbbatch_destroy(b));
 	EXPECT_EQ(0, sd_mm_destroy(mm));
+}
+
+
+// Bad values of plain arguments: an unknown access kind, a quantile outside
+// [0, 1], and a range whose page tables alone exceed the machine's memory,
+// refused before a single table is allocated.
+TEST_F(MmErrors, UnknownKindQuantileAndHugeRange)
+{
+	prime_last_error();
+	check_error(sd_access(c, kCanary, static_cast<sd_access_kind>(2), nullptr), -EINVAL, {"kind"});
+	prime_last_error();
+	check_error(sd_access(c, kCanary, static_cast<sd_access_kind>(-1), nullptr), -EINVAL, {"kind"});
+	sd_stats st{};
+	st.flush_ns_hist[3] = 1;
+	for (double q : {-0.5, 1.5, std::nan("")}) {
+		prime_last_error();
+		EXPECT_EQ(0u, sd_stats_flush_ns_quantile(&st, q)) << q;
+		EXPECT_STRNE(kPrimer, sd_last_error()) << q;
+	}
+	EXPECT_EQ(16u, sd_stats_flush_ns_quantile(&st, 1.0));
+
+	struct HookGuard {
+		~HookGuard() { atomic_store(&sd_pt_alloc_fail_after, -1L); }
+	} guard;
+	// 2^46 bytes: 2^25 leaf tables, far above the 2^20 frames of the machine.
+	atomic_store(&sd_pt_alloc_fail_after, 1000L);
+	prime_last_error();
+	check_error(sd_mmap(c, mm, UINT64_C(1) << 46, UINT64_C(1) << 46, SD_PROT_READ), -ENOMEM,
+		    {"page tables"});
+	EXPECT_EQ(1000L, atomic_load(&sd_pt_alloc_fail_after))
+		<< "tables were allocated for a range that could never be mapped";
+	expect_untouched();
 }
 
 } // namespace
