@@ -66,8 +66,8 @@ SD_EXPORT struct sd_cpu *sd_cpu_self(void);
 SD_EXPORT unsigned sd_cpu_id(const struct sd_cpu *cpu);
 
 /**
- * sd_cpu_machine() - the machine @cpu belongs to; NULL for NULL. Any thread. Never waits for
- * another CPU: may be called with interrupts off.
+ * sd_cpu_machine() - the machine @cpu belongs to; NULL for NULL. Any thread.
+ * Never waits for another CPU: may be called with interrupts off.
  */
 SD_EXPORT struct sd_machine *sd_cpu_machine(const struct sd_cpu *cpu);
 

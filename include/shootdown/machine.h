@@ -222,8 +222,8 @@ SD_EXPORT int sd_machine_cpu_info(const struct sd_machine *m, unsigned cpu,
 SD_EXPORT void sd_machine_print_info(const struct sd_machine *m, FILE *f);
 
 /**
- * sd_machine_nr_cpus() - number of emulated CPUs; 0 for NULL. Any thread. Never waits for
- * another CPU: may be called with interrupts off.
+ * sd_machine_nr_cpus() - number of emulated CPUs; 0 for NULL. Any thread.
+ * Never waits for another CPU: may be called with interrupts off.
  */
 SD_EXPORT unsigned sd_machine_nr_cpus(const struct sd_machine *m);
 
