@@ -142,8 +142,8 @@ SD_EXPORT int sd_machine_create(const struct sd_machine_config *cfg,
 /**
  * sd_machine_destroy() - free a machine.
  *
- * Return: 0; -EBUSY if a CPU is still attached or an address space still
- * exists (the machine is left intact). Any thread that is not one of its CPUs.
+ * Return: 0; -EINVAL for NULL; -EBUSY if a CPU is still attached or an
+ * address space still exists (the machine is left intact). Any thread that is not one of its CPUs.
  * Not from an attached CPU, so never with interrupts off.
  */
 SD_EXPORT int sd_machine_destroy(struct sd_machine *m);
@@ -158,7 +158,8 @@ typedef void (*sd_cpu_fn)(struct sd_cpu *cpu, void *arg);
  * then keeps answering IPIs until every CPU's @fn has returned, so a late
  * shootdown never waits on a CPU that has gone. Blocks until all are done.
  *
- * Return: 0; -EBUSY if any CPU is already attached; -EAGAIN if threads could
+ * Return: 0; -EINVAL for a NULL @m or @fn; -EBUSY if any CPU is already
+ * attached or the caller is itself a CPU; -EAGAIN if threads could
  * not be created (none are left running); -ENOSYS/-EPERM with
  * SD_MACHINE_STRICT_PIN when binding fails. Any thread that is not a CPU.
  * Not from an attached CPU, so never with interrupts off.
