@@ -158,8 +158,7 @@ typedef void (*sd_cpu_fn)(struct sd_cpu *cpu, void *arg);
  * then keeps answering IPIs until every CPU's @fn has returned, so a late
  * shootdown never waits on a CPU that has gone. Blocks until all are done.
  *
- * Return: 0; -EINVAL for a NULL @m or @fn; -EBUSY if any CPU is already
- * attached or the caller is itself a CPU; -EAGAIN if threads could
+ * Return: 0; -EBUSY if any CPU is already attached; -EAGAIN if threads could
  * not be created (none are left running); -ENOSYS/-EPERM with
  * SD_MACHINE_STRICT_PIN when binding fails. Any thread that is not a CPU.
  * Not from an attached CPU, so never with interrupts off.

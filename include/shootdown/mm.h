@@ -62,8 +62,8 @@ SD_EXPORT int sd_mm_create(struct sd_machine *m, struct sd_mm **out);
 
 /**
  * sd_mm_destroy() - tear an address space down and free its frames and tables.
- * Return: 0; -EINVAL for NULL; -EBUSY if a CPU still has it loaded, lazily
- * or not, or a TLB batch still owes it a flush (nothing is freed then). Any thread; waits for an RCU grace period.
+ * Return: 0; -EBUSY if a CPU still has it loaded, lazily or not (nothing is
+ * freed). Any thread; waits for an RCU grace period.
  * Not with interrupts off: it may wait for other CPUs.
  */
 SD_EXPORT int sd_mm_destroy(struct sd_mm *mm);
