@@ -256,7 +256,7 @@ struct Cpu {
 		uint64_t va = page(), n = len();
 		unsigned p = prot();
 
-		switch (rng.below(12)) {
+		switch (rng.below(13)) {
 		case 0:
 			call("sd_switch_mm", {0}, "0", [&] { return sd_switch_mm(c, rng.chance(10) ? nullptr : mm); });
 			break;
@@ -314,6 +314,9 @@ struct Cpu {
 								 : (uint32_t)rng.next());
 			});
 			break;
+		case 11:
+			private_mm(mm, va, n);
+			break;
 		default:
 			for (unsigned i = 0; i < 8; i++)
 				call("sd_access", {0, -EFAULT, -EACCES, -ESRCH, -ENOMEM}, "an access code", [&] {
@@ -321,6 +324,37 @@ struct Cpu {
 				});
 			break;
 		}
+	}
+
+	// An mm of this CPU's own, from birth to death, while the others change
+	// the shared ones: create, run on it, switch away, destroy. Nobody else
+	// ever loads it, so the last destroy must succeed. Idling on it first
+	// tries the destroy while it is loaded lazily: -EBUSY is the documented
+	// behaviour today ("loaded, lazily or not"); a library that switches
+	// the lazy CPU away and frees it (0) is accepted too.
+	void private_mm(sd_mm *back, uint64_t va, uint64_t n)
+	{
+		sd_mm *mine = nullptr;
+		int err = -1;
+
+		call("sd_mm_create(private)", {0, -ENOMEM}, "0/-ENOMEM",
+		     [&] { return sd_mm_create(r.m, &mine); });
+		if (!mine)
+			return;
+		call("sd_switch_mm(private)", {0}, "0", [&] { return sd_switch_mm(c, mine); });
+		call("sd_mmap(private)", {0, -ENOMEM}, "0/-ENOMEM",
+		     [&] { return sd_mmap(c, mine, va, n, SD_PROT_READ | SD_PROT_WRITE); });
+		call("sd_access(private)", {0, -ENOMEM}, "0/-ENOMEM",
+		     [&] { return sd_access(c, va, SD_WRITE, nullptr); });
+		call("sd_munmap(private)", {0}, "0", [&] { return sd_munmap(c, mine, va, n); });
+		if (rng.chance(50)) {
+			call("sd_cpu_idle(private)", {0}, "0", [&] { return sd_cpu_idle(c); });
+			call("sd_mm_destroy(private, lazy here)", {0, -EBUSY}, "0/-EBUSY",
+			     [&] { return err = sd_mm_destroy(mine); });
+		}
+		call("sd_switch_mm(away)", {0}, "0", [&] { return sd_switch_mm(c, back); });
+		if (err)
+			call("sd_mm_destroy(private)", {0}, "0", [&] { return sd_mm_destroy(mine); });
 	}
 
 	// Calls that must fail with exactly one code and change nothing.
