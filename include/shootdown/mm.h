@@ -86,7 +86,8 @@ SD_EXPORT uint64_t sd_mm_id(const struct sd_mm *mm);
  * @prot has unknown bits, or interrupts are off; -EEXIST if any page of the
  * range is already mapped; -EPERM if @cpu is NULL or the caller is not
  * attached as it; -ENOMEM if the page tables for the range cannot be
- * allocated, or would alone need more pages than the machine's nr_frames.
+ * allocated, or would alone need more pages than the machine's nr_frames
+ * (and more than 65536).
  * On every error nothing is mapped and no table is left behind.
  * Attached thread, interrupts on.
  */

@@ -250,6 +250,9 @@ static void finish_change(struct sd_cpu *c, struct sd_mm *mm, uint64_t vpn, uint
 	sd_cpu_qs(c);
 }
 
+/* The fewest page tables an sd_mmap() may build, whatever nr_frames says. */
+#define SD_PT_MIN_LIMIT (UINT64_C(1) << 16)
+
 /*
  * Under mm->lock: link every table [vpn, vpn + nr) needs, or none. All are
  * allocated before the first is linked, so running out of memory leaves the
@@ -261,13 +264,15 @@ static int build_tables(struct sd_mm *mm, uint64_t vpn, uint64_t nr)
 	uint64_t missing = sd_pt_count_missing(mm->pgd, vpn, nr);
 	struct sd_pt_reserve r;
 
-	/* Tables are charged against the machine's memory: a range whose
-	 * tables alone exceed it fails before any is allocated, rather than
-	 * drive the host into its OOM killer. */
-	if (missing > mm->m->cfg.nr_frames)
+	/* A range whose tables alone would exceed the machine's memory fails
+	 * before any is allocated, rather than drive the host into its OOM
+	 * killer. Small pools still get the tables of ordinary ranges. */
+	uint64_t limit = mm->m->cfg.nr_frames > SD_PT_MIN_LIMIT ? mm->m->cfg.nr_frames
+								 : SD_PT_MIN_LIMIT;
+	if (missing > limit)
 		return sd_fail(-ENOMEM, "sd_mmap: the range needs %llu page tables, more than the "
-			       "machine's %llu frames of memory", (unsigned long long)missing,
-			       (unsigned long long)mm->m->cfg.nr_frames);
+			       "machine's memory allows (%llu)", (unsigned long long)missing,
+			       (unsigned long long)limit);
 	if (sd_pt_reserve(&r, missing))
 		return sd_fail(-ENOMEM, "sd_mmap: no memory for the %llu page tables of the range",
 			       (unsigned long long)missing);
