@@ -154,6 +154,7 @@ struct CpuState {
 	std::atomic<uint64_t> calls{0};         // calls returned (progress)
 	std::atomic<const char *> in_call{""};  // the call in progress
 	std::atomic<bool> done{false};
+	std::mutex log_lock;                    // the watchdog reads the ring live
 	char log[kLog][112];                    // the last calls, a ring
 	unsigned log_n = 0;
 };
@@ -175,6 +176,7 @@ struct Run {
 void log_call(CpuState &s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void log_call(CpuState &s, const char *fmt, ...)
 {
+	std::lock_guard<std::mutex> g(s.log_lock);
 	va_list ap;
 	va_start(ap, fmt);
 	std::vsnprintf(s.log[s.log_n++ % kLog], sizeof(s.log[0]), fmt, ap);
@@ -184,6 +186,7 @@ void log_call(CpuState &s, const char *fmt, ...)
 void print_log(Run &r, unsigned id)
 {
 	CpuState &s = r.st[id];
+	std::lock_guard<std::mutex> g(s.log_lock);
 	unsigned first = s.log_n > kLog ? s.log_n - kLog : 0;
 	std::fprintf(stderr, "  cpu %u: %llu calls returned, now in \"%s\"%s; last calls:\n", id,
 		     (unsigned long long)s.calls.load(), s.in_call.load(),
