@@ -50,16 +50,6 @@ constexpr unsigned kMaxCpus = 64;       // --cpus; random machines have 2..8
 constexpr unsigned kMaxMms = 3;
 constexpr unsigned kLog = 24;            // calls remembered per CPU
 constexpr double kStuckSeconds = 60;     // no call returned for this long: hang
-// Under TSan, 64 CPUs on two PUs hang about one run in three (every CPU
-// waiting in a flush or sd_ipi_call for an ack; plain and ASan builds never
-// did, nor 16 CPUs under TSan): a known problem reported with issue 13,
-// part 6, not fixed here. TSan builds run the soak at this many CPUs unless
-// SD_FUZZ_TSAN_FULL=1.
-#if defined(__SANITIZE_THREAD__)
-constexpr unsigned kTsanMaxCpus = 16;
-#else
-constexpr unsigned kTsanMaxCpus = 0;
-#endif
 
 uint64_t splitmix(uint64_t &x)
 {
@@ -650,11 +640,6 @@ int main(int argc, char **argv)
 	if (cpus == 1 || cpus > kMaxCpus) {
 		std::fprintf(stderr, "fuzz_api: --cpus wants 2..%u\n", kMaxCpus);
 		return 2;
-	}
-	if (kTsanMaxCpus && cpus > kTsanMaxCpus && !std::getenv("SD_FUZZ_TSAN_FULL")) {
-		std::fprintf(stderr, "[fuzz] TSan build: %u CPUs capped at %u (known hang under TSan, "
-				     "see fuzz_api.cpp; SD_FUZZ_TSAN_FULL=1 runs all)\n", cpus, kTsanMaxCpus);
-		cpus = kTsanMaxCpus;
 	}
 	// Sanitizers slow everything down: give a stuck CPU longer.
 	double stuck = kStuckSeconds * env_double("SD_FUZZ_STUCK_SCALE", 1);
