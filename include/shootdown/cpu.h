@@ -72,21 +72,22 @@ SD_EXPORT int sd_cpu_detach(struct sd_cpu *cpu);
 SD_EXPORT struct sd_cpu *sd_cpu_self(void);
 
 /**
- * sd_cpu_id() - the id of @cpu. Any thread. Never waits for another CPU: may
- * be called with interrupts off.
+ * sd_cpu_id() - the id of @cpu; 0 for NULL (error.h's getter rule). Any
+ * thread. Never waits for another CPU: may be called with interrupts off.
  */
 SD_EXPORT unsigned sd_cpu_id(const struct sd_cpu *cpu);
 
 /**
- * sd_cpu_machine() - the machine @cpu belongs to. Any thread. Never waits for
- * another CPU: may be called with interrupts off.
+ * sd_cpu_machine() - the machine @cpu belongs to; NULL for NULL. Any thread.
+ * Never waits for another CPU: may be called with interrupts off.
  */
 SD_EXPORT struct sd_machine *sd_cpu_machine(const struct sd_cpu *cpu);
 
 /**
  * sd_irq_disable() - set the emulated interrupts-off flag.
  * Nests: each call must be paired with sd_irq_enable(). No syscall.
- * Called by the attached thread only (not checked: it is a hot path).
+ * Called by the attached thread only; from any other thread (or with NULL)
+ * it does nothing and records the detail in sd_last_error().
  */
 SD_EXPORT void sd_irq_disable(struct sd_cpu *cpu);
 
@@ -96,21 +97,23 @@ SD_EXPORT void sd_irq_disable(struct sd_cpu *cpu);
  *
  * An enable with interrupts already on (not paired with an sd_irq_disable())
  * is refused: interrupts stay on, the call is counted for sd_machine_run() to
- * report, and -EINVAL is returned.
+ * report, and -EINVAL is returned. From any thread but @cpu's own it does
+ * nothing.
  *
- * Return: 0; -EINVAL if @cpu is NULL or interrupts were already on.
- * Called by the attached thread only (not checked: it is a hot path), with
- * interrupts off (that is what it turns back on).
+ * Return: 0; -EPERM if the caller is not attached as @cpu (NULL included);
+ * -EINVAL if interrupts were already on (the detail is in sd_last_error()).
+ * Called by the attached thread only, with interrupts off (that is what it
+ * turns back on).
  */
 SD_EXPORT int sd_irq_enable(struct sd_cpu *cpu);
 
-/** sd_irqs_disabled() - whether @cpu runs with emulated interrupts off. Any thread. */
+/** sd_irqs_disabled() - whether @cpu runs with emulated interrupts off (0 for NULL). Any thread. */
 SD_EXPORT int sd_irqs_disabled(const struct sd_cpu *cpu);
 
 /**
  * sd_cpu_quiescent() - announce an RCU quiescent state for @cpu. Call it
  * from long loops that do no address-space operations. Attached thread only;
- * not with interrupts off.
+ * not with interrupts off (either mistake: nothing done, detail recorded).
  */
 SD_EXPORT void sd_cpu_quiescent(struct sd_cpu *cpu);
 

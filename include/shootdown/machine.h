@@ -127,7 +127,7 @@ struct sd_machine_config {
 
 /**
  * sd_machine_config_init() - fill @cfg with defaults (same as SD_MACHINE_CONFIG_INIT).
- * Any thread.
+ * NULL: nothing done, detail in sd_last_error(). Any thread.
  * Never waits for another CPU: may be called with interrupts off.
  */
 SD_EXPORT void sd_machine_config_init(struct sd_machine_config *cfg);
@@ -144,8 +144,9 @@ SD_EXPORT void sd_machine_config_init(struct sd_machine_config *cfg);
  * Return: 0; -EINVAL for a bad field (zero or unknown size, nr_cpus of 0 or
  * above 4096, a TLB geometry that is not a power of
  * two, a bad signal, asid_bits out of range or too small for nr_cpus, a bad
- * PU list, a bad synthetic topology, a strategy spec of 64 characters or
- * more, a malformed or out-of-range strategy option); -ENOENT for an unknown strategy or
+ * PU list, a bad synthetic topology, unknown bits in flags, a strategy spec
+ * of 64 characters or more, a malformed (blanks included), repeated or
+ * out-of-range strategy option); -ENOENT for an unknown strategy or
  * option; -EBUSY if 8 distinct IPI signals are already in use by other
  * machines, or if the program already installed a handler on ipi_signal and
  * SD_MACHINE_TAKE_SIGNAL is not set (SIG_IGN is not a handler: it is kept
@@ -169,8 +170,9 @@ SD_EXPORT int sd_machine_create(const struct sd_machine_config *cfg,
  * before sd_machine_create(), unless the program installed another one
  * meanwhile: that one is left in place.
  *
- * Return: 0; -EBUSY if a CPU is still attached or an address space still
- * exists (the machine is left intact). Any thread that is not one of its CPUs.
+ * Return: 0; -EINVAL for NULL; -EBUSY if a CPU is still attached or an
+ * address space still exists (the machine is left intact). Any thread that
+ * is not one of its CPUs.
  * Not from an attached CPU, so never with interrupts off.
  */
 SD_EXPORT int sd_machine_destroy(struct sd_machine *m);
@@ -270,8 +272,8 @@ SD_EXPORT int sd_machine_cpu_info(const struct sd_machine *m, unsigned cpu,
 SD_EXPORT void sd_machine_print_info(const struct sd_machine *m, FILE *f);
 
 /**
- * sd_machine_nr_cpus() - number of emulated CPUs. Any thread. Never waits for
- * another CPU: may be called with interrupts off.
+ * sd_machine_nr_cpus() - number of emulated CPUs; 0 for NULL. Any thread.
+ * Never waits for another CPU: may be called with interrupts off.
  */
 SD_EXPORT unsigned sd_machine_nr_cpus(const struct sd_machine *m);
 

@@ -90,7 +90,8 @@ SD_EXPORT int sd_mm_create(struct sd_machine *m, struct sd_mm **out);
 SD_EXPORT int sd_mm_destroy(struct sd_mm *mm);
 
 /**
- * sd_mm_id() - a number that names @mm for its whole life, never reused. Never
+ * sd_mm_id() - a number that names @mm for its whole life, never reused (0,
+ * which no mm has, for NULL). Never
  * waits for another CPU: may be called with interrupts off. Any thread.
  */
 SD_EXPORT uint64_t sd_mm_id(const struct sd_mm *mm);
@@ -104,10 +105,15 @@ SD_EXPORT uint64_t sd_mm_id(const struct sd_mm *mm);
  * and sd_mmap() flushes the range itself before returning (in the kernel,
  * munmap holds mmap_lock for write until its flush is done).
  *
- * Return: 0; -EINVAL if @len is 0, @va or @len is not page aligned, the range
- * overflows or leaves the 48-bit space, or @prot has unknown bits; -EEXIST if
- * any page of the range is already mapped (nothing is mapped then); -EPERM if
- * the caller is not attached as @cpu; -ENOMEM. Attached thread, interrupts on.
+ * Return: 0; -EINVAL if @mm is NULL or of another machine, @len is 0, @va or
+ * @len is not page aligned, the range overflows or leaves the 48-bit space,
+ * @prot has unknown bits, or interrupts are off; -EEXIST if any page of the
+ * range is already mapped; -EPERM if @cpu is NULL or the caller is not
+ * attached as it; -ENOMEM if the page tables for the range cannot be
+ * allocated, or would alone need more pages than the machine's nr_frames
+ * (and more than 65536).
+ * On every error nothing is mapped and no table is left behind.
+ * Attached thread, interrupts on.
  */
 SD_EXPORT int sd_mmap(struct sd_cpu *cpu, struct sd_mm *mm, uint64_t va,
 		      uint64_t len, unsigned prot);
@@ -150,7 +156,8 @@ SD_EXPORT int sd_madvise_dontneed(struct sd_cpu *cpu, struct sd_mm *mm,
  * Return: 0 and the frame number in *@pfn (if @pfn is not NULL); -EFAULT if
  * @va is not mapped or outside the VA space; -EACCES if the mapping forbids
  * @kind; -ESRCH if no address space is loaded or the CPU is idle; -ENOMEM if
- * no frame is left; -EPERM if the caller is not attached as @cpu.
+ * no frame is left; -EPERM if the caller is not attached as @cpu; -EINVAL
+ * for an unknown @kind.
  * Attached thread, interrupts on or off.
  */
 SD_EXPORT int sd_access(struct sd_cpu *cpu, uint64_t va, enum sd_access_kind kind,
@@ -177,7 +184,8 @@ SD_EXPORT int sd_switch_mm(struct sd_cpu *cpu, struct sd_mm *next);
 SD_EXPORT int sd_cpu_idle(struct sd_cpu *cpu);
 
 /**
- * sd_cpu_current_mm() - the mm loaded on @cpu (lazily or not), or NULL. Never
+ * sd_cpu_current_mm() - the mm loaded on @cpu (lazily or not), or NULL (also
+ * for a NULL @cpu). Never
  * waits for another CPU: may be called with interrupts off. Any thread.
  */
 SD_EXPORT struct sd_mm *sd_cpu_current_mm(const struct sd_cpu *cpu);

@@ -131,7 +131,8 @@ SD_EXPORT int sd_stats_snapshot(const struct sd_machine *m, struct sd_stats *out
 SD_EXPORT int sd_stats_cpu(const struct sd_machine *m, unsigned cpu, struct sd_stats *out);
 
 /**
- * sd_stats_delta() - @out = @after - @before, counter by counter. Any thread.
+ * sd_stats_delta() - @out = @after - @before, counter by counter (a NULL
+ * argument: nothing done, detail in sd_last_error()). Any thread.
  * Never waits for another CPU: may be called with interrupts off.
  */
 SD_EXPORT void sd_stats_delta(const struct sd_stats *after, const struct sd_stats *before,
@@ -139,19 +140,22 @@ SD_EXPORT void sd_stats_delta(const struct sd_stats *after, const struct sd_stat
 
 /**
  * sd_stats_flush_ns_quantile() - a flush-latency quantile (0 <= @q <= 1) from
- * the histogram, as the upper bound of its bucket in ns; 0 if no flushes.
+ * the histogram, as the upper bound of its bucket in ns; 0 if no flushes,
+ * @s is NULL or @q is outside [0, 1] (NaN included).
  * Never waits for another CPU: may be called with interrupts off. Any thread.
  */
 SD_EXPORT uint64_t sd_stats_flush_ns_quantile(const struct sd_stats *s, double q);
 
 /**
- * sd_stats_print() - print non-zero counters and the histogram, one per line.
+ * sd_stats_print() - print non-zero counters and the histogram, one per line
+ * (a NULL argument: nothing printed, detail in sd_last_error()).
  * Never waits for another CPU: may be called with interrupts off. Any thread.
  */
 SD_EXPORT void sd_stats_print(const struct sd_stats *s, FILE *f);
 
 /**
- * sd_stats_json() - print @s as one JSON object (all counters, histogram).
+ * sd_stats_json() - print @s as one JSON object (all counters, histogram);
+ * a NULL argument: nothing printed, detail in sd_last_error().
  * Never waits for another CPU: may be called with interrupts off. Any thread.
  */
 SD_EXPORT void sd_stats_json(const struct sd_stats *s, FILE *f);

@@ -138,8 +138,8 @@ SD_EXPORT int sd_strategy_register(const struct sd_strategy *s);
 /**
  * sd_strategy_unregister() - remove a user strategy.
  *
- * Return: 0; -EINVAL for NULL; -ENOENT if no user strategy has that name;
- * -EBUSY while a machine uses it. Any thread.
+ * Return: 0 (sd_last_error() is left alone); -EINVAL for NULL; -ENOENT if
+ * no user strategy has that name; -EBUSY while a machine uses it. Any thread.
  * Never waits for another CPU: may be called with interrupts off.
  */
 SD_EXPORT int sd_strategy_unregister(const char *name);
@@ -181,8 +181,9 @@ SD_EXPORT int sd_mm_cpumask_test(const struct sd_mm *mm, unsigned cpu);
 
 /**
  * sd_mm_cpumask_next() - the first CPU at or after @from whose bit is set.
- * Return: its id, or the machine's CPU count if none (also for an @mm that
- * is NULL or not under a user strategy). Any thread. Bits change under
+ * Return: its id, or the machine's CPU count if none (also for an @mm not
+ * under a user strategy); UINT_MAX for a NULL @mm, so a loop bounded by
+ * the CPU count ends. Any thread. Bits change under
  * you: read the mask after your page-table change (flush() is called so).
  * Never waits for another CPU: may be called with interrupts off.
  */

@@ -40,37 +40,52 @@ const char *sd_last_error(void)
 	return last_error;
 }
 
-/* Our own table, not strerror(): it must be async-signal-safe and say what
- * the code means for this library. */
+/*
+ * Our own table, not strerror(): it must be async-signal-safe and say what
+ * the code means for this library. Each text covers every place the code is
+ * returned (test_errors' EveryReturnedCodeHasAFittingMessage greps lib/ for
+ * them); sd_last_error() gives the detail of the one that happened.
+ */
 const char *sd_strerror(int err)
 {
 	switch (err) {
 	case 0:
 		return "success";
 	case -EINVAL:
-		return "invalid argument (configuration, range or alignment)";
+		return "invalid argument (NULL object, bad configuration, range, alignment or "
+		       "option, or called with interrupts off)";
 	case -ENOENT:
-		return "no such strategy, option or record";
+		return "no such strategy, option, trap hook or recorded violation";
 	case -ENOMEM:
-		return "out of memory, frames or ASIDs";
+		/* mprotect(2) says ENOMEM for a range with unmapped pages too. */
+		return "out of memory, frames or ASIDs, or the range is not (fully) mapped";
 	case -EPERM:
-		return "calling thread is not the attached CPU";
+		return "not permitted: the calling thread is not the attached CPU, or the OS "
+		       "refused to bind it";
 	case -EBUSY:
-		return "already attached or still in use";
+		return "busy: already attached, still in use, interrupts off, or no IPI "
+		       "signal slot left";
 	case -EEXIST:
-		return "range already mapped";
+		return "already exists: a page of the range is mapped, or the strategy name "
+		       "is taken";
 	case -EFAULT:
 		return "address not mapped";
 	case -EACCES:
 		return "access forbidden by the mapping's protection";
 	case -ESRCH:
-		return "no address space loaded on this CPU";
+		return "no address space loaded on this CPU (none, or it is idle)";
 	case -ENOSYS:
 		return "thread binding not supported";
 	case -EAGAIN:
-		return "resource temporarily unavailable";
+		return "could not create a thread; try again";
 	case -EDEADLK:
 		return "would deadlock (interrupts are off)";
+	case -EOPNOTSUPP:
+		return "not supported: the machine does not run a user strategy";
+	case -ENOSPC:
+		return "no room left: every user strategy slot is taken";
+	case -EILSEQ:
+		return "undefined instruction: no trap hook matches";
 	default:
 		return err < 0 ? "unknown error" : "not an error code";
 	}

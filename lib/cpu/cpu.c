@@ -176,18 +176,34 @@ struct sd_cpu *sd_cpu_self(void)
 	return sd_this_cpu;
 }
 
+/* Getters follow error.h's rule: a NULL CPU reads as the neutral value. */
 unsigned sd_cpu_id(const struct sd_cpu *c)
 {
+	if (!c)
+		return (unsigned)sd_fail(0, "sd_cpu_id: NULL CPU");
 	return c->id;
 }
 
 struct sd_machine *sd_cpu_machine(const struct sd_cpu *c)
 {
+	if (!c) {
+		sd_fail(0, "sd_cpu_machine: NULL CPU");
+		return NULL;
+	}
 	return c->m;
 }
 
+/*
+ * One compare with the thread-local CPU (an initial-exec TLS load, as the
+ * sd_access() hit path pays), so a stray call from another thread cannot
+ * corrupt the owner's irq_depth, which only its own thread may write.
+ */
 void sd_irq_disable(struct sd_cpu *c)
 {
+	if (unlikely(sd_cpu_check_self(c))) {
+		sd_fail(-EPERM, "sd_irq_disable: caller is not attached as this CPU");
+		return;
+	}
 	sd_irq_off(c);
 }
 
@@ -200,8 +216,8 @@ void sd_irq_disable(struct sd_cpu *c)
  */
 int sd_irq_enable(struct sd_cpu *c)
 {
-	if (unlikely(!c))
-		return sd_fail(-EINVAL, "sd_irq_enable: NULL CPU");
+	if (unlikely(sd_cpu_check_self(c)))
+		return sd_fail(-EPERM, "sd_irq_enable: caller is not attached as this CPU");
 	if (unlikely(c->irq_depth <= 0)) {
 		c->irq_unbalanced++;
 		return sd_fail(-EINVAL, "sd_irq_enable: interrupts are already on on CPU %u "
@@ -213,6 +229,8 @@ int sd_irq_enable(struct sd_cpu *c)
 
 int sd_irqs_disabled(const struct sd_cpu *c)
 {
+	if (!c)
+		return sd_fail(0, "sd_irqs_disabled: NULL CPU");
 	return c->irq_depth != 0;
 }
 
@@ -227,7 +245,11 @@ void sd_cpu_qs(struct sd_cpu *c)
 
 void sd_cpu_quiescent(struct sd_cpu *c)
 {
-	if (!sd_cpu_check_self(c) && !c->irq_depth)
+	if (sd_cpu_check_self(c))
+		sd_fail(-EPERM, "sd_cpu_quiescent: caller is not attached as this CPU");
+	else if (c->irq_depth)
+		sd_fail(-EINVAL, "sd_cpu_quiescent: interrupts are off");
+	else
 		sd_cpu_qs(c);
 }
 

@@ -1,4 +1,5 @@
 /* SPDX-License-Identifier: MIT */
+#include <ctype.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +15,25 @@ static const struct sd_strategy_ops *const builtin[] = {
 	&sd_gbcast_ops,
 	&sd_none_ops,
 };
+
+/* A blank anywhere in "key=value": strtoull() would skip a leading one and
+ * a key compare would miss a padded one, so "ceiling= 5" is refused whole. */
+static bool has_blank(const char *p, size_t len)
+{
+	for (size_t i = 0; i < len; i++)
+		if (isspace((unsigned char)p[i]))
+			return true;
+	return false;
+}
+
+/* Whether @key was given already: the later one would silently win. */
+static bool repeated_key(const struct sd_strategy_opt *opts, unsigned nr, const char *key)
+{
+	for (unsigned i = 0; i < nr; i++)
+		if (!strcmp(opts[i].key, key))
+			return true;
+	return false;
+}
 
 static int parse_opts(const char *name, const char *p, struct sd_strategy_opt *opts,
 		      unsigned *nr_opts)
@@ -31,8 +51,13 @@ static int parse_opts(const char *name, const char *p, struct sd_strategy_opt *o
 		    len - (size_t)(eq - p) - 1 >= sizeof(o->value) || eq + 1 == p + len)
 			return sd_fail(-EINVAL, "malformed option '%.*s' for '%s' (want key=value)",
 				       (int)len, p, name);
+		if (has_blank(p, len))
+			return sd_fail(-EINVAL, "malformed option '%.*s' for '%s': blanks are not "
+				       "allowed in key=value", (int)len, p, name);
 		memcpy(o->key, p, (size_t)(eq - p));
 		o->key[eq - p] = '\0';
+		if (repeated_key(opts, *nr_opts, o->key))
+			return sd_fail(-EINVAL, "option '%s' given twice for '%s'", o->key, name);
 		memcpy(o->value, eq + 1, len - (size_t)(eq - p) - 1);
 		o->value[len - (size_t)(eq - p) - 1] = '\0';
 		(*nr_opts)++;

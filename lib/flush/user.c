@@ -14,6 +14,7 @@
  * switcher's walk sees the new PTE.
  */
 #include <errno.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -312,7 +313,7 @@ int sd_strategy_register(const struct sd_strategy *s)
 
 int sd_strategy_unregister(const char *name)
 {
-	int err = sd_fail(-ENOENT, "sd_strategy_unregister: no user strategy '%s'", name ? name : "");
+	int err = -ENOENT;
 
 	if (!name)
 		return sd_fail(-EINVAL, "sd_strategy_unregister: NULL name");
@@ -331,6 +332,9 @@ int sd_strategy_unregister(const char *name)
 		break;
 	}
 	pthread_mutex_unlock(&registry_lock);
+	/* Recorded only on failure: a success leaves sd_last_error() alone. */
+	if (err == -ENOENT)
+		sd_fail(err, "sd_strategy_unregister: no user strategy '%s'", name);
 	return err;
 }
 
@@ -433,8 +437,12 @@ unsigned sd_mm_cpumask_next(const struct sd_mm *mm, unsigned from)
 	int err;
 	struct user_mm *u;
 
-	if (!mm)
-		return 0;
+	/* UINT_MAX, not 0: "for (c = next(mm, 0); c < nr; c = next(mm, c + 1))"
+	 * must end (error.h's rule for getters). */
+	if (!mm) {
+		sd_fail(-EINVAL, "sd_mm_cpumask_next: NULL mm");
+		return UINT_MAX;
+	}
 	if (from >= mm->m->nr_cpus || !(u = user_mm_of(mm, from, &err, "sd_mm_cpumask_next")))
 		return mm->m->nr_cpus;
 	for (unsigned c = from; c < mm->m->nr_cpus; c++)

@@ -36,6 +36,10 @@ void sd_machine_config_init(struct sd_machine_config *cfg)
 {
 	static const struct sd_machine_config defaults = SD_MACHINE_CONFIG_INIT;
 
+	if (!cfg) {
+		sd_fail(-EINVAL, "sd_machine_config_init: NULL config");
+		return;
+	}
 	*cfg = defaults;
 }
 
@@ -95,6 +99,10 @@ static int normalise(const struct sd_machine_config *in, struct sd_machine_confi
 			       (unsigned long long)cfg->nr_frames, (unsigned long long)SD_PFN_MAX);
 	if (cfg->oracle > SD_ORACLE_CHECKED)
 		return sd_fail(-EINVAL, "oracle mode %d unknown", (int)cfg->oracle);
+	/* A flag from a newer header must not be dropped silently. */
+	if (cfg->flags & ~(unsigned)SD_MACHINE_STRICT_PIN)
+		return sd_fail(-EINVAL, "flags 0x%x: unknown bits 0x%x", cfg->flags,
+			       cfg->flags & ~(unsigned)SD_MACHINE_STRICT_PIN);
 	return 0;
 }
 
@@ -228,6 +236,8 @@ int sd_machine_destroy(struct sd_machine *m)
 
 unsigned sd_machine_nr_cpus(const struct sd_machine *m)
 {
+	if (!m)
+		return (unsigned)sd_fail(0, "sd_machine_nr_cpus: NULL machine");
 	return m->nr_cpus;
 }
 
@@ -508,6 +518,10 @@ void sd_machine_print_info(const struct sd_machine *m, FILE *f)
 {
 	struct sd_machine_info info;
 
+	if (!f) {
+		sd_fail(-EINVAL, "sd_machine_print_info: NULL file");
+		return;
+	}
 	if (sd_machine_info(m, &info))
 		return;
 	fprintf(f, "machine: %u CPUs on %s%s, placement %s, strategy %s, oracle %s\n",

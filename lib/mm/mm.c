@@ -208,6 +208,8 @@ int sd_mm_destroy(struct sd_mm *mm)
 
 uint64_t sd_mm_id(const struct sd_mm *mm)
 {
+	if (!mm)
+		return (uint64_t)sd_fail(0, "sd_mm_id: NULL mm");
 	return mm->id;
 }
 
@@ -413,6 +415,38 @@ static void finish_mmap(struct sd_cpu *c, struct sd_mm *mm, uint64_t vpn, uint64
 	sd_cpu_qs(c);
 }
 
+/* The fewest page tables an sd_mmap() may build, whatever nr_frames says. */
+#define SD_PT_MIN_LIMIT (UINT64_C(1) << 16)
+
+/*
+ * Under mm->lock: link every table [vpn, vpn + nr) needs, or none. All are
+ * allocated before the first is linked, so running out of memory leaves the
+ * tree as it was (no empty tables behind, no PTE), and the ones not linked
+ * were never visible to a walker, so they are freed at once.
+ */
+static int build_tables(struct sd_mm *mm, uint64_t vpn, uint64_t nr)
+{
+	uint64_t missing = sd_pt_count_missing(mm->pgd, vpn, nr);
+	struct sd_pt_reserve r;
+
+	/* A range whose tables alone would exceed the machine's memory fails
+	 * before any is allocated, rather than drive the host into its OOM
+	 * killer. Small pools still get the tables of ordinary ranges. */
+	uint64_t limit = mm->m->cfg.nr_frames > SD_PT_MIN_LIMIT ? mm->m->cfg.nr_frames
+								 : SD_PT_MIN_LIMIT;
+	if (missing > limit)
+		return sd_fail(-ENOMEM, "sd_mmap: the range needs %llu page tables, more than the "
+			       "machine's memory allows (%llu)", (unsigned long long)missing,
+			       (unsigned long long)limit);
+	if (sd_pt_reserve(&r, missing))
+		return sd_fail(-ENOMEM, "sd_mmap: no memory for the %llu page tables of the range",
+			       (unsigned long long)missing);
+	for (uint64_t v = vpn; v < vpn + nr; v = (v | (SD_PT_ENTRIES - 1)) + 1)
+		(void)sd_pt_leaf_link(mm->pgd, v, &r);
+	sd_pt_reserve_release(&r);
+	return 0;
+}
+
 int sd_mmap(struct sd_cpu *c, struct sd_mm *mm, uint64_t va, uint64_t len, unsigned prot)
 {
 	uint64_t vpn = va >> SD_PAGE_SHIFT, nr = len >> SD_PAGE_SHIFT;
@@ -432,13 +466,10 @@ int sd_mmap(struct sd_cpu *c, struct sd_mm *mm, uint64_t va, uint64_t len, unsig
 				       (unsigned long long)(__i << SD_PAGE_SHIFT));
 		}
 	}
-	/* Build every table first, so a failure leaves no PTE behind (empty
-	 * tables are invisible). */
-	for (uint64_t v = vpn; v < vpn + nr; v = (v | (SD_PT_ENTRIES - 1)) + 1) {
-		if (!sd_pt_leaf_alloc(mm->pgd, v)) {
-			pthread_mutex_unlock(&mm->lock);
-			return sd_fail(-ENOMEM, "sd_mmap: no memory for page tables");
-		}
+	err = build_tables(mm, vpn, nr);
+	if (err) {
+		pthread_mutex_unlock(&mm->lock);
+		return err;
 	}
 	uint32_t version = change_version(mm);
 	uint64_t pte = sd_pte_make(0, SD_PTE_VMA | sd_pte_flags_from_prot(prot), version);
@@ -455,13 +486,14 @@ int sd_munmap(struct sd_cpu *c, struct sd_mm *mm, uint64_t va, uint64_t len)
 	uint64_t vpn = va >> SD_PAGE_SHIFT, nr = len >> SD_PAGE_SHIFT;
 	struct sd_pt *leaf;
 	SD_ATOMIC(uint64_t) *slot;
-	struct gather g = { .checked = c->checked };
+	struct gather g = { 0 };
 	struct sd_pt_freelist fl = { 0 };
 	uint32_t version;
 	int err = check_change(c, mm, va, len, "sd_munmap");
 
 	if (err)
 		return err;
+	g.checked = c->checked;         /* only now is @c known to be valid */
 	pthread_mutex_lock(&mm->lock);
 	version = change_version(mm);
 	note_batched_pending(mm, &g);
@@ -516,12 +548,13 @@ static void gather_zapped(void *g, uint64_t vpn, uint64_t pfn)
 int sd_madvise_dontneed(struct sd_cpu *c, struct sd_mm *mm, uint64_t va, uint64_t len)
 {
 	uint64_t vpn = va >> SD_PAGE_SHIFT, nr = len >> SD_PAGE_SHIFT;
-	struct gather g = { .checked = c->checked };
+	struct gather g = { 0 };
 	uint32_t version;
 	int err = check_change(c, mm, va, len, "sd_madvise_dontneed");
 
 	if (err)
 		return err;
+	g.checked = c->checked;         /* only now is @c known to be valid */
 	pthread_mutex_lock(&mm->lock);
 	version = change_version(mm);
 	note_batched_pending(mm, &g);
@@ -601,13 +634,14 @@ int sd_mprotect(struct sd_cpu *c, struct sd_mm *mm, uint64_t va, uint64_t len, u
 	uint64_t vpn = va >> SD_PAGE_SHIFT, nr = len >> SD_PAGE_SHIFT;
 	struct sd_pt *leaf;
 	SD_ATOMIC(uint64_t) *slot;
-	struct gather g = { .checked = c->checked };
+	struct gather g = { 0 };
 	uint64_t mapped = 0;
 	uint32_t version;
 	int err = check_change(c, mm, va, len, "sd_mprotect");
 
 	if (err)
 		return err;
+	g.checked = c->checked;         /* only now is @c known to be valid */
 	if (prot & ~(unsigned)(SD_PROT_READ | SD_PROT_WRITE))
 		return sd_fail(-EINVAL, "sd_mprotect: unknown prot bits 0x%x", prot);
 	pthread_mutex_lock(&mm->lock);
@@ -751,6 +785,8 @@ static __attribute__((noinline)) int access_slow(struct sd_cpu *c, uint64_t va,
 
 	if (sd_cpu_check_self(c))
 		return sd_fail(-EPERM, "sd_access: caller is not attached as this CPU");
+	if ((unsigned)kind > SD_WRITE)
+		return sd_fail(-EINVAL, "sd_access: unknown access kind %u", (unsigned)kind);
 	struct sd_mm *mm = atomic_load_explicit(&c->mm, memory_order_relaxed);
 	if (!mm || atomic_load_explicit(&c->lazy, memory_order_relaxed))
 		return sd_fail_lazy(-ESRCH, "sd_access(0x%llx): no address space loaded "
@@ -805,6 +841,7 @@ int sd_access(struct sd_cpu *c, uint64_t va, enum sd_access_kind kind, uint64_t 
 	uint64_t vpn = va >> SD_PAGE_SHIFT;
 
 	if (likely(c && c == sd_this_cpu && !c->checked && va < SD_VA_END &&
+		   (unsigned)kind <= SD_WRITE &&
 		   atomic_load_explicit(&c->mm, memory_order_relaxed) &&
 		   !atomic_load_explicit(&c->lazy, memory_order_relaxed) &&
 		   ++c->ops_since_qs < SD_ACCESSES_PER_QS &&
@@ -877,5 +914,9 @@ int sd_cpu_idle(struct sd_cpu *c)
 
 struct sd_mm *sd_cpu_current_mm(const struct sd_cpu *c)
 {
-	return c ? atomic_load_explicit(&c->mm, memory_order_relaxed) : NULL;
+	if (!c) {
+		sd_fail(0, "sd_cpu_current_mm: NULL CPU");
+		return NULL;
+	}
+	return atomic_load_explicit(&c->mm, memory_order_relaxed);
 }

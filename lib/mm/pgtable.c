@@ -6,9 +6,26 @@
 
 #include "pgtable.h"
 
+/* Test hook: see pgtable.h. Relaxed: tests set it while no change runs. */
+SD_ATOMIC(long) sd_pt_alloc_fail_after = -1;
+
+/* A failure injected by the test hook, counted down per allocation. */
+static bool injected_failure(void)
+{
+	long left = atomic_load_explicit(&sd_pt_alloc_fail_after, memory_order_relaxed);
+
+	if (likely(left < 0))
+		return false;
+	if (left == 0)
+		return true;
+	atomic_store_explicit(&sd_pt_alloc_fail_after, left - 1, memory_order_relaxed);
+	return false;
+}
+
 struct sd_pt *sd_pt_alloc(void)
 {
-	struct sd_pt *pt = aligned_alloc(sizeof(struct sd_pt), sizeof(struct sd_pt));
+	struct sd_pt *pt = injected_failure() ? NULL
+					      : aligned_alloc(sizeof(struct sd_pt), sizeof(struct sd_pt));
 
 	if (pt)
 		memset(pt, 0, sizeof(*pt));
@@ -56,6 +73,95 @@ struct sd_pt *sd_pt_leaf_alloc(struct sd_pt *pgd, uint64_t vpn)
 				return NULL;
 			next = (uint64_t)(uintptr_t)child;
 			/* Release: a walker that sees the pointer sees zeroes. */
+			atomic_store_explicit(slot, next, memory_order_release);
+		}
+		pt = (struct sd_pt *)(uintptr_t)next;
+	}
+	return pt;
+}
+
+/* Tables that tables at @level and below need to cover [first, last] (pages). */
+static uint64_t tables_for_span(unsigned level, uint64_t first, uint64_t last)
+{
+	uint64_t n = 0;
+
+	for (unsigned k = 0; k <= level; k++) {
+		unsigned shift = SD_PT_SHIFT * (k + 1);
+		n += (last >> shift) - (first >> shift) + 1;
+	}
+	return n;
+}
+
+/* Missing tables below @pt (at @level) for [first, last]: arithmetic for a
+ * missing subtree, so the cost is what exists, not the range's size. */
+static uint64_t missing_level(const struct sd_pt *pt, unsigned level, uint64_t first,
+			      uint64_t last)
+{
+	unsigned shift = SD_PT_SHIFT * level;
+	unsigned lo = sd_pt_index(first, level), hi = sd_pt_index(last, level);
+	uint64_t base = first >> (shift + SD_PT_SHIFT) << (shift + SD_PT_SHIFT), n = 0;
+
+	for (unsigned i = lo; i <= hi; i++) {
+		uint64_t cfirst = i == lo ? first : base | ((uint64_t)i << shift);
+		uint64_t clast = i == hi ? last : (base | ((uint64_t)i << shift)) +
+							  (UINT64_C(1) << shift) - 1;
+		uint64_t v = atomic_load_explicit(&pt->e[i], memory_order_relaxed);
+
+		if (!v)
+			n += tables_for_span(level - 1, cfirst, clast);
+		else if (level > 1)
+			n += missing_level((const struct sd_pt *)(uintptr_t)v, level - 1, cfirst,
+					   clast);
+	}
+	return n;
+}
+
+uint64_t sd_pt_count_missing(const struct sd_pt *pgd, uint64_t vpn, uint64_t nr)
+{
+	return missing_level(pgd, SD_PT_LEVELS - 1, vpn, vpn + nr - 1);
+}
+
+int sd_pt_reserve(struct sd_pt_reserve *r, uint64_t n)
+{
+	r->n = r->used = 0;
+	r->tables = NULL;
+	if (!n)
+		return 0;
+	if (n > SIZE_MAX / sizeof(*r->tables) || !(r->tables = malloc(n * sizeof(*r->tables))))
+		return -ENOMEM;
+	for (; r->n < n; r->n++) {
+		if (!(r->tables[r->n] = sd_pt_alloc())) {
+			sd_pt_reserve_release(r);
+			return -ENOMEM;
+		}
+	}
+	return 0;
+}
+
+void sd_pt_reserve_release(struct sd_pt_reserve *r)
+{
+	/* Never linked, so no walker can hold one: free them now. */
+	for (size_t i = r->used; i < r->n; i++)
+		sd_pt_free(r->tables[i]);
+	free(r->tables);
+	r->tables = NULL;
+	r->n = r->used = 0;
+}
+
+struct sd_pt *sd_pt_leaf_link(struct sd_pt *pgd, uint64_t vpn, struct sd_pt_reserve *r)
+{
+	struct sd_pt *pt = pgd;
+
+	for (unsigned level = SD_PT_LEVELS - 1; level > 0; level--) {
+		SD_ATOMIC(uint64_t) *slot = &pt->e[sd_pt_index(vpn, level)];
+		uint64_t next = atomic_load_explicit(slot, memory_order_relaxed);
+
+		if (!next) {
+			if (r->used == r->n)
+				return NULL;    /* the count was wrong: a library bug */
+			next = (uint64_t)(uintptr_t)r->tables[r->used++];
+			/* Release: a walker that sees the pointer sees zeroes;
+			 * pairs with the acquire in sd_pt_walk_leaf(). */
 			atomic_store_explicit(slot, next, memory_order_release);
 		}
 		pt = (struct sd_pt *)(uintptr_t)next;

@@ -57,6 +57,33 @@ struct sd_pt *sd_pt_next_leaf(struct sd_pt *pgd, uint64_t *vpn, uint64_t end);
 /* Under the mm lock: the leaf for @vpn, creating missing tables. NULL: -ENOMEM. */
 struct sd_pt *sd_pt_leaf_alloc(struct sd_pt *pgd, uint64_t vpn);
 
+/*
+ * sd_mmap() links every table it needs or none ("nothing half changed"):
+ * under the mm lock it counts the missing tables, allocates them all, and
+ * only then links them, each from the reserve.
+ */
+struct sd_pt_reserve {
+	size_t n, used;
+	struct sd_pt **tables;
+};
+
+/* Under the mm lock: tables missing for [vpn, vpn + nr), nr > 0. */
+uint64_t sd_pt_count_missing(const struct sd_pt *pgd, uint64_t vpn, uint64_t nr);
+/* Allocate @n zeroed tables into @r: 0, or -ENOMEM with nothing allocated. */
+int sd_pt_reserve(struct sd_pt_reserve *r, uint64_t n);
+/* Under the mm lock: the leaf for @vpn, missing tables taken from @r.
+ * NULL only if @r ran short (it was sized by sd_pt_count_missing()). */
+struct sd_pt *sd_pt_leaf_link(struct sd_pt *pgd, uint64_t vpn, struct sd_pt_reserve *r);
+/* Free the tables of @r that were not linked, and @r's array. */
+void sd_pt_reserve_release(struct sd_pt_reserve *r);
+
+/*
+ * Test hook (not exported): if >= 0, that many more table allocations
+ * succeed and then every one fails until it is set back to -1. Tests use it
+ * to reach sd_mmap()'s out-of-memory path without exhausting the host.
+ */
+extern SD_ATOMIC(long) sd_pt_alloc_fail_after;
+
 /* Tables unlinked by an unmap, freed after the flush and a grace period. */
 struct sd_pt_freelist {
 	size_t n, cap;

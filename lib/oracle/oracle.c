@@ -137,7 +137,9 @@ void sd_oracle_record(struct sd_oracle *o, const struct sd_violation *v)
 
 int sd_oracle_checked(const struct sd_machine *m)
 {
-	return m && m->checked;
+	if (!m)
+		return sd_fail(0, "sd_oracle_checked: NULL machine");
+	return m->checked;
 }
 
 uint64_t sd_oracle_violations(const struct sd_machine *m)
@@ -145,7 +147,7 @@ uint64_t sd_oracle_violations(const struct sd_machine *m)
 	uint64_t n = 0;
 
 	if (!m)
-		return 0;
+		return (uint64_t)sd_fail(0, "sd_oracle_violations: NULL machine");
 	for (unsigned i = 0; i < m->nr_cpus; i++)
 		n += atomic_load_explicit(&m->cpus[i]->stats.counter[SD_STAT_VIOLATION],
 					  memory_order_relaxed);

@@ -15,7 +15,11 @@ static const char *const stat_names[SD_STAT_NR] = {
 
 const char *sd_stat_name(enum sd_stat id)
 {
-	return (unsigned)id < SD_STAT_NR ? stat_names[id] : NULL;
+	if ((unsigned)id >= SD_STAT_NR) {
+		sd_fail(-EINVAL, "sd_stat_name: counter %u out of range", (unsigned)id);
+		return NULL;
+	}
+	return stat_names[id];
 }
 
 static void add_cpu(struct sd_stats *s, const struct sd_cpu *c)
@@ -58,6 +62,10 @@ int sd_stats_cpu(const struct sd_machine *m, unsigned cpu, struct sd_stats *out)
 void sd_stats_delta(const struct sd_stats *after, const struct sd_stats *before,
 		    struct sd_stats *out)
 {
+	if (!after || !before || !out) {
+		sd_fail(-EINVAL, "sd_stats_delta: NULL argument");
+		return;
+	}
 	for (unsigned i = 0; i < SD_STAT_NR; i++)
 		out->counter[i] = after->counter[i] - before->counter[i];
 	for (unsigned i = 0; i < SD_STAT_HIST_BUCKETS; i++)
@@ -70,6 +78,10 @@ uint64_t sd_stats_flush_ns_quantile(const struct sd_stats *s, double q)
 {
 	uint64_t total = 0, seen = 0;
 
+	if (!s)
+		return (uint64_t)sd_fail(0, "sd_stats_flush_ns_quantile: NULL stats");
+	if (!(q >= 0.0 && q <= 1.0))    /* NaN too */
+		return (uint64_t)sd_fail(0, "sd_stats_flush_ns_quantile: q = %g is not in [0, 1]", q);
 	for (unsigned i = 0; i < SD_STAT_HIST_BUCKETS; i++)
 		total += s->flush_ns_hist[i];
 	if (!total)
@@ -87,6 +99,10 @@ uint64_t sd_stats_flush_ns_quantile(const struct sd_stats *s, double q)
 
 void sd_stats_print(const struct sd_stats *s, FILE *f)
 {
+	if (!s || !f) {
+		sd_fail(-EINVAL, "sd_stats_print: NULL argument");
+		return;
+	}
 	for (unsigned i = 0; i < SD_STAT_NR; i++)
 		if (s->counter[i])
 			fprintf(f, "%-32s %llu\n", stat_names[i], (unsigned long long)s->counter[i]);
@@ -104,6 +120,10 @@ void sd_stats_print(const struct sd_stats *s, FILE *f)
 
 void sd_stats_json(const struct sd_stats *s, FILE *f)
 {
+	if (!s || !f) {
+		sd_fail(-EINVAL, "sd_stats_json: NULL argument");
+		return;
+	}
 	fprintf(f, "{\"nr_cpus\": %u", s->nr_cpus);
 	for (unsigned i = 0; i < SD_STAT_NR; i++)
 		fprintf(f, ", \"%s\": %llu", stat_names[i], (unsigned long long)s->counter[i]);

@@ -278,12 +278,16 @@ int sd_trap(struct sd_cpu *cpu, uint32_t insn)
 
 uint64_t sd_cpu_reg(const struct sd_cpu *cpu, unsigned n)
 {
-	return cpu && n < 31 ? cpu->regs[n] : 0;
+	if (!cpu)
+		return (uint64_t)sd_fail(0, "sd_cpu_reg: NULL CPU");
+	return n < 31 ? cpu->regs[n] : 0;       /* X31 reads as XZR: documented, no error */
 }
 
 int sd_cpu_set_reg(struct sd_cpu *cpu, unsigned n, uint64_t value)
 {
-	if (!cpu || n > 30)
+	if (!cpu)
+		return sd_fail(-EINVAL, "sd_cpu_set_reg: NULL CPU");
+	if (n > 30)
 		return sd_fail(-EINVAL, "sd_cpu_set_reg: X%u does not exist", n);
 	cpu->regs[n] = value;
 	return 0;
@@ -291,5 +295,7 @@ int sd_cpu_set_reg(struct sd_cpu *cpu, unsigned n, uint64_t value)
 
 uint64_t sd_trap_id_reg(const struct sd_machine *m, unsigned crm, unsigned op2)
 {
-	return m && crm < 8 && op2 < 8 ? m->traps.id_regs[crm * 8 + op2] : 0;
+	if (!m || crm > 7 || op2 > 7)
+		return (uint64_t)sd_fail(0, "sd_trap_id_reg: %s", m ? "crm or op2 above 7" : "NULL machine");
+	return m->traps.id_regs[crm * 8 + op2];
 }

@@ -3,8 +3,18 @@
 // an sd_last_error() that names the problem, and nothing half-changed.
 #include "common.hpp"
 
+extern "C" {
+#include "mm/pgtable.h"
+}
+
 #include <atomic>
 #include <cctype>
+#include <cmath>
+#include <climits>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
 #include <csignal>
 #include <cstring>
 #include <string>
@@ -979,6 +989,352 @@ TEST(Errors, TooManyDistinctIpiSignals)
 		ms.push_back(m);
 	for (auto *x : ms)
 		EXPECT_EQ(0, sd_machine_destroy(x));
+}
+
+
+// ---- issue 13, part 6: bad input on every public call ----
+
+// The range calls read nothing from a NULL cpu before refusing it.
+TEST_F(MmErrors, NullCpuOnEveryRangeCall)
+{
+	prime_last_error();
+	check_error(sd_mmap(nullptr, mm, kFree, P, SD_PROT_READ), -EPERM, {"attached"});
+	prime_last_error();
+	check_error(sd_munmap(nullptr, mm, kCanary, P), -EPERM, {"attached"});
+	prime_last_error();
+	check_error(sd_mprotect(nullptr, mm, kCanary, P, SD_PROT_READ), -EPERM, {"attached"});
+	prime_last_error();
+	check_error(sd_madvise_dontneed(nullptr, mm, kCanary, P), -EPERM, {"attached"});
+	prime_last_error();
+	check_error(sd_access(nullptr, kCanary, SD_READ, nullptr), -EPERM, {"attached"});
+	prime_last_error();
+	check_error(sd_switch_mm(nullptr, mm), -EPERM, {"attached"});
+	prime_last_error();
+	check_error(sd_cpu_idle(nullptr), -EPERM, {"attached"});
+	prime_last_error();
+	check_error(sd_cpu_detach(nullptr), -EPERM, {"attached"});
+	expect_untouched();
+}
+
+TEST_F(MmErrors, NullMmOnEveryRangeCall)
+{
+	prime_last_error();
+	check_error(sd_mmap(c, nullptr, kFree, P, SD_PROT_READ), -EINVAL, {"NULL"});
+	prime_last_error();
+	check_error(sd_munmap(c, nullptr, kCanary, P), -EINVAL, {"NULL"});
+	prime_last_error();
+	check_error(sd_mprotect(c, nullptr, kCanary, P, SD_PROT_READ), -EINVAL, {"NULL"});
+	prime_last_error();
+	check_error(sd_madvise_dontneed(c, nullptr, kCanary, P), -EINVAL, {"NULL"});
+	expect_untouched();
+}
+
+// error.h's rule for getters: a neutral value and a detail, never a crash.
+TEST(Errors, NullGettersReturnTheDocumentedNeutralValue)
+{
+	struct Case {
+		const char *what;
+		std::function<bool()> neutral;
+	};
+	sd_stats st{};
+	const Case cases[] = {
+		{"sd_cpu_id", [] { return sd_cpu_id(nullptr) == 0; }},
+		{"sd_cpu_machine", [] { return sd_cpu_machine(nullptr) == nullptr; }},
+		{"sd_irqs_disabled", [] { return sd_irqs_disabled(nullptr) == 0; }},
+		{"sd_mm_id", [] { return sd_mm_id(nullptr) == 0; }},
+		{"sd_cpu_current_mm", [] { return sd_cpu_current_mm(nullptr) == nullptr; }},
+		{"sd_machine_nr_cpus", [] { return sd_machine_nr_cpus(nullptr) == 0; }},
+		{"sd_mm_cpumask_next", [] { return sd_mm_cpumask_next(nullptr, 0) == UINT_MAX; }},
+		{"sd_stats_flush_ns_quantile",
+		 [] { return sd_stats_flush_ns_quantile(nullptr, 0.5) == 0; }},
+		{"sd_stat_name", [] { return sd_stat_name(static_cast<sd_stat>(SD_STAT_NR)) == nullptr; }},
+		{"sd_stats_print", [&] { sd_stats_print(nullptr, stderr); sd_stats_print(&st, nullptr); return true; }},
+		{"sd_stats_json", [&] { sd_stats_json(nullptr, stderr); sd_stats_json(&st, nullptr); return true; }},
+		{"sd_stats_delta", [&] { sd_stats_delta(nullptr, &st, &st); sd_stats_delta(&st, &st, nullptr); return true; }},
+		{"sd_machine_print_info", [] { sd_machine_print_info(nullptr, stderr); return true; }},
+		{"sd_machine_config_init", [] { sd_machine_config_init(nullptr); return true; }},
+		{"sd_oracle_checked", [] { return sd_oracle_checked(nullptr) == 0; }},
+		{"sd_oracle_violations", [] { return sd_oracle_violations(nullptr) == 0; }},
+		{"sd_cpu_reg", [] { return sd_cpu_reg(nullptr, 0) == 0; }},
+		{"sd_trap_id_reg", [] { return sd_trap_id_reg(nullptr, 6, 0) == 0; }},
+		{"sd_irq_disable", [] { sd_irq_disable(nullptr); return true; }},
+		{"sd_irq_enable", [] { sd_irq_enable(nullptr); return true; }},
+		{"sd_cpu_quiescent", [] { sd_cpu_quiescent(nullptr); return true; }},
+	};
+	for (const auto &k : cases) {
+		SCOPED_TRACE(k.what);
+		prime_last_error();
+		EXPECT_TRUE(k.neutral()) << k.what << "(NULL) did not return its neutral value";
+		EXPECT_STRNE(kPrimer, sd_last_error()) << k.what << "(NULL) recorded no detail";
+	}
+	// A machine's print with a NULL file, too.
+	Machine mach(cfg_cpus(2));
+	ASSERT_NE(nullptr, mach.m);
+	prime_last_error();
+	sd_machine_print_info(mach.m, nullptr);
+	EXPECT_STRNE(kPrimer, sd_last_error());
+}
+
+// A loop over the mask with a NULL mm ends (it never did: next() said 0).
+TEST(Errors, CpumaskLoopOverNullMmEnds)
+{
+	unsigned visited = 0;
+	for (unsigned c = sd_mm_cpumask_next(nullptr, 0); c < 4096 && visited < 10;
+	     c = sd_mm_cpumask_next(nullptr, c + 1))
+		visited++;
+	EXPECT_EQ(0u, visited);
+}
+
+// Wrong-thread and unbalanced interrupt calls leave the owner's state alone.
+TEST(Errors, IrqCallsFromTheWrongThreadOrUnbalanced)
+{
+	Machine mach(cfg_cpus(2));
+	ASSERT_NE(nullptr, mach.m);
+	Attached a(mach.m, 0);
+	ASSERT_NE(nullptr, a.c);
+	prime_last_error();
+	sd_irq_enable(a.c);     // already on
+	EXPECT_STRNE(kPrimer, sd_last_error());
+	EXPECT_EQ(0, sd_irqs_disabled(a.c)) << "an unbalanced enable wrapped the depth";
+	std::thread t([&] {
+		prime_last_error();
+		sd_irq_disable(a.c);
+		EXPECT_STRNE(kPrimer, sd_last_error());
+		prime_last_error();
+		sd_cpu_quiescent(a.c);
+		EXPECT_STRNE(kPrimer, sd_last_error());
+	});
+	t.join();
+	EXPECT_EQ(0, sd_irqs_disabled(a.c)) << "another thread turned this CPU's interrupts off";
+	sd_irq_disable(a.c);
+	EXPECT_EQ(1, sd_irqs_disabled(a.c));
+	sd_irq_enable(a.c);
+	EXPECT_EQ(0, sd_irqs_disabled(a.c));
+}
+
+TEST(Errors, UnknownMachineFlags)
+{
+	for (unsigned flags : {1u << 1, 1u << 31, ~0u}) {
+		sd_machine_config c = cfg_cpus(2);
+		c.flags = flags;
+		expect_create_fails(c, -EINVAL, {"flags"});
+	}
+}
+
+TEST(Errors, StrategyOptionsWithBlanksOrRepeatedKeys)
+{
+	sd_machine_config c = cfg_cpus(2);
+	for (const char *bad : {"ipi:ceiling= 5", "ipi: ceiling=5", "ipi:ceiling =5",
+				"ipi:ceiling=5 ", "ipi:ceiling=\t5", "broadcast:max_tlbi_ops=8, max_tlbi_ops=9"}) {
+		SCOPED_TRACE(bad);
+		c.strategy = bad;
+		expect_create_fails(c, -EINVAL, {"blank", "malformed"});
+	}
+	for (const char *bad : {"broadcast:max_tlbi_ops=8,max_tlbi_ops=9", "ipi:ceiling=4,lru=global,ceiling=4"}) {
+		SCOPED_TRACE(bad);
+		c.strategy = bad;
+		expect_create_fails(c, -EINVAL, {"twice"});
+	}
+}
+
+void blocks_flush(sd_cpu *cpu, sd_mm *mm, uint64_t va, uint64_t len, unsigned, void *)
+{
+	(void)sd_tlb_invalidate_broadcast(cpu, mm, va, len);
+}
+
+TEST(Errors, SuccessfulUnregisterLeavesLastErrorAlone)
+{
+	sd_strategy s = SD_STRATEGY_INIT;
+	s.name = "errors_unreg";
+	s.flush = blocks_flush;
+	ASSERT_EQ(0, sd_strategy_register(&s)) << sd_last_error();
+	prime_last_error();
+	EXPECT_EQ(0, sd_strategy_unregister("errors_unreg"));
+	EXPECT_STREQ(kPrimer, sd_last_error()) << "a successful call wrote sd_last_error()";
+	prime_last_error();
+	check_error(sd_strategy_unregister("errors_unreg"), -ENOENT, {"errors_unreg"});
+}
+
+// sd_mmap that runs out of memory for page tables leaves none behind: after
+// the failure, mapping one page of the same fresh region must allocate all
+// its tables again (pud, pmd, leaf). Before the fix the tables built before
+// the failure stayed linked and the second mmap allocated fewer.
+TEST_F(MmErrors, MmapOutOfMemoryLeavesNoTables)
+{
+	const uint64_t region = UINT64_C(0x7f0000000000); // fresh: no table under it yet
+	const uint64_t len = 8 * 0x200000;                 // 8 leaf tables
+	struct HookGuard {
+		~HookGuard() { atomic_store(&sd_pt_alloc_fail_after, -1L); }
+	} guard;
+
+	for (long budget : {0L, 1L, 2L, 5L, 9L}) {
+		SCOPED_TRACE(budget);
+		atomic_store(&sd_pt_alloc_fail_after, budget);
+		prime_last_error();
+		check_error(sd_mmap(c, mm, region, len, SD_PROT_READ | SD_PROT_WRITE), -ENOMEM,
+			    {"page table"});
+		atomic_store(&sd_pt_alloc_fail_after, 1000L);
+		ASSERT_EQ(0, sd_mmap(c, mm, region, P, SD_PROT_READ)) << sd_last_error();
+		EXPECT_EQ(3, 1000L - atomic_load(&sd_pt_alloc_fail_after))
+			<< "tables of the failed sd_mmap were left behind";
+		atomic_store(&sd_pt_alloc_fail_after, -1L);
+		EXPECT_EQ(-EFAULT, sd_access(c, region + P, SD_READ, nullptr));
+		EXPECT_EQ(-EFAULT, sd_access(c, region + len - P, SD_READ, nullptr));
+		ASSERT_EQ(0, sd_munmap(c, mm, region, P));
+	}
+	// With memory, the whole range maps.
+	ASSERT_EQ(0, sd_mmap(c, mm, region, len, SD_PROT_READ)) << sd_last_error();
+	EXPECT_EQ(0, sd_access(c, region + len - P, SD_READ, nullptr));
+	ASSERT_EQ(0, sd_munmap(c, mm, region, len));
+	expect_untouched();
+}
+
+// Every negative errno the library's sources return, found by grep, has a
+// specific sd_strerror() text: a new code cannot slip in without one.
+TEST(Errors, EveryReturnedCodeHasAFittingMessage)
+{
+	const std::map<std::string, int> known = {
+		{"EINVAL", EINVAL}, {"ENOENT", ENOENT},   {"ENOMEM", ENOMEM},     {"EPERM", EPERM},
+		{"EBUSY", EBUSY},   {"EEXIST", EEXIST},   {"EFAULT", EFAULT},     {"EACCES", EACCES},
+		{"ESRCH", ESRCH},   {"ENOSYS", ENOSYS},   {"EAGAIN", EAGAIN},     {"EDEADLK", EDEADLK},
+		{"ENOSPC", ENOSPC}, {"EILSEQ", EILSEQ},   {"EOPNOTSUPP", EOPNOTSUPP},
+	};
+	namespace fs = std::filesystem;
+	std::set<std::string> found;
+	for (const auto &e : fs::recursive_directory_iterator(fs::path(SD_SOURCE_ROOT) / "lib")) {
+		if (!e.is_regular_file() || (e.path().extension() != ".c" && e.path().extension() != ".h"))
+			continue;
+		std::ifstream in(e.path());
+		std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+		// "-E" then capitals, then not a word character: a negative errno.
+		for (size_t at = text.find("-E"); at != std::string::npos; at = text.find("-E", at + 2)) {
+			size_t end = at + 2;
+			while (end < text.size() && std::isupper((unsigned char)text[end]))
+				end++;
+			bool word_end = end == text.size() ||
+					!(std::isalnum((unsigned char)text[end]) || text[end] == '_');
+			if (end > at + 2 && word_end)
+				found.insert(text.substr(at + 1, end - at - 1));
+		}
+	}
+	ASSERT_GE(found.size(), 10u) << "the grep of " SD_SOURCE_ROOT "/lib found too little";
+	std::set<std::string> texts;
+	for (const auto &name : found) {
+		auto k = known.find(name);
+		ASSERT_NE(known.end(), k) << "lib/ returns -" << name
+					  << ": give it an sd_strerror() text and add it here";
+		const char *s = sd_strerror(-k->second);
+		EXPECT_STRNE("unknown error", s) << "-" << name;
+		EXPECT_TRUE(texts.insert(s).second) << "-" << name << " shares its text";
+	}
+	// The texts fit every use: -ENOMEM is also mprotect over a hole,
+	// -EEXIST also a taken strategy name, -EINVAL also interrupts off.
+	EXPECT_TRUE(icontains(sd_strerror(-ENOMEM), "mapped"));
+	EXPECT_TRUE(icontains(sd_strerror(-EEXIST), "strategy"));
+	EXPECT_TRUE(icontains(sd_strerror(-EEXIST), "mapped"));
+	EXPECT_TRUE(icontains(sd_strerror(-EINVAL), "interrupts"));
+	EXPECT_TRUE(icontains(sd_strerror(-EBUSY), "interrupts"));
+	EXPECT_TRUE(icontains(sd_strerror(-EPERM), "bind"));
+}
+
+
+// The whole int-returning surface with NULL objects: -EINVAL for a NULL
+// object, -EPERM for a NULL CPU that the caller must be attached as, and a
+// detail each time; never a crash.
+TEST(Errors, EveryIntCallRefusesNullObjects)
+{
+	Machine mach(cfg_cpus(2));
+	ASSERT_NE(nullptr, mach.m);
+	Attached a(mach.m, 0);
+	ASSERT_NE(nullptr, a.c);
+	sd_mm *mm = nullptr;
+	ASSERT_EQ(0, sd_mm_create(mach.m, &mm));
+	sd_tlbbatch *b = nullptr;
+	ASSERT_EQ(0, sd_tlbbatch_create(mach.m, &b));
+	sd_trap_hook *hook = nullptr;
+	sd_stats st;
+	sd_violation v;
+	sd_cpu_info ci;
+	struct sd_machine_info mi;
+	struct Case {
+		const char *what;
+		int want;
+		std::function<int()> call;
+	};
+	const Case cases[] = {
+		{"sd_ipi_call(NULL from)", -EPERM, [&] { return sd_ipi_call(nullptr, 1, nop_ipi, nullptr); }},
+		{"sd_mm_create(NULL out)", -EINVAL, [&] { return sd_mm_create(mach.m, nullptr); }},
+		{"sd_machine_info(NULL)", -EINVAL, [&] { return sd_machine_info(nullptr, &mi); }},
+		{"sd_machine_info(NULL info)", -EINVAL, [&] { return sd_machine_info(mach.m, nullptr); }},
+		{"sd_machine_cpu_info(NULL)", -EINVAL, [&] { return sd_machine_cpu_info(nullptr, 0, &ci); }},
+		{"sd_machine_cpu_info(NULL info)", -EINVAL, [&] { return sd_machine_cpu_info(mach.m, 0, nullptr); }},
+		{"sd_machine_run(NULL m)", -EINVAL, [&] { return sd_machine_run(nullptr, [](sd_cpu *, void *) {}, nullptr); }},
+		{"sd_stats_cpu(NULL)", -EINVAL, [&] { return sd_stats_cpu(nullptr, 0, &st); }},
+		{"sd_stats_snapshot(NULL out)", -EINVAL, [&] { return sd_stats_snapshot(mach.m, nullptr); }},
+		{"sd_oracle_violation(NULL m)", -EINVAL, [&] { return sd_oracle_violation(nullptr, 0, &v); }},
+		{"sd_strategy_register(NULL)", -EINVAL, [&] { return sd_strategy_register(nullptr); }},
+		{"sd_strategy_unregister(NULL)", -EINVAL, [&] { return sd_strategy_unregister(nullptr); }},
+		{"sd_tlb_invalidate_local(NULL cpu)", -EINVAL, [&] { return sd_tlb_invalidate_local(nullptr, mm, 0, 0); }},
+		{"sd_tlb_invalidate_broadcast(NULL mm)", -EINVAL, [&] { return sd_tlb_invalidate_broadcast(a.c, nullptr, 0, 0); }},
+		{"sd_mm_cpumask_test(NULL)", -EINVAL, [&] { return sd_mm_cpumask_test(nullptr, 0); }},
+		{"sd_mm_cpumask_set(NULL)", -EINVAL, [&] { return sd_mm_cpumask_set(nullptr, 0); }},
+		{"sd_mm_cpumask_clear(NULL)", -EINVAL, [&] { return sd_mm_cpumask_clear(nullptr, 0); }},
+		{"sd_mm_active_cpus(NULL)", -EINVAL, [&] { return sd_mm_active_cpus(nullptr); }},
+		{"sd_tlbbatch_create(NULL m)", -EINVAL, [&] { sd_tlbbatch *x; return sd_tlbbatch_create(nullptr, &x); }},
+		{"sd_tlbbatch_create(NULL out)", -EINVAL, [&] { return sd_tlbbatch_create(mach.m, nullptr); }},
+		{"sd_tlbbatch_add(NULL cpu)", -EPERM, [&] { return sd_tlbbatch_add(nullptr, b, mm); }},
+		{"sd_tlbbatch_add(NULL batch)", -EINVAL, [&] { return sd_tlbbatch_add(a.c, nullptr, mm); }},
+		{"sd_tlbbatch_add(NULL mm)", -EINVAL, [&] { return sd_tlbbatch_add(a.c, b, nullptr); }},
+		{"sd_tlbbatch_flush(NULL cpu)", -EPERM, [&] { return sd_tlbbatch_flush(nullptr, b); }},
+		{"sd_tlbbatch_flush(NULL batch)", -EINVAL, [&] { return sd_tlbbatch_flush(a.c, nullptr); }},
+		{"sd_reclaim(NULL cpu)", -EPERM, [&] { return sd_reclaim(nullptr, b, mm, 0, P); }},
+		{"sd_reclaim(NULL batch)", -EINVAL, [&] { return sd_reclaim(a.c, nullptr, mm, 0, P); }},
+		{"sd_trap_register(NULL m)", -EINVAL, [&] { return sd_trap_register(nullptr, 0, 0, [](sd_cpu *, uint32_t, void *) { return 0; }, nullptr, &hook); }},
+		{"sd_trap_register(NULL fn)", -EINVAL, [&] { return sd_trap_register(mach.m, 0, 0, nullptr, nullptr, &hook); }},
+		{"sd_trap_unregister(NULL hook)", -EINVAL, [&] { return sd_trap_unregister(mach.m, nullptr); }},
+		{"sd_trap(NULL cpu)", -EPERM, [&] { return sd_trap(nullptr, SD_ID_AA64ISAR0_EL1(0)); }},
+		{"sd_cpu_set_reg(NULL)", -EINVAL, [&] { return sd_cpu_set_reg(nullptr, 0, 1); }},
+	};
+	for (const auto &k : cases) {
+		SCOPED_TRACE(k.what);
+		prime_last_error();
+		check_error(k.call(), k.want, {"NULL", "attached", "range", "argument", "thread"});
+	}
+	EXPECT_EQ(0, sd_tlbbatch_destroy(nullptr));
+	EXPECT_EQ(0, sd_tlbbatch_destroy(b));
+	EXPECT_EQ(0, sd_mm_destroy(mm));
+}
+
+
+// Bad values of plain arguments: an unknown access kind, a quantile outside
+// [0, 1], and a range whose page tables alone exceed the machine's memory,
+// refused before a single table is allocated.
+TEST_F(MmErrors, UnknownKindQuantileAndHugeRange)
+{
+	prime_last_error();
+	check_error(sd_access(c, kCanary, static_cast<sd_access_kind>(2), nullptr), -EINVAL, {"kind"});
+	prime_last_error();
+	check_error(sd_access(c, kCanary, static_cast<sd_access_kind>(-1), nullptr), -EINVAL, {"kind"});
+	sd_stats st{};
+	st.flush_ns_hist[3] = 1;
+	for (double q : {-0.5, 1.5, std::nan("")}) {
+		prime_last_error();
+		EXPECT_EQ(0u, sd_stats_flush_ns_quantile(&st, q)) << q;
+		EXPECT_STRNE(kPrimer, sd_last_error()) << q;
+	}
+	EXPECT_EQ(16u, sd_stats_flush_ns_quantile(&st, 1.0));
+
+	struct HookGuard {
+		~HookGuard() { atomic_store(&sd_pt_alloc_fail_after, -1L); }
+	} guard;
+	// 2^46 bytes: 2^25 leaf tables, far above the 2^20 frames of the machine.
+	atomic_store(&sd_pt_alloc_fail_after, 1000L);
+	prime_last_error();
+	check_error(sd_mmap(c, mm, UINT64_C(1) << 46, UINT64_C(1) << 46, SD_PROT_READ), -ENOMEM,
+		    {"page tables"});
+	EXPECT_EQ(1000L, atomic_load(&sd_pt_alloc_fail_after))
+		<< "tables were allocated for a range that could never be mapped";
+	expect_untouched();
 }
 
 } // namespace
