@@ -100,7 +100,7 @@ static int normalise(const struct sd_machine_config *in, struct sd_machine_confi
 	if (cfg->oracle > SD_ORACLE_CHECKED)
 		return sd_fail(-EINVAL, "oracle mode %d unknown", (int)cfg->oracle);
 	/* A flag from a newer header must not be dropped silently. */
-	if (cfg->flags & ~(unsigned)SD_MACHINE_STRICT_PIN)
+	if (cfg->flags & ~(unsigned)(SD_MACHINE_STRICT_PIN | SD_MACHINE_TAKE_SIGNAL))
 		return sd_fail(-EINVAL, "flags 0x%x: unknown bits 0x%x", cfg->flags,
 			       cfg->flags & ~(unsigned)SD_MACHINE_STRICT_PIN);
 	return 0;

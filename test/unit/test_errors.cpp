@@ -1114,7 +1114,7 @@ TEST(Errors, IrqCallsFromTheWrongThreadOrUnbalanced)
 
 TEST(Errors, UnknownMachineFlags)
 {
-	for (unsigned flags : {1u << 1, 1u << 31, ~0u}) {
+	for (unsigned flags : {1u << 2, 1u << 31, ~0u}) {
 		sd_machine_config c = cfg_cpus(2);
 		c.flags = flags;
 		expect_create_fails(c, -EINVAL, {"flags"});

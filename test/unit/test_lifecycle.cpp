@@ -613,7 +613,7 @@ TEST(ZombieCpu, UnbalancedEnableOnAnAttachedThread)
 	EXPECT_EQ(1, sd_irqs_disabled(a.c)) << "one disable after two refused enables is off";
 	EXPECT_EQ(0, sd_irq_enable(a.c));
 	EXPECT_EQ(0, sd_irqs_disabled(a.c));
-	EXPECT_EQ(-EINVAL, sd_irq_enable(nullptr));
+	EXPECT_EQ(-EPERM, sd_irq_enable(nullptr)) << "NULL is a CPU the caller is not attached as";
 }
 
 // A body that leaves its thread with pthread_exit() (or is cancelled): its
