@@ -840,8 +840,12 @@ int sd_access(struct sd_cpu *c, uint64_t va, enum sd_access_kind kind, uint64_t 
 	struct sd_tlb_hit hit;
 	uint64_t vpn = va >> SD_PAGE_SHIFT;
 
-	if (likely(c && c == sd_this_cpu && !c->checked && va < SD_VA_END &&
-		   (unsigned)kind <= SD_WRITE &&
+	/* An unknown kind (above SD_WRITE) is folded into the VA bound, so
+	 * it goes to the slow path, which refuses it, without a branch of
+	 * its own on the hit path (a separate one cost about 3% of a hit). */
+	uint64_t bound_check = va | (uint64_t)((unsigned)kind > SD_WRITE) << SD_VA_BITS;
+
+	if (likely(c && c == sd_this_cpu && !c->checked && bound_check < SD_VA_END &&
 		   atomic_load_explicit(&c->mm, memory_order_relaxed) &&
 		   !atomic_load_explicit(&c->lazy, memory_order_relaxed) &&
 		   ++c->ops_since_qs < SD_ACCESSES_PER_QS &&
