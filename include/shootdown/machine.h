@@ -197,7 +197,8 @@ typedef void (*sd_cpu_fn)(struct sd_cpu *cpu, void *arg);
  * CPU detached on the way out, and the other bodies are not held up. Only
  * the first error is returned; its sd_last_error() names the CPU.
  *
- * Return: 0; -EBUSY if any CPU is already attached; -EAGAIN if threads could
+ * Return: 0; -EINVAL for a NULL @m or @fn; -EBUSY if any CPU is already
+ * attached, or the caller is itself an attached CPU; -EAGAIN if threads could
  * not be created (none are left running); -ENOSYS/-EPERM with
  * SD_MACHINE_STRICT_PIN when binding fails; -EDEADLK if a body returned with
  * interrupts off; -EINVAL if a body called sd_irq_enable() with interrupts

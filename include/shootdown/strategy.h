@@ -61,7 +61,11 @@ struct sd_mm;
  * And the rules of the road: flush() runs on the initiating CPU's thread
  * with interrupts on; it may wait for other CPUs, but every wait must let
  * them make progress (sd_ipi_call() does). switch_in() and switch_out() run
- * with interrupts off and must not wait for other CPUs.
+ * with interrupts off and must not wait for other CPUs. switch_out() may
+ * also run inside the IPI signal handler: when sd_mm_destroy() shoots a CPU
+ * that holds the mm only lazily, that CPU leaves the mm from its handler. So
+ * switch_out() must be async-signal-safe (no malloc, no locks the
+ * interrupted code may hold, no stdio).
  * @{
  */
 
@@ -114,7 +118,9 @@ struct sd_strategy {
 	/** Optional. @cpu has just loaded @mm (its cpumask bit is set);
 	 *  interrupts off. */
 	void (*switch_in)(struct sd_cpu *cpu, struct sd_mm *mm, void *arg);
-	/** Optional. @cpu is about to leave @mm; interrupts off. */
+	/** Optional. @cpu is about to leave @mm; interrupts off, possibly in
+	 *  the IPI signal handler (a lazy CPU shot by sd_mm_destroy()):
+	 *  async-signal-safe. */
 	void (*switch_out)(struct sd_cpu *cpu, struct sd_mm *mm, void *arg);
 };
 
