@@ -148,17 +148,18 @@ SD_EXPORT void sd_machine_config_init(struct sd_machine_config *cfg);
  * of 64 characters or more, a malformed (blanks included), repeated or
  * out-of-range strategy option); -ENOENT for an unknown strategy or
  * option; -EBUSY if 8 distinct IPI signals are already in use by other
- * machines, or if the program already installed a handler on ipi_signal and
- * SD_MACHINE_TAKE_SIGNAL is not set (SIG_IGN is not a handler: it is kept
- * and chained to); -ENOMEM. Nothing is left allocated on failure. Any thread
- * that is not an attached CPU.
+ * machines, or if the program already installed a handler on ipi_signal
+ * and SD_MACHINE_TAKE_SIGNAL is not set (SIG_IGN is not a handler: it is
+ * kept and chained to); -EDEADLK if the caller is an attached CPU with
+ * interrupts off; -ENOMEM. Nothing is left allocated on failure. Any
+ * thread, an attached CPU (of any machine) included.
  *
  * The signal stays the program's too: a signal of that number that is not
  * one of the library's IPIs (they carry a cookie in their siginfo) goes to
  * the action the program had before, on any thread: its handler (with its
  * mask and SA_SIGINFO convention), nothing for SIG_IGN, and the default
  * action (the process ends) for SIG_DFL.
- * Not from an attached CPU, so never with interrupts off.
+ * From an attached CPU only with interrupts on (off: -EDEADLK).
  */
 SD_EXPORT int sd_machine_create(const struct sd_machine_config *cfg,
 				struct sd_machine **out);

@@ -154,6 +154,11 @@ int sd_machine_create(const struct sd_machine_config *in, struct sd_machine **ou
 
 	if (!out)
 		return sd_fail(-EINVAL, "sd_machine_create: NULL out");
+	/* An attached CPU may create another machine, but not with its
+	 * interrupts off: creation takes process-wide locks and may block. */
+	if (sd_this_cpu && sd_this_cpu->irq_depth)
+		return sd_fail(-EDEADLK, "sd_machine_create: interrupts are off on CPU %u",
+			       sd_this_cpu->id);
 	m = aligned_alloc(SD_CACHELINE, sd_round_up(sizeof(*m), SD_CACHELINE));
 	if (!m)
 		return -ENOMEM;

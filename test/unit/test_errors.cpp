@@ -1112,6 +1112,25 @@ TEST(Errors, IrqCallsFromTheWrongThreadOrUnbalanced)
 	EXPECT_EQ(0, sd_irqs_disabled(a.c));
 }
 
+// An attached CPU may create another machine, but not with interrupts off:
+// -EDEADLK, and nothing is built.
+TEST(Errors, MachineCreateWithInterruptsOffIsRefused)
+{
+	Machine mach(cfg_cpus(2));
+	ASSERT_NE(nullptr, mach.m);
+	Attached a(mach.m, 0);
+	sd_machine *other = nullptr;
+	sd_machine_config c = cfg_cpus(2);
+	sd_irq_disable(a.c);
+	EXPECT_EQ(-EDEADLK, sd_machine_create(&c, &other));
+	EXPECT_EQ(nullptr, other);
+	EXPECT_NE(nullptr, std::strstr(sd_last_error(), "interrupts are off on CPU 0"))
+		<< sd_last_error();
+	EXPECT_EQ(0, sd_irq_enable(a.c));
+	ASSERT_EQ(0, sd_machine_create(&c, &other)) << sd_last_error();
+	EXPECT_EQ(0, sd_machine_destroy(other));
+}
+
 TEST(Errors, UnknownMachineFlags)
 {
 	for (unsigned flags : {1u << 2, 1u << 31, ~0u}) {
