@@ -36,6 +36,7 @@ namespace {
 using sdtest::Attached;
 using sdtest::Machine;
 using sdtest::Watchdog;
+using sdtest::counter;
 
 constexpr uint64_t P = SD_PAGE_SIZE;
 constexpr unsigned RW = SD_PROT_READ | SD_PROT_WRITE;
@@ -47,13 +48,6 @@ void wait_flag(const std::atomic<int> &flag, int value = 1)
 {
 	while (flag.load() < value)
 		std::this_thread::sleep_for(std::chrono::microseconds(50));
-}
-
-uint64_t stat_of(sd_machine *m, unsigned cpu, sd_stat id)
-{
-	sd_stats s;
-	EXPECT_EQ(0, sd_stats_cpu(m, cpu, &s));
-	return s.counter[id];
 }
 
 bool attached(sd_machine *m, unsigned cpu)
@@ -187,7 +181,7 @@ TEST_P(LazyMm, DestroyAfterTheBodyThatRanItReturned)
 					      "alive: " << s.detail;
 	EXPECT_EQ(0, s.cpu1_mm_after.load()) << "the lazy CPU still names the destroyed mm";
 	EXPECT_EQ(0, s.ipi_loaded_after.load()) << "the strategy still has the destroyed mm loaded";
-	EXPECT_GE(stat_of(mach.m, 1, SD_STAT_IPI_RECV), 1u) << "the lazy CPU was never shot";
+	EXPECT_GE(counter(mach.m, 1, SD_STAT_IPI_RECV), 1u) << "the lazy CPU was never shot";
 	EXPECT_EQ(0u, sd_oracle_violations(mach.m));
 	if (s.destroy_err.load()) {
 		EXPECT_EQ(0, sd_mm_destroy(s.a)) << "after the run every CPU is detached";

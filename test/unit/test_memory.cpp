@@ -207,16 +207,12 @@ struct RingRun {
 
 uint64_t sent_by(sd_machine *m, unsigned cpu)
 {
-	sd_stats s;
-	EXPECT_EQ(0, sd_stats_cpu(m, cpu, &s));
-	return s.counter[SD_STAT_IPI_SENT];
+	return sdtest::counter(m, cpu, SD_STAT_IPI_SENT);
 }
 
 uint64_t received_by(sd_machine *m, unsigned cpu)
 {
-	sd_stats s;
-	EXPECT_EQ(0, sd_stats_cpu(m, cpu, &s));
-	return s.counter[SD_STAT_IPI_RECV];
+	return sdtest::counter(m, cpu, SD_STAT_IPI_RECV);
 }
 
 // Whether @pred held before @ms milliseconds passed.
