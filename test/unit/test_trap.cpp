@@ -139,11 +139,24 @@ TEST(Trap, HooksComeAndGoWhileEveryCpuTraps)
 				static const Tag tags[8] = { { 0xabc0 }, { 0xabc1 }, { 0xabc2 }, { 0xabc3 },
 							     { 0xabc4 }, { 0xabc5 }, { 0xabc6 }, { 0xabc7 } };
 				sd_trap_hook *live[8] = {};
-				auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(800);
+				auto now = std::chrono::steady_clock::now();
+				auto end = now + std::chrono::milliseconds(800);
+				auto hard_end = now + std::chrono::seconds(10);
 				// Bounded too: each unregister leaves a deferred free, and
-				// under TSan the call_rcu worker drains them slowly.
-				for (unsigned n = 0; n < 20000 && std::chrono::steady_clock::now() < end;
+				// under TSan the call_rcu worker drains them slowly. But
+				// on a loaded host the trapping CPUs may not have run at
+				// all by then (0 hits seen in CI): keep churning, slowly
+				// (a short sleep gives them the PU and keeps the deferred
+				// frees few), until they saw a hook and a miss, or 10 s.
+				auto trappers_saw_both = [a] {
+					return a->user_hits.load() > 0 && a->undef.load() > 0;
+				};
+				for (unsigned n = 0;
+				     (n < 20000 && std::chrono::steady_clock::now() < end) ||
+				     (!trappers_saw_both() && std::chrono::steady_clock::now() < hard_end);
 				     n++) {
+					if (n >= 20000 || std::chrono::steady_clock::now() >= end)
+						std::this_thread::sleep_for(std::chrono::microseconds(200));
 					unsigned i = n % 8;
 					if (live[i]) {
 						EXPECT_EQ(0, sd_trap_unregister(a->m, live[i]));
