@@ -148,7 +148,7 @@ void cpu_body(sd_cpu *c, void *arg)
 
 struct Result {
 	uint64_t failures, violations, visits, saw_b, wrote_a, rounds;
-	sd_stats stats;
+	sd_stats stats = SD_STATS_INIT;
 };
 
 // One run on a fresh machine; @broken plants both bugs, with delayed stores.
