@@ -140,7 +140,7 @@ void run(const Params &p, sd_stats *out)
 		ASSERT_EQ(0, sd_machine_run(machine.m, cpu_body, &w));
 	}
 
-	sd_stats_snapshot(machine.m, out);
+	EXPECT_EQ(0, sd_stats_snapshot(machine.m, out)) << sd_last_error();
 	uint64_t v = sd_oracle_violations(machine.m);
 	if (v) {
 		sd_violation d;
