@@ -149,7 +149,7 @@ static int measure(const char *spec, unsigned cpus, int flush)
 			err = atomic_load(&r.err);
 		long rss3 = rss_bytes();
 		long heap = (long)heap_in_use() - (long)heap0;
-		struct sd_stats st;
+		struct sd_stats st = SD_STATS_INIT;
 		sd_stats_snapshot(m, &st);
 		printf("  flushed: %llu IPIs in %.0f ms, heap left %+ld B, run rss %+.0f B/CPU",
 		       (unsigned long long)st.counter[SD_STAT_IPI_RECV],

@@ -449,21 +449,21 @@ void report_machine(State &st, const sd_machine *m)
 
 sd_stats cpu_stats(const sd_machine *m, unsigned cpu)
 {
-	sd_stats s;
+	sd_stats s = SD_STATS_INIT;
 	sd_stats_cpu(m, cpu, &s);
 	return s;
 }
 
 sd_stats all_stats(const sd_machine *m)
 {
-	sd_stats s;
+	sd_stats s = SD_STATS_INIT;
 	sd_stats_snapshot(m, &s);
 	return s;
 }
 
 sd_stats delta(const sd_stats &after, const sd_stats &before)
 {
-	sd_stats d;
+	sd_stats d = SD_STATS_INIT;
 	sd_stats_delta(&after, &before, &d);
 	return d;
 }
@@ -1150,7 +1150,7 @@ bool run_batches(State &st, RunMachine &rm, sd_cpu_fn body, uint64_t batch, cons
 void BM_mprotect_threaded(State &st, const char *strategy, unsigned cpus)
 {
 	RunMachine rm(cpus, SD_ORACLE_OFF, cpus, 1, strategy);
-	sd_stats d;
+	sd_stats d = SD_STATS_INIT;
 
 	if (!rm.ok(st) ||
 	    !run_batches(st, rm, mprotect_threaded_body, kMprotectBatch, "mprotect_threaded run", &d))
@@ -1202,7 +1202,7 @@ void process_churn_body(sd_cpu *c, void *p)
 void BM_process_churn(State &st, const char *strategy, unsigned cpus)
 {
 	RunMachine rm(cpus, SD_ORACLE_OFF, 1, 1, strategy);
-	sd_stats d;
+	sd_stats d = SD_STATS_INIT;
 
 	if (!rm.ok(st) ||
 	    !run_batches(st, rm, process_churn_body, kChurnBatch, "process_churn run", &d))
@@ -1439,7 +1439,7 @@ void BM_context_switch(State &st, const char *strategy, unsigned cpus,
 	const unsigned tasks = groups * kCsTasksPerGroup;
 	RunMachine rm(cpus, SD_ORACLE_OFF, tasks, kCsPages, strategy, kSwitchTlb);
 	CsArg arg;
-	sd_stats d;
+	sd_stats d = SD_STATS_INIT;
 
 	if (!rm.ok(st))
 		return;
@@ -1523,7 +1523,7 @@ void BM_forked_worker(State &st, const char *strategy, unsigned cpus)
 {
 	RunMachine rm(cpus, SD_ORACLE_OFF, 1 + cpus, kFwPages, strategy, kSwitchTlb);
 	FwArg arg;
-	sd_stats d;
+	sd_stats d = SD_STATS_INIT;
 
 	RunTimes times;
 
@@ -1623,7 +1623,7 @@ constexpr double kTf2WarmupSeconds = 0.5;
 
 struct Tf2Warmup {
 	unsigned batches = 0;
-	sd_stats d{};
+	sd_stats d = SD_STATS_INIT;
 };
 
 bool tf2_warmup(State &st, RunMachine &rm, Tf2Warmup *w)
@@ -1662,7 +1662,7 @@ void BM_tlb_flush2(State &st, const char *strategy, unsigned cpus, bool processe
 	RunMachine rm(cpus, SD_ORACLE_OFF, processes ? cpus : 1, 1, strategy);
 	RunArg arg;
 	Tf2Warmup warm;
-	sd_stats d;
+	sd_stats d = SD_STATS_INIT;
 	RunTimes times;
 
 	if (!rm.ok(st) || !tf2_warmup(st, rm, &warm))

@@ -124,6 +124,7 @@ static int run_one(const struct options *o, const char *strategy, unsigned cpus,
 	res->strategy = strategy;
 	res->cpus = cpus;
 	res->oversubscribed = info.oversubscribed;
+	res->stats = (struct sd_stats)SD_STATS_INIT;
 	sd_stats_snapshot(m, &res->stats);
 	res->violations = sd_oracle_violations(m);
 	for (unsigned i = 0; i < cpus; i++)

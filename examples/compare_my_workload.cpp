@@ -69,7 +69,7 @@ using MachinePtr = std::unique_ptr<sd_machine, MachineDeleter>;
 
 struct Row {
 	double ns_per_op;
-	sd_stats stats;
+	sd_stats stats = SD_STATS_INIT;
 	uint64_t violations;
 	bool oversubscribed;
 };

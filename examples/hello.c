@@ -61,7 +61,7 @@ int main(void)
 	struct sd_machine_config cfg = SD_MACHINE_CONFIG_INIT;
 	struct sd_machine *m;
 	struct sd_cpu *cpu;
-	struct sd_stats stats;
+	struct sd_stats stats = SD_STATS_INIT;
 	struct hello h = { 0 };
 	int err;
 

@@ -204,7 +204,7 @@ static int run(const char *strategy, struct handshake *hs, unsigned threads, uns
 	struct sd_machine *m;
 	struct sd_cpu *cpu;
 	struct runtime rt = { .hs = hs, .ops = ops };
-	struct sd_stats st;
+	struct sd_stats st = SD_STATS_INIT;
 	struct timespec t0, t1;
 	int err;
 

@@ -103,7 +103,7 @@ struct Attached {
 inline bool fresh_cpus_clean(sd_machine *m)
 {
 	for (unsigned c = 0; c < sd_machine_nr_cpus(m); c++) {
-		sd_stats st;
+		sd_stats st = SD_STATS_INIT;
 		if (sd_stats_cpu(m, c, &st))
 			return false;
 		for (unsigned i = 0; i < SD_STAT_NR; i++)
@@ -212,14 +212,14 @@ private:
 // One CPU's counter, and the machine-wide sum.
 inline uint64_t counter(sd_machine *m, unsigned cpu, sd_stat id)
 {
-	sd_stats s;
+	sd_stats s = SD_STATS_INIT;
 	EXPECT_EQ(0, sd_stats_cpu(m, cpu, &s));
 	return s.counter[id];
 }
 
 inline uint64_t total(sd_machine *m, sd_stat id)
 {
-	sd_stats s;
+	sd_stats s = SD_STATS_INIT;
 	EXPECT_EQ(0, sd_stats_snapshot(m, &s));
 	return s.counter[id];
 }

@@ -13,6 +13,7 @@
 #ifndef SHOOTDOWN_STATS_H
 #define SHOOTDOWN_STATS_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include "export.h"
@@ -27,7 +28,9 @@ SD_BEGIN_DECLS
  */
 
 /** X(enum suffix, printed name): one line per counter, expanded into enum
- *  sd_stat and into the names sd_stat_name() returns. */
+ *  sd_stat and into the names sd_stat_name() returns. A new counter goes at
+ *  the END of the list: its id and its slot in struct sd_stats must not
+ *  move what callers compiled against an older list see (struct sd_stats). */
 #define SD_STAT_LIST(X)                                                          \
 	X(TLB_HIT, "tlb_hits")                  /* lookups served by the TLB (L1 + L2) */ \
 	X(TLB_L1_HIT, "tlb_l1_hits")                                            \
@@ -98,17 +101,42 @@ enum sd_stat {
 /** Buckets of the flush-latency histogram: bucket i counts [2^i, 2^(i+1)) ns. */
 #define SD_STAT_HIST_BUCKETS 40
 
-/** A snapshot: counters summed over the CPUs it covers. */
+/**
+ * struct sd_stats - a snapshot: counters summed over the CPUs it covers.
+ *
+ * Start from SD_STATS_INIT: @size records which version of the struct the
+ * caller compiled against (like struct sd_machine_config's). Every function
+ * that takes a struct sd_stats reads and writes at most @size bytes of it:
+ * a caller built against an older release, which knew fewer counters, gets
+ * exactly the prefix it knows, and the library never writes past it. That
+ * works because the counters come last and new ones are only ever appended
+ * (SD_STAT_LIST). A known size is SD_STATS_SIZE(n) for 0 <= n <= SD_STAT_NR;
+ * 0, anything larger than sizeof(struct sd_stats) or between two known sizes
+ * is -EINVAL with the detail in sd_last_error(). A struct a function filled
+ * keeps the caller's @size, so snapshots pass on to sd_stats_delta() and
+ * sd_stats_print() as they are.
+ */
 struct sd_stats {
-	/** Event counts, indexed by enum sd_stat. */
-	uint64_t counter[SD_STAT_NR];
-	/** flush latency seen by the initiator, log2 ns buckets */
-	uint64_t flush_ns_hist[SD_STAT_HIST_BUCKETS];
-	/** sum of flush latencies in ns (for the mean) */
-	uint64_t flush_ns_total;
+	/** sizeof(struct sd_stats) as the caller compiled it (SD_STATS_INIT). */
+	size_t size;
 	/** CPUs summed */
 	unsigned nr_cpus;
+	/** sum of flush latencies in ns (for the mean) */
+	uint64_t flush_ns_total;
+	/** flush latency seen by the initiator, log2 ns buckets */
+	uint64_t flush_ns_hist[SD_STAT_HIST_BUCKETS];
+	/** Event counts, indexed by enum sd_stat. Last, so that new counters
+	 *  extend the struct without moving anything an old caller reads. */
+	uint64_t counter[SD_STAT_NR];
 };
+
+/** Size of a struct sd_stats that knows the first @nr_counters counters: what
+ *  sizeof(struct sd_stats) was in a release that had that many. */
+#define SD_STATS_SIZE(nr_counters) \
+	(offsetof(struct sd_stats, counter) + (size_t)(nr_counters) * sizeof(uint64_t))
+
+/** Initialiser for struct sd_stats: @size set to this version's, all else 0. */
+#define SD_STATS_INIT { sizeof(struct sd_stats), 0, 0, { 0 }, { 0 } }
 
 /**
  * sd_stat_name() - printed name of counter @id, or NULL if out of range. Any
@@ -117,22 +145,28 @@ struct sd_stats {
 SD_EXPORT const char *sd_stat_name(enum sd_stat id);
 
 /**
- * sd_stats_snapshot() - sum every CPU's counters into @out.
- * Return: 0; -EINVAL for NULL arguments. Any thread.
+ * sd_stats_snapshot() - sum every CPU's counters into @out, whose @size the
+ * caller set (SD_STATS_INIT); at most that many bytes are written.
+ * Return: 0; -EINVAL for NULL arguments or an unknown @out->size (nothing
+ * written). Any thread.
  * Never waits for another CPU: may be called with interrupts off.
  */
 SD_EXPORT int sd_stats_snapshot(const struct sd_machine *m, struct sd_stats *out);
 
 /**
- * sd_stats_cpu() - counters of CPU @cpu alone.
- * Return: 0; -EINVAL for NULL arguments or @cpu out of range. Any thread.
+ * sd_stats_cpu() - counters of CPU @cpu alone, into at most @out->size bytes
+ * of @out (the caller sets @size, as for sd_stats_snapshot()).
+ * Return: 0; -EINVAL for NULL arguments, @cpu out of range or an unknown
+ * @out->size (nothing written). Any thread.
  * Never waits for another CPU: may be called with interrupts off.
  */
 SD_EXPORT int sd_stats_cpu(const struct sd_machine *m, unsigned cpu, struct sd_stats *out);
 
 /**
- * sd_stats_delta() - @out = @after - @before, counter by counter (a NULL
- * argument: nothing done, detail in sd_last_error()). Any thread.
+ * sd_stats_delta() - @out = @after - @before, counter by counter, into at
+ * most @out->size bytes of @out; a counter that @after or @before is too
+ * small to hold counts as 0 there. A NULL argument or an unknown size in any
+ * of the three: nothing done, detail in sd_last_error(). Any thread.
  * Never waits for another CPU: may be called with interrupts off.
  */
 SD_EXPORT void sd_stats_delta(const struct sd_stats *after, const struct sd_stats *before,
@@ -141,21 +175,23 @@ SD_EXPORT void sd_stats_delta(const struct sd_stats *after, const struct sd_stat
 /**
  * sd_stats_flush_ns_quantile() - a flush-latency quantile (0 <= @q <= 1) from
  * the histogram, as the upper bound of its bucket in ns; 0 if no flushes,
- * @s is NULL or @q is outside [0, 1] (NaN included).
+ * @s is NULL or has an unknown size, or @q is outside [0, 1] (NaN included).
  * Never waits for another CPU: may be called with interrupts off. Any thread.
  */
 SD_EXPORT uint64_t sd_stats_flush_ns_quantile(const struct sd_stats *s, double q);
 
 /**
- * sd_stats_print() - print non-zero counters and the histogram, one per line
- * (a NULL argument: nothing printed, detail in sd_last_error()).
+ * sd_stats_print() - print non-zero counters and the histogram, one per line,
+ * of the counters @s->size holds (a NULL argument or an unknown size: nothing
+ * printed, detail in sd_last_error()).
  * Never waits for another CPU: may be called with interrupts off. Any thread.
  */
 SD_EXPORT void sd_stats_print(const struct sd_stats *s, FILE *f);
 
 /**
- * sd_stats_json() - print @s as one JSON object (all counters, histogram);
- * a NULL argument: nothing printed, detail in sd_last_error().
+ * sd_stats_json() - print @s as one JSON object (the counters @s->size holds,
+ * histogram); a NULL argument or an unknown size: nothing printed, detail in
+ * sd_last_error().
  * Never waits for another CPU: may be called with interrupts off. Any thread.
  */
 SD_EXPORT void sd_stats_json(const struct sd_stats *s, FILE *f);

@@ -13,6 +13,40 @@ static const char *const stat_names[SD_STAT_NR] = {
 #undef SD_STAT_NAME
 };
 
+/* Counters last and a whole number of them per known size: see struct sd_stats. */
+_Static_assert(SD_STATS_SIZE(SD_STAT_NR) == sizeof(struct sd_stats),
+	       "struct sd_stats must end with its counters, unpadded");
+
+/*
+ * How many counters a caller's struct holds, from the size it compiled
+ * (the sd_machine_config convention): -EINVAL with the detail for a size
+ * no release ever had, so a wrong size is never read or written past.
+ */
+static int stats_nr_counters(const struct sd_stats *s, const char *fn)
+{
+	size_t head = SD_STATS_SIZE(0);
+
+	if (s->size < head || s->size > sizeof(*s) ||
+	    (s->size - head) % sizeof(s->counter[0]))
+		return sd_fail(-EINVAL, "%s: struct sd_stats size %zu unknown (expected %zu): "
+			       "start from SD_STATS_INIT", fn, s->size, sizeof(*s));
+	return (int)((s->size - head) / sizeof(s->counter[0]));
+}
+
+/* A caller's struct, widened to ours: counters it does not know read as 0. */
+static void stats_widen(struct sd_stats *full, const struct sd_stats *s)
+{
+	memset(full, 0, sizeof(*full));
+	memcpy(full, s, s->size);
+}
+
+/* Hand @full back in the caller's size: never a byte past @out->size. */
+static void stats_narrow(struct sd_stats *out, struct sd_stats *full)
+{
+	full->size = out->size;
+	memcpy(out, full, out->size);
+}
+
 const char *sd_stat_name(enum sd_stat id)
 {
 	if ((unsigned)id >= SD_STAT_NR) {
@@ -42,36 +76,57 @@ static void add_cpu(struct sd_stats *s, const struct sd_cpu *c)
 
 int sd_stats_snapshot(const struct sd_machine *m, struct sd_stats *out)
 {
+	struct sd_stats full = { .size = sizeof(full) };
+	int err;
+
 	if (!m || !out)
 		return sd_fail(-EINVAL, "sd_stats_snapshot: NULL argument");
-	memset(out, 0, sizeof(*out));
+	err = stats_nr_counters(out, "sd_stats_snapshot");
+	if (err < 0)
+		return err;
 	for (unsigned i = 0; i < m->nr_cpus; i++)
-		add_cpu(out, m->cpus[i]);
+		add_cpu(&full, m->cpus[i]);
+	stats_narrow(out, &full);
 	return 0;
 }
 
 int sd_stats_cpu(const struct sd_machine *m, unsigned cpu, struct sd_stats *out)
 {
+	struct sd_stats full = { .size = sizeof(full) };
+	int err;
+
 	if (!m || !out || cpu >= m->nr_cpus)
 		return sd_fail(-EINVAL, "sd_stats_cpu: NULL argument or CPU out of range");
-	memset(out, 0, sizeof(*out));
-	add_cpu(out, m->cpus[cpu]);
+	err = stats_nr_counters(out, "sd_stats_cpu");
+	if (err < 0)
+		return err;
+	add_cpu(&full, m->cpus[cpu]);
+	stats_narrow(out, &full);
 	return 0;
 }
 
 void sd_stats_delta(const struct sd_stats *after, const struct sd_stats *before,
 		    struct sd_stats *out)
 {
+	struct sd_stats a, b, d = { .size = sizeof(d) };
+
 	if (!after || !before || !out) {
 		sd_fail(-EINVAL, "sd_stats_delta: NULL argument");
 		return;
 	}
+	if (stats_nr_counters(after, "sd_stats_delta") < 0 ||
+	    stats_nr_counters(before, "sd_stats_delta") < 0 ||
+	    stats_nr_counters(out, "sd_stats_delta") < 0)
+		return;
+	stats_widen(&a, after);
+	stats_widen(&b, before);
 	for (unsigned i = 0; i < SD_STAT_NR; i++)
-		out->counter[i] = after->counter[i] - before->counter[i];
+		d.counter[i] = a.counter[i] - b.counter[i];
 	for (unsigned i = 0; i < SD_STAT_HIST_BUCKETS; i++)
-		out->flush_ns_hist[i] = after->flush_ns_hist[i] - before->flush_ns_hist[i];
-	out->flush_ns_total = after->flush_ns_total - before->flush_ns_total;
-	out->nr_cpus = after->nr_cpus;
+		d.flush_ns_hist[i] = a.flush_ns_hist[i] - b.flush_ns_hist[i];
+	d.flush_ns_total = a.flush_ns_total - b.flush_ns_total;
+	d.nr_cpus = a.nr_cpus;
+	stats_narrow(out, &d);
 }
 
 uint64_t sd_stats_flush_ns_quantile(const struct sd_stats *s, double q)
@@ -80,6 +135,8 @@ uint64_t sd_stats_flush_ns_quantile(const struct sd_stats *s, double q)
 
 	if (!s)
 		return (uint64_t)sd_fail(0, "sd_stats_flush_ns_quantile: NULL stats");
+	if (stats_nr_counters(s, "sd_stats_flush_ns_quantile") < 0)
+		return 0;
 	if (!(q >= 0.0 && q <= 1.0))    /* NaN too */
 		return (uint64_t)sd_fail(0, "sd_stats_flush_ns_quantile: q = %g is not in [0, 1]", q);
 	for (unsigned i = 0; i < SD_STAT_HIST_BUCKETS; i++)
@@ -97,13 +154,20 @@ uint64_t sd_stats_flush_ns_quantile(const struct sd_stats *s, double q)
 	return UINT64_C(2) << (SD_STAT_HIST_BUCKETS - 1);
 }
 
-void sd_stats_print(const struct sd_stats *s, FILE *f)
+void sd_stats_print(const struct sd_stats *in, FILE *f)
 {
-	if (!s || !f) {
+	struct sd_stats full, *s = &full;
+	int nr;
+
+	if (!in || !f) {
 		sd_fail(-EINVAL, "sd_stats_print: NULL argument");
 		return;
 	}
-	for (unsigned i = 0; i < SD_STAT_NR; i++)
+	nr = stats_nr_counters(in, "sd_stats_print");
+	if (nr < 0)
+		return;
+	stats_widen(&full, in);
+	for (int i = 0; i < nr; i++)
 		if (s->counter[i])
 			fprintf(f, "%-32s %llu\n", stat_names[i], (unsigned long long)s->counter[i]);
 	if (s->counter[SD_STAT_FLUSH]) {
@@ -120,12 +184,17 @@ void sd_stats_print(const struct sd_stats *s, FILE *f)
 
 void sd_stats_json(const struct sd_stats *s, FILE *f)
 {
+	int nr;
+
 	if (!s || !f) {
 		sd_fail(-EINVAL, "sd_stats_json: NULL argument");
 		return;
 	}
+	nr = stats_nr_counters(s, "sd_stats_json");
+	if (nr < 0)
+		return;
 	fprintf(f, "{\"nr_cpus\": %u", s->nr_cpus);
-	for (unsigned i = 0; i < SD_STAT_NR; i++)
+	for (int i = 0; i < nr; i++)
 		fprintf(f, ", \"%s\": %llu", stat_names[i], (unsigned long long)s->counter[i]);
 	fprintf(f, ", \"flush_ns_total\": %llu, \"flush_ns_hist\": [",
 		(unsigned long long)s->flush_ns_total);

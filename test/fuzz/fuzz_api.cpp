@@ -570,7 +570,7 @@ int run_machine(const std::string &family, uint64_t seed, unsigned index, unsign
 			     sd_last_error());
 		bad = 1;
 	}
-	sd_stats st;
+	sd_stats st = SD_STATS_INIT;
 	if (!sd_stats_snapshot(r.m, &st)) {
 		tot.flushes += st.counter[SD_STAT_FLUSH];
 		tot.ipis += st.counter[SD_STAT_IPI_SENT];

@@ -148,7 +148,7 @@ void cpu_body(sd_cpu *c, void *arg)
 
 struct Result {
 	uint64_t failures, violations, visits, saw_b, wrote_a, rounds;
-	sd_stats stats;
+	sd_stats stats = SD_STATS_INIT;
 };
 
 // One run on a fresh machine; @broken plants both bugs, with delayed stores.
@@ -183,8 +183,8 @@ void run(const std::string &spec, unsigned cpus, bool broken, double seconds, Re
 	sd_order_set_delayed_stores(false);
 
 	*out = { w.failures.load(), sd_oracle_violations(machine.m), w.visits.load(),
-		 w.saw_b.load(), w.wrote_a.load(), w.round.load(), {} };
-	sd_stats_snapshot(machine.m, &out->stats);
+		 w.saw_b.load(), w.wrote_a.load(), w.round.load(), SD_STATS_INIT };
+	EXPECT_EQ(0, sd_stats_snapshot(machine.m, &out->stats)) << sd_last_error();
 	EXPECT_EQ(0u, w.unexpected.load());
 	EXPECT_EQ(0, sd_mm_destroy(w.x));
 	for (unsigned i = 1; i < cpus; i++)

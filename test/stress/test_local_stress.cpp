@@ -140,7 +140,7 @@ void run(const Params &p, sd_stats *out)
 		ASSERT_EQ(0, sd_machine_run(machine.m, cpu_body, &w));
 	}
 
-	sd_stats_snapshot(machine.m, out);
+	EXPECT_EQ(0, sd_stats_snapshot(machine.m, out)) << sd_last_error();
 	uint64_t v = sd_oracle_violations(machine.m);
 	if (v) {
 		sd_violation d;
@@ -172,7 +172,7 @@ class LocalStress : public ::testing::TestWithParam<unsigned> {};
 TEST_P(LocalStress, MigratingTasksStayCoherent)
 {
 	unsigned cpus = GetParam();
-	sd_stats s;
+	sd_stats s = SD_STATS_INIT;
 	run({ "local", cpus, 16, 3 * cpus, 2 }, &s);
 	// The paths this strategy adds must all have run.
 	EXPECT_GT(s.counter[SD_STAT_LOCAL_ONLY_FLUSH], 0u);
@@ -187,7 +187,7 @@ class RolloverStorm : public ::testing::TestWithParam<const char *> {};
 
 TEST_P(RolloverStorm, FourBitAsidsNoCrossMmTranslations)
 {
-	sd_stats s;
+	sd_stats s = SD_STATS_INIT;
 	// 15 usable ASIDs for 40 mms on 6 CPUs: rollovers all the time.
 	run({ GetParam(), 6, 4, 36, 4 }, &s);
 	EXPECT_GT(s.counter[SD_STAT_ASID_ROLLOVER], 10u);

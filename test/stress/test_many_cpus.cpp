@@ -146,7 +146,7 @@ TEST(ManyCpus, BroadcastToEveryTlbTerminates)
 	}
 	double secs = std::chrono::duration<double>(Clock::now() - t0).count();
 
-	sd_stats st;
+	sd_stats st = SD_STATS_INIT;
 	ASSERT_EQ(0, sd_stats_snapshot(m, &st));
 	const unsigned initiators = (n + 7) / 8;
 	std::printf("[many_cpus] %u CPUs done in %.2f s: %llu accesses, %llu mprotects, %llu flushes, "

@@ -399,7 +399,7 @@ TEST_P(BroadcastStress, OracleChecked)
 	}
 	double took = std::chrono::duration<double>(Clock::now() - t0).count();
 
-	sd_stats st;
+	sd_stats st = SD_STATS_INIT;
 	ASSERT_EQ(0, sd_stats_snapshot(w.m, &st));
 	const uint64_t violations = sd_oracle_violations(w.m);
 	std::printf("[stress] %s: %.2f s, %llu bursts, %llu accesses (%llu hits), %llu mmap, "

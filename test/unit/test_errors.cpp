@@ -744,7 +744,7 @@ TEST(Errors, AttachCpuOutOfRange)
 	sd_cpu_info ci;
 	prime_last_error();
 	check_error(sd_machine_cpu_info(mach.m, 2, &ci), -EINVAL, {"out of range"});
-	sd_stats st;
+	sd_stats st = SD_STATS_INIT;
 	prime_last_error();
 	check_error(sd_stats_cpu(mach.m, 2, &st), -EINVAL, {"out of range"});
 }
@@ -1036,7 +1036,7 @@ TEST(Errors, NullGettersReturnTheDocumentedNeutralValue)
 		const char *what;
 		std::function<bool()> neutral;
 	};
-	sd_stats st{};
+	sd_stats st = SD_STATS_INIT;
 	const Case cases[] = {
 		{"sd_cpu_id", [] { return sd_cpu_id(nullptr) == 0; }},
 		{"sd_cpu_machine", [] { return sd_cpu_machine(nullptr) == nullptr; }},
@@ -1271,7 +1271,7 @@ TEST(Errors, EveryIntCallRefusesNullObjects)
 	sd_tlbbatch *b = nullptr;
 	ASSERT_EQ(0, sd_tlbbatch_create(mach.m, &b));
 	sd_trap_hook *hook = nullptr;
-	sd_stats st;
+	sd_stats st = SD_STATS_INIT;
 	sd_violation v;
 	sd_cpu_info ci;
 	struct sd_machine_info mi;
@@ -1334,7 +1334,7 @@ TEST_F(MmErrors, UnknownKindQuantileAndHugeRange)
 	check_error(sd_access(c, kCanary, static_cast<sd_access_kind>(2), nullptr), -EINVAL, {"kind"});
 	prime_last_error();
 	check_error(sd_access(c, kCanary, static_cast<sd_access_kind>(-1), nullptr), -EINVAL, {"kind"});
-	sd_stats st{};
+	sd_stats st = SD_STATS_INIT;
 	st.flush_ns_hist[3] = 1;
 	for (double q : {-0.5, 1.5, std::nan("")}) {
 		prime_last_error();

@@ -95,7 +95,7 @@ std::string describe_cpu(sd_machine *m, unsigned cpu)
 
 uint64_t cpu_counter(sd_machine *m, unsigned cpu, sd_stat id)
 {
-	sd_stats s;
+	sd_stats s = SD_STATS_INIT;
 	EXPECT_EQ(0, sd_stats_cpu(m, cpu, &s));
 	return s.counter[id];
 }
@@ -511,7 +511,7 @@ TEST(Ipi, ConcurrentInitiatorsOversubscribed)
 	EXPECT_EQ((uint64_t)kSenders * kCalls, cpu_counter(mach.m, 3, SD_STAT_IPI_RECV));
 	for (unsigned id = 0; id < kSenders; id++)
 		EXPECT_EQ((uint64_t)kCalls, cpu_counter(mach.m, id, SD_STAT_IPI_SENT));
-	sd_stats all;
+	sd_stats all = SD_STATS_INIT;
 	ASSERT_EQ(0, sd_stats_snapshot(mach.m, &all));
 	EXPECT_EQ(all.counter[SD_STAT_IPI_SENT], all.counter[SD_STAT_IPI_RECV]);
 	target.stop();

@@ -40,7 +40,7 @@ constexpr uint64_t kPage = 0x40000000;
 
 uint64_t cpu_stat(sd_machine *m, unsigned cpu, sd_stat id)
 {
-	sd_stats s;
+	sd_stats s = SD_STATS_INIT;
 	EXPECT_EQ(0, sd_stats_cpu(m, cpu, &s));
 	return s.counter[id];
 }

@@ -191,8 +191,8 @@ TEST(LocalOrder, NoInstrumentationWhenOff)
 	ASSERT_EQ(0, sd_access(c, kPage, SD_WRITE, nullptr));
 	ASSERT_EQ(0, sd_mprotect(c, mm, kPage, SD_PAGE_SIZE, SD_PROT_READ));
 	EXPECT_EQ(-EACCES, sd_access(c, kPage, SD_WRITE, nullptr));
-	sd_stats s;
-	sd_stats_snapshot(machine.m, &s);
+	sd_stats s = SD_STATS_INIT;
+	ASSERT_EQ(0, sd_stats_snapshot(machine.m, &s)) << sd_last_error();
 	EXPECT_EQ(1u, s.counter[SD_STAT_LOCAL_ONLY_FLUSH]);
 	EXPECT_EQ(0u, s.counter[SD_STAT_REMOTE_INVAL]);
 	sd_switch_mm(c, nullptr);

@@ -573,7 +573,7 @@ TEST(Machine, FreshCpuStateIsZeroOnADirtyHeap)
 	ASSERT_EQ(0, sd_machine_create(nullptr, &m)) << sd_last_error();
 	bool clean = sdtest::fresh_cpus_clean(m);
 	for (unsigned c = 0; c < sd_machine_nr_cpus(m); c++) {
-		sd_stats st;
+		sd_stats st = SD_STATS_INIT;
 		ASSERT_EQ(0, sd_stats_cpu(m, c, &st));
 		for (unsigned i = 0; i < SD_STAT_HIST_BUCKETS; i++)
 			EXPECT_EQ(0u, st.flush_ns_hist[i]) << "cpu " << c;

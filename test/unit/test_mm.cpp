@@ -37,7 +37,7 @@ sd_machine_config cfg(unsigned cpus, uint64_t frames = 0)
 
 uint64_t counter(sd_machine *m, unsigned cpu, sd_stat id)
 {
-	sd_stats s;
+	sd_stats s = SD_STATS_INIT;
 	EXPECT_EQ(0, sd_stats_cpu(m, cpu, &s));
 	return s.counter[id];
 }
@@ -550,7 +550,7 @@ TEST(MmAsid, ManyMmsThroughFewAsids)
 		ASSERT_EQ(0, sd_switch_mm(a.c, nullptr));
 	}
 	EXPECT_EQ((size_t)kMms, std::set<uint64_t>(pfn.begin(), pfn.end()).size());
-	sd_stats s;
+	sd_stats s = SD_STATS_INIT;
 	ASSERT_EQ(0, sd_stats_snapshot(mach.m, &s));
 	EXPECT_GT(s.counter[SD_STAT_ASID_ROLLOVER], 0u);
 	EXPECT_GE(s.counter[SD_STAT_ASID_ALLOC], (uint64_t)kMms);

@@ -101,7 +101,7 @@ Outcome run_scenario(const char *strategy, sd_oracle_mode oracle, Change change)
 		EXPECT_EQ(0, sd_access(a.c, kVa, SD_READ, nullptr));
 		s.go(2);                               // cached
 		s.wait_for(a.c, 3);                    // CPU 0's change returned
-		sd_stats before, after;
+		sd_stats before = SD_STATS_INIT, after = SD_STATS_INIT;
 		EXPECT_EQ(0, sd_stats_cpu(m, 1, &before));
 		out.cpu1_after = sd_access(a.c, kVa, SD_READ, &out.pfn_after);
 		EXPECT_EQ(0, sd_stats_cpu(m, 1, &after));
@@ -305,7 +305,7 @@ TEST(Oracle, ViolationsAppearInStats)
 	}
 	cpu1.join();
 	EXPECT_EQ((uint64_t)kPages, sd_oracle_violations(mach.m));
-	sd_stats c1, all;
+	sd_stats c1 = SD_STATS_INIT, all = SD_STATS_INIT;
 	ASSERT_EQ(0, sd_stats_cpu(mach.m, 1, &c1));
 	ASSERT_EQ(0, sd_stats_snapshot(mach.m, &all));
 	EXPECT_EQ((uint64_t)kPages, c1.counter[SD_STAT_VIOLATION]);

@@ -75,7 +75,7 @@ struct Shared {
 	bool gbcast = false;
 	bool warmed = false;           // written by CPU 0 before it sets stop
 	unsigned warm_cycles = 0;
-	sd_stats warm{};
+	sd_stats warm = SD_STATS_INIT;
 };
 
 // gbcast's per-mm state (tests only).
@@ -229,7 +229,7 @@ TEST_P(RcuFree, TablesOutliveWalkers)
 	s.gbcast = gbcast;
 	ASSERT_EQ(0, sd_mm_create(mach.m, &s.mm));
 
-	sd_stats before, after, d;
+	sd_stats before = SD_STATS_INIT, after = SD_STATS_INIT, d = SD_STATS_INIT;
 	ASSERT_EQ(0, sd_stats_snapshot(mach.m, &before));
 	ASSERT_EQ(0, sd_machine_run(mach.m, body, &s)) << sd_last_error();
 	ASSERT_EQ(0, sd_stats_snapshot(mach.m, &after));
@@ -267,7 +267,7 @@ TEST_P(RcuFree, TablesOutliveWalkers)
 	if (gbcast) {
 		// From the end of the warm-up on: no IPI reached the walkers.
 		// Only the RCU grace period kept their tables alive.
-		sd_stats g;
+		sd_stats g = SD_STATS_INIT;
 		sd_stats_delta(&after, &s.warm, &g);
 		std::fprintf(stderr,
 			     "[rcu_free] gbcast: global ASID %u after %u warm-up cycles; then "

@@ -256,7 +256,7 @@ protected:
 TEST_F(StatsWorkload, CountersAddUp)
 {
 	run(5000, sdtest::seed());
-	sd_stats s;
+	sd_stats s = SD_STATS_INIT;
 	ASSERT_EQ(0, sd_stats_snapshot(m, &s));
 	const uint64_t *k = s.counter;
 	EXPECT_EQ(kCpus, s.nr_cpus);
@@ -292,12 +292,12 @@ TEST_F(StatsWorkload, CountersAddUp)
 TEST_F(StatsWorkload, SnapshotIsTheSumOfCpus)
 {
 	run(2000, sdtest::seed() + 1);
-	sd_stats all, sum;
-	std::memset(&sum, 0, sizeof(sum));
+	sd_stats all = SD_STATS_INIT, sum = SD_STATS_INIT;
 	ASSERT_EQ(0, sd_stats_snapshot(m, &all));
 	for (unsigned c = 0; c < kCpus; c++) {
-		sd_stats one;
+		sd_stats one = SD_STATS_INIT;
 		std::memset(&one, 0xff, sizeof(one));
+		one.size = sizeof(one);         // poisoned, but a known size
 		ASSERT_EQ(0, sd_stats_cpu(m, c, &one));
 		EXPECT_EQ(1u, one.nr_cpus);
 		for (unsigned i = 0; i < SD_STAT_NR; i++)
@@ -321,11 +321,12 @@ TEST_F(StatsWorkload, SnapshotIsTheSumOfCpus)
 
 TEST_F(StatsWorkload, Delta)
 {
-	sd_stats before, after, d;
+	sd_stats before = SD_STATS_INIT, after = SD_STATS_INIT, d = SD_STATS_INIT;
 	ASSERT_EQ(0, sd_stats_snapshot(m, &before));
 	run(1000, sdtest::seed() + 2);
 	ASSERT_EQ(0, sd_stats_snapshot(m, &after));
 	std::memset(&d, 0xee, sizeof(d));
+	d.size = sizeof(d);
 	sd_stats_delta(&after, &before, &d);
 	EXPECT_EQ(kCpus, d.nr_cpus);
 	for (unsigned i = 0; i < SD_STAT_NR; i++)
@@ -336,7 +337,7 @@ TEST_F(StatsWorkload, Delta)
 	EXPECT_EQ(e.accesses, d.counter[SD_STAT_TLB_HIT] + d.counter[SD_STAT_TLB_MISS]);
 
 	// A second run: the delta holds only the second run's events.
-	sd_stats third, d2;
+	sd_stats third = SD_STATS_INIT, d2 = SD_STATS_INIT;
 	Expect first = e;
 	run(700, sdtest::seed() + 3);
 	ASSERT_EQ(0, sd_stats_snapshot(m, &third));
@@ -346,7 +347,7 @@ TEST_F(StatsWorkload, Delta)
 	EXPECT_EQ(e.switches - first.switches, d2.counter[SD_STAT_CTX_SWITCH]);
 	EXPECT_EQ(e.flushes - first.flushes, d2.counter[SD_STAT_FLUSH]);
 	// Delta of a snapshot with itself is all zero.
-	sd_stats z;
+	sd_stats z = SD_STATS_INIT;
 	sd_stats_delta(&third, &third, &z);
 	for (unsigned i = 0; i < SD_STAT_NR; i++)
 		EXPECT_EQ(0u, z.counter[i]);
@@ -355,7 +356,7 @@ TEST_F(StatsWorkload, Delta)
 TEST_F(StatsWorkload, JsonHasEveryCounter)
 {
 	run(1000, sdtest::seed() + 4);
-	sd_stats s;
+	sd_stats s = SD_STATS_INIT;
 	ASSERT_EQ(0, sd_stats_snapshot(m, &s));
 	std::string text = to_string(sd_stats_json, s);
 	Json j;
@@ -381,7 +382,7 @@ TEST_F(StatsWorkload, JsonHasEveryCounter)
 TEST_F(StatsWorkload, PrintShowsNonZeroCounters)
 {
 	run(500, sdtest::seed() + 5);
-	sd_stats s;
+	sd_stats s = SD_STATS_INIT;
 	ASSERT_EQ(0, sd_stats_snapshot(m, &s));
 	std::string text = to_string(sd_stats_print, s);
 	for (unsigned i = 0; i < SD_STAT_NR; i++) {
@@ -397,7 +398,7 @@ TEST_F(StatsWorkload, PrintShowsNonZeroCounters)
 TEST_F(StatsWorkload, QuantilesAreMonotone)
 {
 	run(300, sdtest::seed() + 6);
-	sd_stats s;
+	sd_stats s = SD_STATS_INIT;
 	ASSERT_EQ(0, sd_stats_snapshot(m, &s));
 	ASSERT_GT(s.counter[SD_STAT_FLUSH], 0u);
 	uint64_t prev = 0;
@@ -413,8 +414,7 @@ TEST_F(StatsWorkload, QuantilesAreMonotone)
 
 TEST(StatsQuantile, SyntheticHistograms)
 {
-	sd_stats s;
-	std::memset(&s, 0, sizeof(s));
+	sd_stats s = SD_STATS_INIT;
 	EXPECT_EQ(0u, sd_stats_flush_ns_quantile(&s, 0.0));
 	EXPECT_EQ(0u, sd_stats_flush_ns_quantile(&s, 0.5));
 	EXPECT_EQ(0u, sd_stats_flush_ns_quantile(&s, 1.0));
@@ -425,7 +425,7 @@ TEST(StatsQuantile, SyntheticHistograms)
 		EXPECT_EQ(16u, sd_stats_flush_ns_quantile(&s, q)) << "q = " << q;
 
 	// One sample in [4, 8) and one in [1024, 2048).
-	std::memset(&s, 0, sizeof(s));
+	s = SD_STATS_INIT;
 	s.flush_ns_hist[2] = 1;
 	s.flush_ns_hist[10] = 1;
 	EXPECT_EQ(8u, sd_stats_flush_ns_quantile(&s, 0.5));
@@ -433,7 +433,7 @@ TEST(StatsQuantile, SyntheticHistograms)
 	EXPECT_EQ(2048u, sd_stats_flush_ns_quantile(&s, 1.0));
 
 	// 90 fast, 10 slow: p50 fast, p95 slow.
-	std::memset(&s, 0, sizeof(s));
+	s = SD_STATS_INIT;
 	s.flush_ns_hist[8] = 90;
 	s.flush_ns_hist[20] = 10;
 	EXPECT_EQ(512u, sd_stats_flush_ns_quantile(&s, 0.5));
@@ -441,7 +441,7 @@ TEST(StatsQuantile, SyntheticHistograms)
 	EXPECT_EQ(UINT64_C(2) << 20, sd_stats_flush_ns_quantile(&s, 0.95));
 
 	// The last bucket.
-	std::memset(&s, 0, sizeof(s));
+	s = SD_STATS_INIT;
 	s.flush_ns_hist[SD_STAT_HIST_BUCKETS - 1] = 1;
 	EXPECT_EQ(UINT64_C(2) << (SD_STAT_HIST_BUCKETS - 1), sd_stats_flush_ns_quantile(&s, 1.0));
 }
@@ -450,8 +450,7 @@ TEST(StatsQuantile, ZeroQuantileIsTheSmallestSample)
 {
 	// q = 0 is the minimum: the upper bound of the first non-empty bucket,
 	// not of bucket 0.
-	sd_stats s;
-	std::memset(&s, 0, sizeof(s));
+	sd_stats s = SD_STATS_INIT;
 	s.flush_ns_hist[10] = 5;
 	s.flush_ns_hist[12] = 5;
 	EXPECT_EQ(2048u, sd_stats_flush_ns_quantile(&s, 0.0))
@@ -490,10 +489,10 @@ TEST(Stats, SnapshotsWhileCpusRunAreMonotone)
 			if (sd_switch_mm(a.c, nullptr))
 				errs++;
 		});
-	sd_stats prev;
+	sd_stats prev = SD_STATS_INIT;
 	ASSERT_EQ(0, sd_stats_snapshot(mach.m, &prev));
 	for (int n = 0; n < 200; n++) {
-		sd_stats cur;
+		sd_stats cur = SD_STATS_INIT;
 		ASSERT_EQ(0, sd_stats_snapshot(mach.m, &cur));
 		for (unsigned i = 0; i < SD_STAT_NR; i++)
 			EXPECT_GE(cur.counter[i], prev.counter[i]) << sd_stat_name(static_cast<sd_stat>(i));
@@ -506,6 +505,115 @@ TEST(Stats, SnapshotsWhileCpusRunAreMonotone)
 	EXPECT_EQ(0, errs.load());
 	EXPECT_GT(prev.counter[SD_STAT_TLB_HIT], 0u);
 	EXPECT_EQ(0, sd_mm_destroy(mm));
+}
+
+// ---- struct sd_stats carries its size (an old caller's, smaller struct) ----
+
+constexpr unsigned char kPoison = 0xa5;
+
+// A struct sd_stats as a caller compiled against a release that knew only
+// the first @nr counters: SD_STATS_SIZE(nr) bytes, in a poisoned buffer with
+// room past the end so that a write beyond @size is seen, not undefined.
+struct OldStats {
+	alignas(sd_stats) unsigned char bytes[sizeof(sd_stats) + 64];
+
+	explicit OldStats(size_t size)
+	{
+		std::memset(bytes, kPoison, sizeof(bytes));
+		std::memcpy(bytes, &size, sizeof(size));
+	}
+	sd_stats *s() { return reinterpret_cast<sd_stats *>(bytes); }
+	// Offset of the first byte past @from that is not poison, or -1.
+	long written_past(size_t from) const
+	{
+		for (size_t i = from; i < sizeof(bytes); i++)
+			if (bytes[i] != kPoison)
+				return (long)i;
+		return -1;
+	}
+};
+
+TEST_F(StatsWorkload, OldSmallerSizeGetsOnlyItsPrefix)
+{
+	run(1000, sdtest::seed() + 7);
+	sd_stats full = SD_STATS_INIT;
+	ASSERT_EQ(0, sd_stats_snapshot(m, &full));     // the machine is quiet now
+	ASSERT_GT(full.counter[SD_STAT_FLUSH], 0u);
+
+	// Every whole-counter prefix: from the histogram alone to one short.
+	for (unsigned nr : {0u, 1u, (unsigned)SD_STAT_FLUSH + 1, (unsigned)SD_STAT_NR - 1}) {
+		size_t size = SD_STATS_SIZE(nr);
+		OldStats old(size);
+		ASSERT_EQ(0, sd_stats_snapshot(m, old.s())) << nr << ": " << sd_last_error();
+		EXPECT_EQ(-1, old.written_past(size)) << "snapshot wrote past size " << size;
+		EXPECT_EQ(size, old.s()->size) << "the caller's size is kept";
+		EXPECT_EQ(kCpus, old.s()->nr_cpus);
+		EXPECT_EQ(full.flush_ns_total, old.s()->flush_ns_total);
+		for (unsigned i = 0; i < SD_STAT_HIST_BUCKETS; i++)
+			EXPECT_EQ(full.flush_ns_hist[i], old.s()->flush_ns_hist[i]) << i;
+		for (unsigned i = 0; i < nr; i++)
+			EXPECT_EQ(full.counter[i], old.s()->counter[i]) << sd_stat_name((sd_stat)i);
+
+		OldStats one(size);
+		ASSERT_EQ(0, sd_stats_cpu(m, 0, one.s())) << sd_last_error();
+		EXPECT_EQ(-1, one.written_past(size)) << "sd_stats_cpu wrote past size " << size;
+		EXPECT_EQ(1u, one.s()->nr_cpus);
+
+		// Delta of a full and an old snapshot into an old struct: the
+		// prefix only, counters the old one lacks count as 0.
+		OldStats d(size);
+		sd_stats_delta(&full, old.s(), d.s());
+		EXPECT_EQ(-1, d.written_past(size)) << "sd_stats_delta wrote past size " << size;
+		EXPECT_EQ(size, d.s()->size);
+		for (unsigned i = 0; i < nr; i++)
+			EXPECT_EQ(0u, d.s()->counter[i]) << sd_stat_name((sd_stat)i);
+		sd_stats wide = SD_STATS_INIT;
+		sd_stats_delta(&full, old.s(), &wide);
+		for (unsigned i = nr; i < SD_STAT_NR; i++)
+			EXPECT_EQ(full.counter[i], wide.counter[i]) << sd_stat_name((sd_stat)i);
+
+		// The printers show the counters the struct holds, no more.
+		std::string json = to_string(sd_stats_json, *old.s());
+		EXPECT_EQ(nr > SD_STAT_FLUSH, json.find("\"flushes\"") != std::string::npos) << json;
+		EXPECT_EQ(std::string::npos, json.find(sd_stat_name((sd_stat)(SD_STAT_NR - 1)))) << json;
+	}
+}
+
+TEST_F(StatsWorkload, UnknownSizeIsEinvalAndWritesNothing)
+{
+	run(200, sdtest::seed() + 8);
+	sd_stats good = SD_STATS_INIT;
+	ASSERT_EQ(0, sd_stats_snapshot(m, &good));
+	const size_t bad_sizes[] = {
+		0,                                      // never set: not SD_STATS_INIT
+		SD_STATS_SIZE(0) - 1,                   // not even the fixed part
+		SD_STATS_SIZE(3) + 4,                   // half a counter
+		sizeof(sd_stats) + sizeof(uint64_t),    // a newer release's
+	};
+	for (size_t size : bad_sizes) {
+		OldStats out(size);
+		sd_stat_name(SD_STAT_NR);       // a different last error first
+		EXPECT_EQ(-EINVAL, sd_stats_snapshot(m, out.s())) << size;
+		EXPECT_NE(nullptr, std::strstr(sd_last_error(), "size")) << sd_last_error();
+		sd_stat_name(SD_STAT_NR);
+		EXPECT_EQ(-EINVAL, sd_stats_cpu(m, 1, out.s())) << size;
+		EXPECT_NE(nullptr, std::strstr(sd_last_error(), "SD_STATS_INIT")) << sd_last_error();
+		EXPECT_EQ(-1, out.written_past(sizeof(size))) << "a rejected call wrote, size " << size;
+
+		sd_stats_delta(&good, &good, out.s());
+		EXPECT_EQ(-1, out.written_past(sizeof(size))) << "delta wrote, size " << size;
+		EXPECT_NE(nullptr, std::strstr(sd_last_error(), "sd_stats_delta")) << sd_last_error();
+		sd_stats d = SD_STATS_INIT;
+		d.counter[0] = 12345;
+		sd_stats_delta(out.s(), &good, &d);
+		EXPECT_EQ(12345u, d.counter[0]) << "delta from a bad-sized struct did something";
+
+		EXPECT_EQ(0u, sd_stats_flush_ns_quantile(out.s(), 0.5));
+		EXPECT_NE(nullptr, std::strstr(sd_last_error(), "size")) << sd_last_error();
+		EXPECT_EQ("", to_string(sd_stats_print, *out.s()));
+		EXPECT_EQ("", to_string(sd_stats_json, *out.s()));
+		EXPECT_NE(nullptr, std::strstr(sd_last_error(), "sd_stats_json")) << sd_last_error();
+	}
 }
 
 } // namespace

@@ -81,7 +81,7 @@ TEST(Trap, EveryModeGivesTheSameResults)
 		EXPECT_EQ(0, sd_trap_unregister(mc.m, h2));
 		EXPECT_EQ(0, sd_trap_unregister(mc.m, h1));
 		EXPECT_EQ(-EILSEQ, sd_trap(a.c, kUserValue | 7));
-		sd_stats st;
+		sd_stats st = SD_STATS_INIT;
 		ASSERT_EQ(0, sd_stats_cpu(mc.m, 0, &st));
 		EXPECT_EQ(3u, st.counter[SD_STAT_TRAP_UNDEF]);
 		results.push_back(r);
