@@ -63,7 +63,7 @@ enum sd_oracle_mode {
 /** sd_machine_config.nr_cpus value meaning "one CPU per PU" (the default). */
 #define SD_NR_CPUS_ALL_PUS 0xffffffffu
 
-/** Trap-hook dispatch (trap.h, seed 001). */
+/** Trap-hook dispatch (trap.h): how sd_trap() finds the registered hooks. */
 enum sd_trap_dispatch {
 	SD_TRAP_DIRECT = 0,     /**< MRS decoded directly; the list is the fallback */
 	SD_TRAP_RCU = 1,        /**< the hook list walked under RCU */

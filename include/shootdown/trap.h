@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /**
  * @file trap.h
- * @brief Emulated instruction traps and their hook dispatch (seed 001).
+ * @brief Emulated instruction traps and their hook dispatch.
  * @ingroup trap
  *
  * An emulated CPU raises a trap for an instruction word it cannot execute;
@@ -33,7 +33,7 @@ SD_BEGIN_DECLS
 
 /**
  * @defgroup trap Traps
- * Emulated undefined-instruction traps: ID-register MRS, SWP, user hooks (seed 001).
+ * Emulated undefined-instruction traps: ID-register MRS, SWP, user hooks.
  * @{
  */
 

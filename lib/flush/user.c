@@ -7,7 +7,7 @@
  * decide: the arm64 ASID allocator (so invariant 3 holds whatever the user
  * writes) and the TLBI building blocks. On top, the adapter keeps an
  * mm_cpumask and an active count, with the two full barriers of the
- * kernel's switch_mm/flush pairing (algorithms.md, the cpumask Dekker
+ * kernel's switch_mm/flush pairing (the store-buffering, or Dekker,
  * pattern): the switcher sets its bit, then fences, then may fill its
  * TLB; the flusher's page-table change is followed by a fence before the
  * user's flush() reads the mask. Either the flusher sees the bit, or the
