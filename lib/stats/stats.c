@@ -154,16 +154,22 @@ uint64_t sd_stats_flush_ns_quantile(const struct sd_stats *s, double q)
 	return UINT64_C(2) << (SD_STAT_HIST_BUCKETS - 1);
 }
 
+/* The writers' shared check: the counters @s knows, or -1 (reported) for a
+ * NULL argument or a bad size. */
+static int stats_writable(const struct sd_stats *s, FILE *f, const char *who)
+{
+	if (!s || !f) {
+		sd_fail(-EINVAL, "%s: NULL argument", who);
+		return -1;
+	}
+	return stats_nr_counters(s, who);
+}
+
 void sd_stats_print(const struct sd_stats *in, FILE *f)
 {
 	struct sd_stats full, *s = &full;
-	int nr;
+	int nr = stats_writable(in, f, "sd_stats_print");
 
-	if (!in || !f) {
-		sd_fail(-EINVAL, "sd_stats_print: NULL argument");
-		return;
-	}
-	nr = stats_nr_counters(in, "sd_stats_print");
 	if (nr < 0)
 		return;
 	stats_widen(&full, in);
@@ -184,13 +190,8 @@ void sd_stats_print(const struct sd_stats *in, FILE *f)
 
 void sd_stats_json(const struct sd_stats *s, FILE *f)
 {
-	int nr;
+	int nr = stats_writable(s, f, "sd_stats_json");
 
-	if (!s || !f) {
-		sd_fail(-EINVAL, "sd_stats_json: NULL argument");
-		return;
-	}
-	nr = stats_nr_counters(s, "sd_stats_json");
 	if (nr < 0)
 		return;
 	fprintf(f, "{\"nr_cpus\": %u", s->nr_cpus);
