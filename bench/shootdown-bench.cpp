@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
 //
 // shootdown-bench: every libshootdown workload in one Google Benchmark
-// executable (DESIGN.md, "Contracts other tools rely on").
+// executable; its names are a contract the scripts rely on (README,
+// "Benchmarks").
 //
 // Names are <workload>/<strategy>/cpus:<N>[/<arg>:<value>]; the machine's own
 // limits are baseline/<what>. All times are wall-clock: real time, except

@@ -129,7 +129,7 @@ public:
 			  if (!cv_.wait_for(g, std::chrono::duration<double>(secs),
 					    [this] { return done_; })) {
 				  std::fprintf(stderr, "WATCHDOG: %s still running after %.0f s: "
-						       "livelock or deadlock (DESIGN invariant 6)\n",
+						       "livelock or deadlock (invariant 6 of docs/invariants.md)\n",
 					       what.c_str(), secs);
 				  std::fflush(stdout);
 				  std::fflush(stderr);

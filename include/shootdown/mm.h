@@ -10,7 +10,7 @@
  * range with the calling CPU as initiator, then returns: when it returns, no
  * access that starts afterwards, on any CPU, is served by a translation of
  * the range older than the PTE state the call saw, including changes made by
- * a concurrent call that has not finished its own flush (DESIGN invariant 1,
+ * a concurrent call that has not finished its own flush (invariant 1 (docs/invariants.md),
  * per call). A call that finds such a flush in flight flushes its range even
  * if it changed nothing, as tlb_finish_mmu() does when mm_tlb_flush_nested().
  *

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /**
  * @file oracle.h
- * @brief The stale-translation oracle (DESIGN invariants 1 and 3).
+ * @brief The stale-translation oracle (invariants (docs/invariants.md) 1 and 3).
  * @ingroup oracle
  *
  * In checked mode every PTE change gets a version from a machine-wide clock

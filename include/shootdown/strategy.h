@@ -27,8 +27,9 @@ struct sd_mm;
  * built-in one. The oracle checks it exactly as it checks the built-ins.
  *
  * What the library does for you: ASIDs (the arm64 allocator of `broadcast`,
- * so a translation of one mm is never served to another: DESIGN invariant
- * 3), page tables and their RCU-deferred freeing (invariant 4), the safety
+ * so a translation of one mm is never served to another: invariant 3 of
+ * docs/invariants.md), page tables and their RCU-deferred freeing
+ * (invariant 4), the safety
  * of its own memory, interrupts and IPI delivery (invariant 5), and an
  * mm_cpumask kept eagerly (a CPU's bit is set when it switches to the mm
  * and cleared when it switches away, unless SD_STRATEGY_LAZY_CPUMASK).
@@ -45,7 +46,7 @@ struct sd_mm;
  * in flight (the kernel's mm_tlb_flush_nested()), and an sd_mmap() over a
  * range such a call unmapped. Treat it like any other flush.
  *
- * **The contract your flush() must keep** (DESIGN invariant 1, in your
+ * **The contract your flush() must keep** (invariant 1 (docs/invariants.md), in your
  * terms): when it returns, no CPU may hold a translation for any page of
  * [va, va + len) of @mm that was cached before the call. A CPU that never
  * ran @mm since its last invalidation has none. The library orders the

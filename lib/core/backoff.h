@@ -5,7 +5,7 @@
 #include "compiler.h"
 
 /*
- * Every wait in the library goes through sd_backoff (DESIGN invariant 6):
+ * Every wait in the library goes through sd_backoff (invariant 6 (docs/invariants.md)):
  * spin briefly, then yield, then sleep. On this class of machine two threads
  * spinning on one core cost a whole scheduler tick (~4 ms) per hand-off, so
  * with more emulated CPUs than PUs the waiter must get off the core for the

@@ -11,7 +11,7 @@
  * cache-line traffic being measured is the real thing, then parked on a
  * futex (the three-state lock of Drepper's "Futexes Are Tricky") so that a
  * preempted holder on an oversubscribed PU is not starved by its waiters
- * (DESIGN invariant 6). Hand-written because a pthread mutex hides the
+ * (invariant 6 (docs/invariants.md)). Hand-written because a pthread mutex hides the
  * spinning phase and neither hwloc nor liburcu offers a lock.
  *
  * States: 0 free, 1 held, 2 held and someone may be parked.

@@ -5,7 +5,7 @@
  * exchange by the single consumer, the target), and a real signal sent with
  * rt_tgsigqueueinfo to interrupt the target's thread. The handler finds its
  * CPU through the thread-local pointer. With emulated interrupts off it only
- * records the IPI as pending (DESIGN invariant 5); sd_irq_on() runs it later.
+ * records the IPI as pending (invariant 5 (docs/invariants.md)); sd_irq_on() runs it later.
  *
  * The signal is shared with the host program: ours carry a cookie, the
  * host's go on to the action it had. A waiter that parks is watched, as

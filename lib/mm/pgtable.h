@@ -13,7 +13,7 @@
  * Writers hold the mm's lock and publish with release stores. Walkers take
  * no lock: they run inside an RCU read-side section (a QSBR reader between
  * quiescent states), and unlinked tables are freed only after the flush and
- * a grace period (DESIGN invariant 4).
+ * a grace period (invariant 4 (docs/invariants.md)).
  */
 #define SD_PT_ENTRIES 512
 #define SD_PT_SHIFT 9

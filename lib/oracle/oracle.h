@@ -9,7 +9,7 @@
 #include "../core/compiler.h"
 
 /*
- * The stale-translation oracle (DESIGN invariants 1 and 3), checked mode only.
+ * The stale-translation oracle (invariants (docs/invariants.md) 1 and 3), checked mode only.
  *
  * Versions come from one machine-wide clock, taken once per mapping change
  * under the mm's lock, so versions grow along each page's history. The floor

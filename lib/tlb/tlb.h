@@ -21,7 +21,7 @@
  *
  * Concurrency: only the owning CPU fills and looks up; any CPU may
  * invalidate (a broadcast writes straight into remote TLBs). The walk-then-
- * fill race (DESIGN invariant 2) is closed with the per-TLB invalidation
+ * fill race (invariant 2 (docs/invariants.md)) is closed with the per-TLB invalidation
  * sequence @seq, on its own cache line:
  *
  *   invalidator                        owner (fill)

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// Stephen Dolan's reproducer for CVE-2025-40174 (algorithms.md §5.3), on the
+// Stephen Dolan's reproducer for CVE-2025-40174, on the
 // `ipi` strategy, with the eager and the lazy mm_cpumask.
 //
 // A writer runs mm X and, round after round, makes page A read-only, maps a

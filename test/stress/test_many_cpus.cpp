@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 // 1024 emulated CPUs on a machine with a handful of PUs: a no-livelock test
-// (DESIGN invariant 6), not a timing test. Every CPU switches to one of a few
+// (invariant 6 of docs/invariants.md), not a timing test. Every CPU switches to one of a few
 // shared mms and touches pages; every 8th CPU also runs a few sd_mprotect(),
 // each one a broadcast that must reach all 1024 TLBs while most of their
 // threads are preempted. A watchdog aborts the process with a clear message if

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// The walk-then-fill race (DESIGN invariant 2) on one TLB. First forced in
+// The walk-then-fill race (invariant 2 of docs/invariants.md) on one TLB. First forced in
 // one thread: an invalidation between sd_tlb_fill_begin() and
 // sd_tlb_fill_commit() makes the commit fail and leave nothing in L1, L2 or
 // the walk cache. Then for real: an owner thread looks a page up (L1 hit,

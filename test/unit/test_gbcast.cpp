@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// `gbcast`: AMD INVLPGB with global ASIDs (algorithms.md §6), forced
+// `gbcast`: AMD INVLPGB with global ASIDs, forced
 // deterministically on emulated CPUs.
 //
 // The setup of the transition tests: CPU B runs mm M on a dynamic ASID and

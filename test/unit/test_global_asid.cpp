@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 // The global ASID pool of AMD INVLPGB alone (lib/asid/global_asid.{h,c};
-// algorithms.md §6.2): allocate_global_asid(), reset_global_asid_space() and
+// the kernel's arch/x86/mm/tlb.c): allocate_global_asid(), reset_global_asid_space() and
 // mm_free_global_asid(), with a counting stand-in for
 // invlpgb_flush_all_nonglobals().
 //

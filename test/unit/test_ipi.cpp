@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// The IPI endpoint (DESIGN invariant 5): a call runs on the target's thread;
+// The IPI endpoint (invariant 5 of docs/invariants.md): a call runs on the target's thread;
 // with the target's emulated interrupts off it is deferred, never lost, and
 // runs when they come back on; many initiators at once; a target blocked in a
 // system call still answers and the call it was in resumes (SA_RESTART).

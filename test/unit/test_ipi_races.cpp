@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 // The `ipi` strategy's switch/flush races, forced, and the lazy mm_cpumask
-// costs, counted (algorithms.md §4.3, §5.2, §5.3).
+// costs, counted (arch/x86/mm/tlb.c: switch_mm_irqs_off(), flush_tlb_func()).
 //
 // Races: CPU B ran mm M and cached page P, left for another mm, and is now
 // switching back to M. A hook stops B right after it read M's tlb_gen (so it

@@ -3,7 +3,7 @@
 // the level boundaries, unlinking of emptied tables (exactly the empty ones
 // in the range, never a non-empty sibling), teardown, and the deferred free
 // that keeps an unlinked table alive for a walker until it passes a
-// quiescent state (DESIGN invariant 4).
+// quiescent state (invariant 4 of docs/invariants.md).
 #include "common.hpp"
 
 #include <atomic>

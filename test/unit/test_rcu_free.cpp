@@ -1,10 +1,10 @@
 // SPDX-License-Identifier: MIT
-// DESIGN invariant 4: a page-table page is never freed while a lockless
+// invariant 4 of docs/invariants.md: a page-table page is never freed while a lockless
 // walker can still reach it. Through the public API (plus a peek at gbcast's
 // per-mm state): four CPUs (more than this machine's two cores, so walkers
 // are preempted mid-walk), under two strategies that send the walkers no
-// IPI: broadcast, and gbcast once the mm has a global ASID (algorithms.md
-// §6.7: INVLPGB interrupts nobody, so the implicit lock of an IRQs-off
+// IPI: broadcast, and gbcast once the mm has a global ASID
+// (INVLPGB interrupts nobody, so the implicit lock of an IRQs-off
 // walker delaying a flush IPI's acknowledgement is gone).
 //
 // CPUs 1..3 access a few pages in each half of a 4 MiB region, so their TLB

@@ -115,7 +115,7 @@ INSTANTIATE_TEST_SUITE_P(Orders, Exhaustive,
 
 TEST(TlbiRange, FormulaMatchesWorkedExamples)
 {
-	// algorithms.md section 2.5
+	// the arm64 range encoding (__flush_tlb_range_op())
 	const std::pair<uint64_t, unsigned> table[] = {
 		{ 1, 1 }, { 2, 1 }, { 3, 2 }, { 17, 2 }, { 33, 2 }, { 64, 1 }, { 100, 2 },
 		{ 511, 3 }, { 512, 1 }, { 1000, 2 }, { 4097, 2 }, { 65535, 4 },
