@@ -285,7 +285,9 @@ struct gather {
 /*
  * inc_tlb_flush_pending(): under the mm lock, before the PTE edits. A change
  * that takes the lock after ours and finds our count learns that PTEs it
- * sees may still be cached under their old values.
+ * sees may still be cached under their old values. Relaxed: the mm lock
+ * (our unlock's release, the next locker's acquire) orders it before any
+ * read of the count that can matter, all of which are under the lock.
  */
 static void flush_pending_inc(struct sd_mm *mm)
 {
