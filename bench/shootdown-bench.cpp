@@ -107,12 +107,13 @@ extern "C" {
 #include <shootdown/shootdown.h>
 // Internals (shootdown_internal_dep): the TLB's L1 probe, the strategy's
 // flush, per-CPU state and the machine's allocations.
-#include "flush/broadcast.h"
-#include "flush/ipi.h"
-#include "flush/strategy.h"
-#include "machine/machine.h"
+#include "strategy/broadcast.h"
+#include "strategy/gbcast.h"
+#include "mm/flush_ops.h"
+#include "strategy/builtin.h"
+#include "hw/machine.h"
 #include "mm/mm.h"
-#include "tlb/tlb.h"
+#include "hw/tlb.h"
 }
 
 #include "native.hpp"
@@ -1636,7 +1637,7 @@ bool tf2_warmup(State &st, RunMachine &rm, Tf2Warmup *w)
 	// CPUs than that, or one, waiting for it is pointless.
 	const bool gbcast = rm.m()->ops == &sd_gbcast_ops &&
 			    sd_machine_nr_cpus(rm.m()) >
-				    std::max(1u, static_cast<const sd_ipi *>(rm.m()->strategy)->threshold);
+				    std::max(1u, sd_gbcast_of(rm.m())->threshold);
 	const auto t0 = std::chrono::steady_clock::now();
 
 	r.rm = &rm;

@@ -118,10 +118,10 @@ SD_EXPORT int sd_irqs_disabled(const struct sd_cpu *cpu);
 SD_EXPORT void sd_cpu_quiescent(struct sd_cpu *cpu);
 
 /** A function run on a target CPU by an IPI, in its signal handler, with interrupts off. */
-typedef void (*sd_ipi_fn)(struct sd_cpu *target, void *arg);
+typedef void (*sd_smp_call_fn)(struct sd_cpu *target, void *arg);
 
 /**
- * sd_ipi_call() - run @fn(@target, @arg) on CPU @target and wait for it.
+ * sd_smp_call_single() - run @fn(@target, @arg) on CPU @target and wait for it.
  *
  * The request goes on the target's lock-free request queue and a real signal
  * (tgkill) interrupts its thread; the handler runs every queued request. If
@@ -129,7 +129,7 @@ typedef void (*sd_ipi_fn)(struct sd_cpu *target, void *arg);
  * again. The caller spins briefly, then yields, then sleeps until the ack.
  * @fn must be async-signal-safe and must not wait on other CPUs.
  *
- * The wait has no deadline but is watched: every SD_IPI_RESEND_MS parked the
+ * The wait has no deadline but is watched: every SD_SMP_CALL_RESEND_MS parked the
  * signal is sent again (a lost signal costs a delay), and every
  * ipi_timeout_ms the stuck target is reported on stderr with its state and
  * counted (ipi_stuck_reports), including when the program replaced the
@@ -142,7 +142,7 @@ typedef void (*sd_ipi_fn)(struct sd_cpu *target, void *arg);
  * running thread-exit destructors): @fn did not run, and the target counts as
  * offline from then on (ipi_targets_gone). Attached thread only.
  */
-SD_EXPORT int sd_ipi_call(struct sd_cpu *from, unsigned target, sd_ipi_fn fn, void *arg);
+SD_EXPORT int sd_smp_call_single(struct sd_cpu *from, unsigned target, sd_smp_call_fn fn, void *arg);
 
 /** @} */
 

@@ -26,7 +26,7 @@
  * | -ESRCH      | sd_access(): the CPU has no address space loaded             |
  * | -ENOSYS     | strict pinning asked for, but the OS cannot bind threads     |
  * | -EAGAIN     | sd_machine_run(): a thread could not be created              |
- * | -EDEADLK    | sd_ipi_call() with interrupts off                            |
+ * | -EDEADLK    | sd_smp_call_single() with interrupts off                            |
  * | -EOPNOTSUPP | a user-strategy building block on a machine without one      |
  * | -ENOSPC     | SD_STRATEGY_MAX_USER strategies are registered already       |
  * | -EILSEQ     | sd_trap(): no hook matches the instruction                   |

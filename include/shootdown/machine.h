@@ -114,13 +114,13 @@ struct sd_machine_config {
 	 *  one IPI reports the target (CPU id, interrupt depth, pending flags,
 	 *  queue, what its thread is blocked in) on stderr and counts
 	 *  ipi_stuck_reports, then keeps waiting and reports again every
-	 *  period. Independently, every SD_IPI_RESEND_MS of waiting it sends
+	 *  period. Independently, every SD_SMP_CALL_RESEND_MS of waiting it sends
 	 *  the signal again (a lost signal costs a delay, never a hang). */
 	unsigned ipi_timeout_ms;
 };
 
 /** How long (ms) a parked IPI waiter waits before sending the signal again. */
-#define SD_IPI_RESEND_MS 20
+#define SD_SMP_CALL_RESEND_MS 20
 
 /** Initialiser for struct sd_machine_config: all defaults. */
 #define SD_MACHINE_CONFIG_INIT { sizeof(struct sd_machine_config), SD_NR_CPUS_ALL_PUS, SD_PLACE_COMPACT, 0, 0, 0, 0, 0, 0, 0, 0, 0, SD_ORACLE_DEFAULT, 0, SD_TRAP_DIRECT, 0 }

@@ -61,7 +61,7 @@ struct sd_mm;
  *
  * And the rules of the road: flush() runs on the initiating CPU's thread
  * with interrupts on; it may wait for other CPUs, but every wait must let
- * them make progress (sd_ipi_call() does). switch_in() and switch_out() run
+ * them make progress (sd_smp_call_single() does). switch_in() and switch_out() run
  * with interrupts off and must not wait for other CPUs. switch_out() may
  * also run inside the IPI signal handler: when sd_mm_destroy() shoots a CPU
  * that holds the mm only lazily, that CPU leaves the mm from its handler. So
@@ -157,7 +157,7 @@ SD_EXPORT int sd_strategy_unregister(const char *name);
  * sd_tlb_invalidate_local() - drop @mm's translations of [@va, @va + @len)
  * (@len 0: all of them) from @cpu's own TLB, as a non-broadcast TLBI (or
  * INVLPG) does. Call it on @cpu's thread: from flush() for the initiator,
- * from an IPI function (sd_ipi_call()) or a switch hook on a target.
+ * from an IPI function (sd_smp_call_single()) or a switch hook on a target.
  *
  * Return: 0; -EINVAL for NULL or an unaligned range; -EPERM if the caller is
  * not @cpu's thread; -EOPNOTSUPP if the machine does not run a user

@@ -2,6 +2,11 @@
 #ifndef SD_CORE_ATOMIC_H
 #define SD_CORE_ATOMIC_H
 
+#include "layer.h"
+#if SD_LAYER < SD_LAYER_CORE
+#error "core/atomic.h is in a higher layer than the file including it (core/layer.h)"
+#endif
+
 /*
  * C11 atomics that C++ can read too. The library is C11; its tests and
  * benchmarks are C++17 and include internal headers to reach the layers they

@@ -2,6 +2,11 @@
 #ifndef SD_CORE_BACKOFF_H
 #define SD_CORE_BACKOFF_H
 
+#include "layer.h"
+#if SD_LAYER < SD_LAYER_CORE
+#error "core/backoff.h is in a higher layer than the file including it (core/layer.h)"
+#endif
+
 #include "compiler.h"
 
 /*

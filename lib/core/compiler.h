@@ -3,6 +3,11 @@
 #ifndef SD_CORE_COMPILER_H
 #define SD_CORE_COMPILER_H
 
+#include "layer.h"
+#if SD_LAYER < SD_LAYER_CORE
+#error "core/compiler.h is in a higher layer than the file including it (core/layer.h)"
+#endif
+
 #include <stdalign.h>
 #include <stdbool.h>
 #include <stddef.h>

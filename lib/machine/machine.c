@@ -20,8 +20,11 @@
 #include "../core/backoff.h"
 #include "../core/error.h"
 #include "../core/futex.h"
-#include "../tlb/pte.h"
-#include "machine.h"
+#include "../hw/pte.h"
+#include "../hw/machine.h"
+#include "../hw/smp.h"
+#include "../mm/flush_ops.h"
+#include "../strategy/registry.h"
 
 #define SD_DEFAULT_STRATEGY "broadcast"
 #define SD_DEFAULT_TLB_SETS 256
@@ -147,7 +150,7 @@ static int alloc_cpus(struct sd_machine *m)
 
 int sd_machine_create(const struct sd_machine_config *in, struct sd_machine **out)
 {
-	struct sd_strategy_opt opts[SD_STRATEGY_MAX_OPTS];
+	struct sd_opt opts[SD_OPTS_MAX];
 	unsigned nr_opts;
 	struct sd_machine *m;
 	int err;
@@ -195,7 +198,7 @@ int sd_machine_create(const struct sd_machine_config *in, struct sd_machine **ou
 	err = m->ops->machine_init(m, opts, nr_opts, &m->strategy);
 	if (err)
 		goto fail_traps;
-	err = sd_ipi_install(m->cfg.ipi_signal, m->cfg.flags & SD_MACHINE_TAKE_SIGNAL);
+	err = sd_smp_call_install(m->cfg.ipi_signal, m->cfg.flags & SD_MACHINE_TAKE_SIGNAL);
 	if (err)
 		goto fail_strategy;
 	*out = m;
@@ -213,6 +216,7 @@ fail_cpus:
 fail_topo:
 	sd_oracle_fini(&m->oracle);
 	pthread_mutex_destroy(&m->pin_note_lock);
+	sd_strategy_put(m->ops);
 	free(m);
 	return err;
 }
@@ -227,7 +231,7 @@ int sd_machine_destroy(struct sd_machine *m)
 		return sd_fail(-EBUSY, "%u address space(s) still exist", atomic_load(&m->nr_mms));
 	/* Deferred page-table frees may still be queued. */
 	urcu_qsbr_barrier();
-	sd_ipi_uninstall(m->cfg.ipi_signal);
+	sd_smp_call_uninstall(m->cfg.ipi_signal);
 	m->ops->machine_fini(m, m->strategy);
 	sd_traps_fini(&m->traps);
 	sd_frame_pool_fini(&m->frames);
@@ -235,6 +239,7 @@ int sd_machine_destroy(struct sd_machine *m)
 	sd_topology_fini(&m->topo);
 	sd_oracle_fini(&m->oracle);
 	pthread_mutex_destroy(&m->pin_note_lock);
+	sd_strategy_put(m->ops);
 	free(m);
 	return 0;
 }

@@ -14,9 +14,10 @@
 
 #include "../core/error.h"
 #include "../core/ordering.h"
-#include "../machine/machine.h"
+#include "../hw/machine.h"
+#include "../hw/smp.h"
+#include "flush_ops.h"
 #include "mm.h"
-#include "tlbbatch.h"
 
 /* Pass a quiescent state every this many accesses, so a CPU that only
  * reads never holds a grace period back for long. */
@@ -118,7 +119,7 @@ static void drop_lazy_mm(struct sd_cpu *c, void *arg)
 	c->m->ops->switch_mm(c, mm, NULL);
 	/* Relaxed: the ack's release (ipi_run_queue()'s exchange to DONE)
 	 * publishes it to the destroyer's rescan, which pairs with it through
-	 * the acquire in sd_ipi_wait(). */
+	 * the acquire in sd_smp_call_wait(). */
 	atomic_store_explicit(&c->mm, NULL, memory_order_relaxed);
 }
 
@@ -131,7 +132,7 @@ static void drop_lazy_mm(struct sd_cpu *c, void *arg)
 static int shoot_lazy_cpus(struct sd_mm *mm, struct sd_cpu *self)
 {
 	struct sd_machine *m = mm->m;
-	struct sd_ipi_req *reqs = NULL;
+	struct sd_smp_call_req *reqs = NULL;
 	bool *posted = NULL;
 
 	if (self && atomic_load_explicit(&self->mm, memory_order_relaxed) == mm) {
@@ -157,11 +158,11 @@ static int shoot_lazy_cpus(struct sd_mm *mm, struct sd_cpu *self)
 			continue;
 		reqs[i].fn = drop_lazy_mm;
 		reqs[i].arg = mm;
-		posted[i] = sd_ipi_post(self, t, &reqs[i]);
+		posted[i] = sd_smp_call_post(self, t, &reqs[i]);
 	}
 	for (unsigned i = 0; i < m->nr_cpus; i++)
 		if (posted[i])
-			sd_ipi_wait(self, &reqs[i]);
+			sd_smp_call_wait(self, &reqs[i]);
 	free(reqs);
 	free(posted);
 	return 0;
@@ -215,8 +216,8 @@ uint64_t sd_mm_id(const struct sd_mm *mm)
 
 /* ---- argument checks shared by every mapping change ---- */
 
-static int check_change(struct sd_cpu *c, struct sd_mm *mm, uint64_t va, uint64_t len,
-			const char *what)
+int sd_mm_check_change(struct sd_cpu *c, struct sd_mm *mm, uint64_t va, uint64_t len,
+		       const char *what)
 {
 	if (sd_cpu_check_self(c))
 		return sd_fail(-EPERM, "%s: caller is not attached as this CPU", what);
@@ -235,7 +236,7 @@ static int check_change(struct sd_cpu *c, struct sd_mm *mm, uint64_t va, uint64_
 	return 0;
 }
 
-static uint32_t change_version(struct sd_mm *mm)
+uint32_t sd_mm_change_version(struct sd_mm *mm)
 {
 	return mm->m->checked ? sd_oracle_next_version(&mm->m->oracle) : 0;
 }
@@ -454,7 +455,7 @@ int sd_mmap(struct sd_cpu *c, struct sd_mm *mm, uint64_t va, uint64_t len, unsig
 	uint64_t vpn = va >> SD_PAGE_SHIFT, nr = len >> SD_PAGE_SHIFT;
 	struct sd_pt *leaf;
 	SD_ATOMIC(uint64_t) *slot;
-	int err = check_change(c, mm, va, len, "sd_mmap");
+	int err = sd_mm_check_change(c, mm, va, len, "sd_mmap");
 
 	if (err)
 		return err;
@@ -473,7 +474,7 @@ int sd_mmap(struct sd_cpu *c, struct sd_mm *mm, uint64_t va, uint64_t len, unsig
 		pthread_mutex_unlock(&mm->lock);
 		return err;
 	}
-	uint32_t version = change_version(mm);
+	uint32_t version = sd_mm_change_version(mm);
 	uint64_t pte = sd_pte_make(0, SD_PTE_VMA | sd_pte_flags_from_prot(prot), version);
 	for_each_pte(mm, vpn, nr, leaf, slot)
 		atomic_store_explicit(slot, pte, memory_order_release);
@@ -491,13 +492,13 @@ int sd_munmap(struct sd_cpu *c, struct sd_mm *mm, uint64_t va, uint64_t len)
 	struct gather g = { 0 };
 	struct sd_pt_freelist fl = { 0 };
 	uint32_t version;
-	int err = check_change(c, mm, va, len, "sd_munmap");
+	int err = sd_mm_check_change(c, mm, va, len, "sd_munmap");
 
 	if (err)
 		return err;
 	g.checked = c->checked;         /* only now is @c known to be valid */
 	pthread_mutex_lock(&mm->lock);
-	version = change_version(mm);
+	version = sd_mm_change_version(mm);
 	note_batched_pending(mm, &g);
 	flush_pending_inc(mm);
 	for_each_pte(mm, vpn, nr, leaf, slot) {
@@ -524,8 +525,8 @@ int sd_munmap(struct sd_cpu *c, struct sd_mm *mm, uint64_t va, uint64_t len)
  * zap_pte_range(): drop the frame of every present page of the range, keep
  * the mapping; @zapped(@arg, vpn, pfn) hears of each. Under mm->lock.
  */
-static void zap_present(struct sd_mm *mm, uint64_t vpn, uint64_t nr, uint32_t version,
-			void (*zapped)(void *arg, uint64_t vpn, uint64_t pfn), void *arg)
+void sd_mm_zap_present(struct sd_mm *mm, uint64_t vpn, uint64_t nr, uint32_t version,
+		       void (*zapped)(void *arg, uint64_t vpn, uint64_t pfn), void *arg)
 {
 	struct sd_pt *leaf;
 	SD_ATOMIC(uint64_t) *slot;
@@ -552,82 +553,19 @@ int sd_madvise_dontneed(struct sd_cpu *c, struct sd_mm *mm, uint64_t va, uint64_
 	uint64_t vpn = va >> SD_PAGE_SHIFT, nr = len >> SD_PAGE_SHIFT;
 	struct gather g = { 0 };
 	uint32_t version;
-	int err = check_change(c, mm, va, len, "sd_madvise_dontneed");
+	int err = sd_mm_check_change(c, mm, va, len, "sd_madvise_dontneed");
 
 	if (err)
 		return err;
 	g.checked = c->checked;         /* only now is @c known to be valid */
 	pthread_mutex_lock(&mm->lock);
-	version = change_version(mm);
+	version = sd_mm_change_version(mm);
 	note_batched_pending(mm, &g);
 	flush_pending_inc(mm);
-	zap_present(mm, vpn, nr, version, gather_zapped, &g);
+	sd_mm_zap_present(mm, vpn, nr, version, gather_zapped, &g);
 	g.nested = flush_nested(mm);
 	pthread_mutex_unlock(&mm->lock);
 	finish_change(c, mm, vpn, nr, version, &g, NULL);
-	return 0;
-}
-
-/*
- * try_to_unmap() with TTU_BATCH_FLUSH: the zap of sd_madvise_dontneed(), but
- * the flush, the frees and the floors all wait for sd_tlbbatch_flush().
- */
-/* What a reclaim hands to its batch. */
-struct reclaim {
-	struct sd_tlbbatch *batch;
-	struct sd_mm *mm;
-	uint32_t version;
-	bool checked;
-	bool zapped;
-};
-
-static void reclaim_zapped(void *arg, uint64_t vpn, uint64_t pfn)
-{
-	struct reclaim *r = arg;
-
-	(void)vpn;
-	r->zapped = true;
-	/* Out of memory: leak the frame (see gather_page). */
-	(void)sd_tlbbatch_hold_frame(r->batch, pfn);
-}
-
-int sd_reclaim(struct sd_cpu *c, struct sd_tlbbatch *b, struct sd_mm *mm, uint64_t va,
-	       uint64_t len)
-{
-	struct reclaim r = { .batch = b, .mm = mm };
-	int err = check_change(c, mm, va, len, "sd_reclaim");
-
-	if (err)
-		return err;
-	r.checked = c->checked;
-	if (!b || b->m != c->m)
-		return sd_fail(-EINVAL, "sd_reclaim: batch is NULL or belongs to another machine");
-	/* Room first, so that noting the mm after the zap cannot fail. */
-	if (sd_tlbbatch_reserve(b))
-		return sd_fail(-ENOMEM, "sd_reclaim: out of memory");
-	pthread_mutex_lock(&mm->lock);
-	r.version = change_version(mm);
-	zap_present(mm, va >> SD_PAGE_SHIFT, len >> SD_PAGE_SHIFT, r.version, reclaim_zapped, &r);
-	/* Nested (mm_tlb_flush_nested(), and another batch's pending flush):
-	 * pages we found already zapped may still be cached, so our batch
-	 * must flush this mm too even if we zapped nothing. */
-	bool nested = atomic_load_explicit(&mm->flush_pending, memory_order_acquire) ||
-		      atomic_load_explicit(&mm->batch_pending, memory_order_acquire);
-	/* Noted before unlocking: the next change of this mm sees it owed. */
-	bool noted = r.zapped || nested;
-	if (noted) {
-		(void)sd_tlbbatch_note(c, b, mm);
-		/* Out of memory: a missed check, never a false alarm. */
-		if (r.checked)
-			(void)sd_tlbbatch_hold_floor(b, mm, va >> SD_PAGE_SHIFT,
-						     len >> SD_PAGE_SHIFT, r.version);
-	}
-	pthread_mutex_unlock(&mm->lock);
-	/* Nothing zapped, no flush in flight: our part is done already. */
-	if (!noted && r.checked)
-		sd_oracle_floor_raise_known(&mm->floor, va >> SD_PAGE_SHIFT, len >> SD_PAGE_SHIFT,
-					    r.version);
-	sd_cpu_qs(c);
 	return 0;
 }
 
@@ -639,7 +577,7 @@ int sd_mprotect(struct sd_cpu *c, struct sd_mm *mm, uint64_t va, uint64_t len, u
 	struct gather g = { 0 };
 	uint64_t mapped = 0;
 	uint32_t version;
-	int err = check_change(c, mm, va, len, "sd_mprotect");
+	int err = sd_mm_check_change(c, mm, va, len, "sd_mprotect");
 
 	if (err)
 		return err;
@@ -654,7 +592,7 @@ int sd_mprotect(struct sd_cpu *c, struct sd_mm *mm, uint64_t va, uint64_t len, u
 		return sd_fail(-ENOMEM, "sd_mprotect: %llu of %llu pages are not mapped",
 			       (unsigned long long)(nr - mapped), (unsigned long long)nr);
 	}
-	version = change_version(mm);
+	version = sd_mm_change_version(mm);
 	note_batched_pending(mm, &g);
 	flush_pending_inc(mm);
 	for_each_pte(mm, vpn, nr, leaf, slot) {
@@ -703,7 +641,7 @@ static int populate(struct sd_cpu *c, struct sd_mm *mm, uint64_t vpn)
 			atomic_store_explicit(slot,
 					      sd_pte_make(pfn, (pte & (SD_PTE_VMA | SD_PTE_PROT_MASK)) |
 								 SD_PTE_PRESENT,
-							  change_version(mm)),
+							  sd_mm_change_version(mm)),
 					      memory_order_release);
 			sd_stat_inc(c, SD_STAT_PAGE_FAULT);
 		} else {

@@ -2,12 +2,19 @@
 #ifndef SD_MM_MM_H
 #define SD_MM_MM_H
 
+#include "../core/layer.h"
+#if SD_LAYER < SD_LAYER_MM
+#error "mm/mm.h is in a higher layer than the file including it (core/layer.h)"
+#endif
+
 #include <pthread.h>
 
 #include <shootdown/mm.h>
 
+#include <stdint.h>
+
 #include "../core/compiler.h"
-#include "../oracle/oracle.h"
+#include "../hw/oracle.h"
 #include "pgtable.h"
 
 struct sd_machine;
@@ -50,6 +57,17 @@ struct sd_mm {
 };
 
 struct sd_cpu;
+
+/* The checks every mapping change makes first (caller, mm, range,
+ * interrupts): 0 or -EPERM / -EINVAL naming @what. */
+int sd_mm_check_change(struct sd_cpu *c, struct sd_mm *mm, uint64_t va, uint64_t len,
+		       const char *what);
+/* The oracle version of a change (0 unchecked). */
+uint32_t sd_mm_change_version(struct sd_mm *mm);
+/* zap_pte_range(): drop the frame of every present page of the range, keep
+ * the mapping; @zapped(@arg, vpn, pfn) hears of each. Under mm->lock. */
+void sd_mm_zap_present(struct sd_mm *mm, uint64_t vpn, uint64_t nr, uint32_t version,
+		       void (*zapped)(void *arg, uint64_t vpn, uint64_t pfn), void *arg);
 
 /* Free reclaimed frames after their flush, through the LRU lock when the
  * machine models a global one (lru=global). */

@@ -2,8 +2,13 @@
 #ifndef SD_MM_PGTABLE_H
 #define SD_MM_PGTABLE_H
 
+#include "../core/layer.h"
+#if SD_LAYER < SD_LAYER_MM
+#error "mm/pgtable.h is in a higher layer than the file including it (core/layer.h)"
+#endif
+
 #include "../core/compiler.h"
-#include "../tlb/pte.h"
+#include "../hw/pte.h"
 
 /*
  * A 4-level radix page table over a 48-bit VA with 4 KiB pages: 512 entries

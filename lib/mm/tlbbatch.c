@@ -12,7 +12,8 @@
 
 #include "../core/error.h"
 #include "../core/ordering.h"
-#include "../machine/machine.h"
+#include "../hw/machine.h"
+#include "flush_ops.h"
 #include "mm.h"
 #include "tlbbatch.h"
 

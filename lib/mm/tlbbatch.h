@@ -2,6 +2,11 @@
 #ifndef SD_MM_TLBBATCH_H
 #define SD_MM_TLBBATCH_H
 
+#include "../core/layer.h"
+#if SD_LAYER < SD_LAYER_MM
+#error "mm/tlbbatch.h is in a higher layer than the file including it (core/layer.h)"
+#endif
+
 #include <shootdown/tlbbatch.h>
 
 #include "../core/cpumask.h"

@@ -93,7 +93,7 @@ void user_ipi_flush(sd_cpu *cpu, sd_mm *mm, uint64_t va, uint64_t len, unsigned,
 	if (sd_tlb_invalidate_local(cpu, mm, va, len))
 		user_errors++;
 	for (unsigned c = sd_mm_cpumask_next(mm, 0); c < n; c = sd_mm_cpumask_next(mm, c + 1))
-		if (c != me && sd_ipi_call(cpu, c, user_ipi_target, &r))
+		if (c != me && sd_smp_call_single(cpu, c, user_ipi_target, &r))
 			user_errors++;
 }
 
@@ -306,8 +306,8 @@ struct Cpu {
 			unsigned t = rng.below(r.nr_cpus);
 			// Another CPU may not have attached yet, or have finished and
 			// be waiting for the others: both documented.
-			call("sd_ipi_call", {0, -EINVAL}, "0/-EINVAL", [&] {
-				return sd_ipi_call(c, t, [](sd_cpu *, void *) {}, nullptr);
+			call("sd_smp_call_single", {0, -EINVAL}, "0/-EINVAL", [&] {
+				return sd_smp_call_single(c, t, [](sd_cpu *, void *) {}, nullptr);
 			});
 			break;
 		}
@@ -400,18 +400,18 @@ struct Cpu {
 		case 7: {
 			sd_irq_disable(c);
 			call("sd_munmap(irqs off)", {-EINVAL}, "-EINVAL", [&] { return sd_munmap(c, mm, va, P); });
-			call("sd_ipi_call(irqs off)", {-EDEADLK, -EINVAL}, "-EDEADLK/-EINVAL", [&] {
-				return sd_ipi_call(c, (id + 1) % r.nr_cpus, [](sd_cpu *, void *) {}, nullptr);
+			call("sd_smp_call_single(irqs off)", {-EDEADLK, -EINVAL}, "-EDEADLK/-EINVAL", [&] {
+				return sd_smp_call_single(c, (id + 1) % r.nr_cpus, [](sd_cpu *, void *) {}, nullptr);
 			});
 			call("sd_trap(irqs off)", {-EINVAL}, "-EINVAL", [&] { return sd_trap(c, SD_ID_AA64ISAR0_EL1(0)); });
 			sd_irq_enable(c);
 			break;
 		}
 		case 8:
-			call("sd_ipi_call(self)", {-EINVAL}, "-EINVAL",
-			     [&] { return sd_ipi_call(c, id, [](sd_cpu *, void *) {}, nullptr); });
-			call("sd_ipi_call(out of range)", {-EINVAL}, "-EINVAL",
-			     [&] { return sd_ipi_call(c, r.nr_cpus + rng.below(100), [](sd_cpu *, void *) {}, nullptr); });
+			call("sd_smp_call_single(self)", {-EINVAL}, "-EINVAL",
+			     [&] { return sd_smp_call_single(c, id, [](sd_cpu *, void *) {}, nullptr); });
+			call("sd_smp_call_single(out of range)", {-EINVAL}, "-EINVAL",
+			     [&] { return sd_smp_call_single(c, r.nr_cpus + rng.below(100), [](sd_cpu *, void *) {}, nullptr); });
 			break;
 		case 9:
 			// Building blocks: only under a user strategy.

@@ -23,7 +23,7 @@
 
 extern "C" {
 #include "core/ordering.h"
-#include "flush/ipi.h"
+#include "strategy/ipi.h"
 }
 
 namespace {

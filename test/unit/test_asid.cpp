@@ -18,7 +18,7 @@
 #include <vector>
 
 extern "C" {
-#include "asid/arm64_asid.h"
+#include "arch/arm64_asid.h"
 }
 
 namespace {

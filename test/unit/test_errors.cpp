@@ -657,7 +657,7 @@ TEST_F(MmErrors, CallsFromAThreadThatIsNotTheCpu)
 		prime_last_error();
 		check_error(sd_cpu_detach(c), -EPERM, {"not attached"});
 		prime_last_error();
-		check_error(sd_ipi_call(c, 1, [](sd_cpu *, void *) {}, nullptr), -EPERM,
+		check_error(sd_smp_call_single(c, 1, [](sd_cpu *, void *) {}, nullptr), -EPERM,
 			    {"not attached"});
 	});
 	t.join();
@@ -828,16 +828,16 @@ TEST(Errors, IpiCallBadTargets)
 	ASSERT_NE(nullptr, a.c);
 	std::atomic<int> ran{0};
 	prime_last_error();
-	check_error(sd_ipi_call(a.c, 0, nop_ipi, &ran), -EINVAL, {"target"});
+	check_error(sd_smp_call_single(a.c, 0, nop_ipi, &ran), -EINVAL, {"target"});
 	prime_last_error();
-	check_error(sd_ipi_call(a.c, 3, nop_ipi, &ran), -EINVAL, {"target"});
+	check_error(sd_smp_call_single(a.c, 3, nop_ipi, &ran), -EINVAL, {"target"});
 	prime_last_error();
-	check_error(sd_ipi_call(a.c, ~0u, nop_ipi, &ran), -EINVAL, {"target"});
+	check_error(sd_smp_call_single(a.c, ~0u, nop_ipi, &ran), -EINVAL, {"target"});
 	// CPU 1 exists but has no thread.
 	prime_last_error();
-	check_error(sd_ipi_call(a.c, 1, nop_ipi, &ran), -EINVAL, {"no thread"});
+	check_error(sd_smp_call_single(a.c, 1, nop_ipi, &ran), -EINVAL, {"no thread"});
 	prime_last_error();
-	check_error(sd_ipi_call(a.c, 1, nullptr, nullptr), -EINVAL, {"NULL"});
+	check_error(sd_smp_call_single(a.c, 1, nullptr, nullptr), -EINVAL, {"NULL"});
 	EXPECT_EQ(0, ran.load());
 }
 
@@ -859,12 +859,12 @@ TEST(Errors, IpiCallWithInterruptsOff)
 		std::this_thread::yield();
 	sd_irq_disable(a.c);
 	prime_last_error();
-	int err = sd_ipi_call(a.c, 1, nop_ipi, &ran);
+	int err = sd_smp_call_single(a.c, 1, nop_ipi, &ran);
 	sd_irq_enable(a.c);
 	check_error(err, -EDEADLK, {"interrupts"});
 	EXPECT_EQ(0, ran.load()) << "a refused IPI was delivered anyway";
 	// With interrupts on it goes through.
-	EXPECT_EQ(0, sd_ipi_call(a.c, 1, nop_ipi, &ran));
+	EXPECT_EQ(0, sd_smp_call_single(a.c, 1, nop_ipi, &ran));
 	EXPECT_EQ(1, ran.load());
 	stop = true;
 	t.join();
@@ -1281,7 +1281,7 @@ TEST(Errors, EveryIntCallRefusesNullObjects)
 		std::function<int()> call;
 	};
 	const Case cases[] = {
-		{"sd_ipi_call(NULL from)", -EPERM, [&] { return sd_ipi_call(nullptr, 1, nop_ipi, nullptr); }},
+		{"sd_smp_call_single(NULL from)", -EPERM, [&] { return sd_smp_call_single(nullptr, 1, nop_ipi, nullptr); }},
 		{"sd_mm_create(NULL out)", -EINVAL, [&] { return sd_mm_create(mach.m, nullptr); }},
 		{"sd_machine_info(NULL)", -EINVAL, [&] { return sd_machine_info(nullptr, &mi); }},
 		{"sd_machine_info(NULL info)", -EINVAL, [&] { return sd_machine_info(mach.m, nullptr); }},

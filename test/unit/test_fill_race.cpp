@@ -26,7 +26,7 @@
 #include <vector>
 
 extern "C" {
-#include "tlb/tlb.h"
+#include "hw/tlb.h"
 }
 
 namespace {

@@ -35,9 +35,8 @@
 #include <vector>
 
 extern "C" {
-#include "flush/invlpgb.h"
-#include "flush/ipi.h"
-#include "machine/machine.h"
+#include "strategy/gbcast.h"
+#include "hw/machine.h"
 #include "mm/mm.h"
 }
 
@@ -504,7 +503,7 @@ TEST(Gbcast, TlbsyncOnlyFromTheIssuingCpu)
 	Machine mc(sdtest::config(3, "gbcast"));
 	Attached a(mc.m, kA);
 	Cpus cpus(mc.m, 2);   // CPU 1 only; CPU 2 is attached by a thread below
-	struct sd_invlpgb *ib = &ipi_of(mc.m)->ib;
+	struct sd_invlpgb *ib = &sd_gbcast_of(mc.m)->ib;
 	sd_cpu *c0 = mc.m->cpus[0], *c1 = mc.m->cpus[1];
 	sd_mm *mm = nullptr;
 	uint16_t tag = 0;
@@ -609,13 +608,13 @@ ReuseResult run_reuse(const char *spec, bool no_wrap_flush)
 	Machine mc(sdtest::config(kReuseCpus, spec));
 	Attached a(mc.m, kA);
 	Cpus cpus(mc.m, kReuseCpus);
-	sd_ipi *ipi = ipi_of(mc.m);
+	sd_gbcast *g = sd_gbcast_of(mc.m);
 	ReuseResult r;
 
 	if (no_wrap_flush) {
-		sd_global_asid_lock(&ipi->gasid);
-		ipi->gasid.flush_all_nonglobals = nullptr;
-		sd_global_asid_unlock(&ipi->gasid);
+		sd_global_asid_lock(&g->gasid);
+		g->gasid.flush_all_nonglobals = nullptr;
+		sd_global_asid_unlock(&g->gasid);
 	}
 	for (unsigned round = 0; round < kReuseRounds; round++) {
 		sd_mm *mm = nullptr;
@@ -668,9 +667,9 @@ ReuseResult run_reuse(const char *spec, bool no_wrap_flush)
 	r.allocs = total(mc.m, SD_STAT_GLOBAL_ASID_ALLOC);
 	r.frees = total(mc.m, SD_STAT_GLOBAL_ASID_FREE);
 	r.reset_stats = total(mc.m, SD_STAT_GLOBAL_ASID_RESET);
-	sd_global_asid_lock(&ipi->gasid);
-	r.resets = ipi->gasid.resets;
-	sd_global_asid_unlock(&ipi->gasid);
+	sd_global_asid_lock(&g->gasid);
+	r.resets = g->gasid.resets;
+	sd_global_asid_unlock(&g->gasid);
 	std::fprintf(stderr,
 		     "[reuse] %s%s: %u rounds, %llu global ASIDs allocated, %u wrap-arounds, "
 		     "%zu distinct ASIDs; %llu violations (%llu foreign, %llu stale of the first %u)\n",

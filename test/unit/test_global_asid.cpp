@@ -17,7 +17,7 @@
 #include <vector>
 
 extern "C" {
-#include "asid/global_asid.h"
+#include "arch/global_asid.h"
 }
 
 namespace {

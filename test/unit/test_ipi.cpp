@@ -23,7 +23,8 @@
 
 extern "C" {
 #include "core/ordering.h"
-#include "machine/machine.h"
+#include "hw/machine.h"
+#include "hw/smp.h"
 }
 
 #include <signal.h>
@@ -89,7 +90,7 @@ bool wait_until(const std::function<bool()> &pred, double secs = 10.0)
 std::string describe_cpu(sd_machine *m, unsigned cpu)
 {
 	char buf[512];
-	sd_ipi_describe(sd_machine_cpu(m, cpu), buf, sizeof(buf));
+	sd_smp_call_describe(sd_machine_cpu(m, cpu), buf, sizeof(buf));
 	return buf;
 }
 
@@ -180,8 +181,8 @@ TEST(Ipi, RunsOnTheTargetsThread)
 	ASSERT_NE(nullptr, a.c);
 
 	Probe p;
-	ASSERT_EQ(0, sd_ipi_call(a.c, 1, probe_fn, &p)) << sd_last_error();
-	// sd_ipi_call waits for the ack: the function has run when it returns.
+	ASSERT_EQ(0, sd_smp_call_single(a.c, 1, probe_fn, &p)) << sd_last_error();
+	// sd_smp_call_single waits for the ack: the function has run when it returns.
 	EXPECT_EQ(1, p.runs.load());
 	EXPECT_EQ(target.tid(), p.tid.load());
 	EXPECT_NE(gettid_(), p.tid.load());
@@ -194,7 +195,7 @@ TEST(Ipi, RunsOnTheTargetsThread)
 
 	// Many in a row, each one answered.
 	for (int i = 0; i < 200; i++)
-		ASSERT_EQ(0, sd_ipi_call(a.c, 1, probe_fn, &p));
+		ASSERT_EQ(0, sd_smp_call_single(a.c, 1, probe_fn, &p));
 	EXPECT_EQ(201, p.runs.load());
 	EXPECT_EQ(201u, cpu_counter(mach.m, 1, SD_STAT_IPI_RECV));
 	target.stop();
@@ -212,7 +213,7 @@ TEST(Ipi, TargetCanCallBack)
 	std::atomic<int> err{1};
 	std::atomic<bool> done{false};
 	TargetThread other(mach.m, 1, [&](sd_cpu *c) {
-		err = sd_ipi_call(c, 0, probe_fn, &p);
+		err = sd_smp_call_single(c, 0, probe_fn, &p);
 		done = true;
 	});
 	ASSERT_EQ(0, other.attach_err());
@@ -225,7 +226,7 @@ TEST(Ipi, TargetCanCallBack)
 
 // The deferred path. Steps, with the target's thread:
 //  1. target: sd_irq_disable (depth @depth), then report "off"
-//  2. sender (a third thread, CPU 0): sd_ipi_call -> blocks
+//  2. sender (a third thread, CPU 0): sd_smp_call_single -> blocks
 //  3. test: wait until the target's ipis_deferred counter moves (the signal
 //     arrived and was deferred); check the function has not run, and the
 //     sender is still waiting
@@ -267,7 +268,7 @@ void deferred_case(unsigned depth)
 		Attached s(mach.m, 0);
 		if (!s.c)
 			return;
-		call_err = sd_ipi_call(s.c, 2, probe_fn, &p);
+		call_err = sd_smp_call_single(s.c, 2, probe_fn, &p);
 		call_done = true;
 	});
 	ASSERT_TRUE(wait_until([&] { return cpu_counter(mach.m, 2, SD_STAT_IPI_DEFERRED) >= 1; }))
@@ -275,7 +276,7 @@ void deferred_case(unsigned depth)
 	// Give a lost or wrongly-run IPI every chance to show itself.
 	std::this_thread::sleep_for(std::chrono::milliseconds(20));
 	EXPECT_EQ(0, p.runs.load()) << "IPI ran while the target had interrupts off";
-	EXPECT_FALSE(call_done.load()) << "sd_ipi_call returned before the function ran";
+	EXPECT_FALSE(call_done.load()) << "sd_smp_call_single returned before the function ran";
 	EXPECT_EQ(0u, cpu_counter(mach.m, 2, SD_STAT_IPI_RECV));
 
 	step = 2;
@@ -346,7 +347,7 @@ bool second_ipi_ran_in_enable(bool planted)
 	if (!mach.m)
 		return false;
 	sdtest::Watchdog dog("stranded IPI", 120);
-	atomic_store(&sd_ipi_test_no_recheck, planted);
+	atomic_store(&sd_smp_call_test_no_recheck, planted);
 	strand_machine = mach.m;
 	strand_at_point = false;
 	strand_fired = false;
@@ -372,7 +373,7 @@ bool second_ipi_ran_in_enable(bool planted)
 	std::thread s0([&] {
 		Attached s(mach.m, 0);
 		if (s.c)
-			err0 = sd_ipi_call(s.c, 1, probe_fn, &first);
+			err0 = sd_smp_call_single(s.c, 1, probe_fn, &first);
 	});
 	EXPECT_TRUE(wait_until([&] { return cpu_counter(mach.m, 1, SD_STAT_IPI_DEFERRED) >= 1; }));
 	step = 2;
@@ -381,7 +382,7 @@ bool second_ipi_ran_in_enable(bool planted)
 	std::thread s2([&] {
 		Attached s(mach.m, 2);
 		if (s.c)
-			err2 = sd_ipi_call(s.c, 1, probe_fn, &second);
+			err2 = sd_smp_call_single(s.c, 1, probe_fn, &second);
 	});
 	EXPECT_TRUE(wait_until([&] { return step.load() == 3; }, 30))
 		<< "target stuck in sd_irq_enable";
@@ -392,7 +393,7 @@ bool second_ipi_ran_in_enable(bool planted)
 	target.stop();
 	s0.join();
 	s2.join();
-	atomic_store(&sd_ipi_test_no_recheck, false);
+	atomic_store(&sd_smp_call_test_no_recheck, false);
 	EXPECT_EQ(0, err0.load());
 	EXPECT_EQ(0, err2.load());
 	EXPECT_EQ(1, second.runs.load());
@@ -435,7 +436,7 @@ TEST(Ipi, SeveralDeferredIpisAllRun)
 			Attached s(mach.m, id);
 			if (!s.c)
 				return;
-			if (sd_ipi_call(s.c, 2, probe_fn, &p))
+			if (sd_smp_call_single(s.c, 2, probe_fn, &p))
 				errs++;
 			done++;
 		});
@@ -496,7 +497,7 @@ TEST(Ipi, ConcurrentInitiatorsOversubscribed)
 			while (!go)
 				std::this_thread::yield();
 			for (unsigned i = 0; i < kCalls; i++)
-				if (sd_ipi_call(s.c, 3, count_fn, &arg))
+				if (sd_smp_call_single(s.c, 3, count_fn, &arg))
 					errs++;
 		});
 	go = true;
@@ -544,7 +545,7 @@ TEST(Ipi, AllToAll)
 			for (unsigned r = 0; r < kRounds; r++)
 				for (unsigned t = 0; t < kCpus; t++)
 					if (t != id &&
-					    sd_ipi_call(s.c, t,
+					    sd_smp_call_single(s.c, t,
 							[](sd_cpu *c, void *a) {
 								static_cast<std::atomic<uint64_t> *>(
 									a)[sd_cpu_id(c)]++;
@@ -597,7 +598,7 @@ TEST(Ipi, TargetBlockedInReadAnswersAndReadResumes)
 	ASSERT_NE(nullptr, a.c);
 	Probe p;
 	for (int i = 0; i < 5; i++)
-		ASSERT_EQ(0, sd_ipi_call(a.c, 1, probe_fn, &p));
+		ASSERT_EQ(0, sd_smp_call_single(a.c, 1, probe_fn, &p));
 	EXPECT_EQ(5, p.runs.load());
 	EXPECT_EQ(target.tid(), p.tid.load());
 	// The read is still pending: it was restarted, not failed with EINTR.
@@ -631,7 +632,7 @@ TEST(Ipi, TargetBlockedOnMutexAnswers)
 	Attached a(mach.m, 0);
 	ASSERT_NE(nullptr, a.c);
 	Probe p;
-	ASSERT_EQ(0, sd_ipi_call(a.c, 1, probe_fn, &p));
+	ASSERT_EQ(0, sd_smp_call_single(a.c, 1, probe_fn, &p));
 	EXPECT_EQ(1, p.runs.load());
 	EXPECT_EQ(target.tid(), p.tid.load());
 	EXPECT_EQ(0, acquired.load()) << "the target left the mutex wait";
@@ -661,7 +662,7 @@ TEST(Ipi, TargetInNanosleepAnswers)
 	ASSERT_NE(nullptr, a.c);
 	Probe p;
 	auto t0 = Clock::now();
-	ASSERT_EQ(0, sd_ipi_call(a.c, 1, probe_fn, &p));
+	ASSERT_EQ(0, sd_smp_call_single(a.c, 1, probe_fn, &p));
 	double secs = std::chrono::duration<double>(Clock::now() - t0).count();
 	EXPECT_LT(secs, 5.0) << "the IPI waited for the sleep to end";
 	EXPECT_EQ(target.tid(), p.tid.load());
@@ -692,7 +693,7 @@ TEST(Ipi, DeferredRequestAnsweredBeforeDetach)
 	std::thread sender([&] {
 		Attached s(mach.m, 0);
 		if (s.c)
-			err = sd_ipi_call(s.c, 1, probe_fn, &p);
+			err = sd_smp_call_single(s.c, 1, probe_fn, &p);
 	});
 	ASSERT_TRUE(wait_until([&] { return cpu_counter(mach.m, 1, SD_STAT_IPI_DEFERRED) >= 1; }));
 	step = 2;
@@ -744,13 +745,13 @@ TEST(Ipi, AttachDetachChurnWhileSendersPost)
 		Probe p;
 		while (Clock::now() < end) {
 			for (unsigned t = 1; t < 4; t++) {
-				int err = sd_ipi_call(s.c, t, probe_fn, &p);
+				int err = sd_smp_call_single(s.c, t, probe_fn, &p);
 				if (err == 0)
 					answered++;
 				else if (err == -EINVAL)
 					offline++;
 				else
-					ADD_FAILURE() << "sd_ipi_call: " << sd_strerror(err);
+					ADD_FAILURE() << "sd_smp_call_single: " << sd_strerror(err);
 			}
 			// Pause between rounds: back-to-back IPIs are an interrupt
 			// storm that keeps a target inside its handler (each new
@@ -772,19 +773,19 @@ TEST(Ipi, AttachDetachChurnWhileSendersPost)
 
 // ---- the watchdog: a lost signal costs a delay, a stuck target a report ----
 
-// sd_ipi_call from CPU @from to @target on its own thread, so the test can
+// sd_smp_call_single from CPU @from to @target on its own thread, so the test can
 // bound the wait and still clean up (a detach of the target drains it).
 struct BackgroundCall {
 	std::atomic<int> err{1};
 	std::atomic<bool> done{false};
 	std::thread t;
-	BackgroundCall(sd_machine *m, unsigned from, unsigned target, sd_ipi_fn fn, void *arg,
+	BackgroundCall(sd_machine *m, unsigned from, unsigned target, sd_smp_call_fn fn, void *arg,
 		       std::atomic<bool> *release = nullptr)
 	{
 		t = std::thread([=] {
 			Attached s(m, from);
 			if (s.c)
-				err = sd_ipi_call(s.c, target, fn, arg);
+				err = sd_smp_call_single(s.c, target, fn, arg);
 			done = true;
 			// Stay attached (the counters stay readable) until told.
 			while (release && !release->load())
@@ -989,7 +990,7 @@ TEST(IpiSignals, HostSignalsReachTheHostHandler)
 		ASSERT_NE(nullptr, a.c);
 		Probe p;
 		for (int i = 0; i < 50; i++)
-			ASSERT_EQ(0, sd_ipi_call(a.c, 1, probe_fn, &p)) << sd_last_error();
+			ASSERT_EQ(0, sd_smp_call_single(a.c, 1, probe_fn, &p)) << sd_last_error();
 		EXPECT_EQ(50, p.runs.load());
 		EXPECT_EQ(2, host_hits.load() + host_info_hits.load()) << "an IPI reached the host";
 	}
@@ -1080,11 +1081,11 @@ TEST(IpiLifecycle, ThreadExitingAttachedIsDetached)
 	Attached a(mach.m, 0);
 	ASSERT_NE(nullptr, a.c);
 	Probe p;
-	EXPECT_EQ(-EINVAL, sd_ipi_call(a.c, 1, probe_fn, &p)) << "an exited CPU was waited for";
+	EXPECT_EQ(-EINVAL, sd_smp_call_single(a.c, 1, probe_fn, &p)) << "an exited CPU was waited for";
 	// The CPU id can be used again.
 	TargetThread again(mach.m, 1);
 	ASSERT_EQ(0, again.attach_err());
-	ASSERT_EQ(0, sd_ipi_call(a.c, 1, probe_fn, &p));
+	ASSERT_EQ(0, sd_smp_call_single(a.c, 1, probe_fn, &p));
 	EXPECT_EQ(1, p.runs.load());
 }
 
@@ -1119,8 +1120,8 @@ TEST(IpiLifecycle, ThreadGoneWithoutDestructorsIsNotWaitedFor)
 			if (sd_cpu_attach(m, 0, &a))
 				_exit(4);
 			Probe p;
-			int err = sd_ipi_call(a, 1, probe_fn, &p);
-			int err2 = sd_ipi_call(a, 1, probe_fn, &p);  // now offline
+			int err = sd_smp_call_single(a, 1, probe_fn, &p);
+			int err2 = sd_smp_call_single(a, 1, probe_fn, &p);  // now offline
 			bool counted = cpu_counter(m, 0, SD_STAT_IPI_TARGET_GONE) == 1;
 			_exit(err == -ESRCH && err2 == -EINVAL && counted && p.runs.load() == 0 ? 0 : 5);
 		},

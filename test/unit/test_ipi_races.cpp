@@ -27,7 +27,7 @@
 
 extern "C" {
 #include "core/ordering.h"
-#include "flush/ipi.h"
+#include "strategy/ipi.h"
 #include "mm/mm.h"
 }
 

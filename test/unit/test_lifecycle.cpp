@@ -27,8 +27,10 @@
 
 extern "C" {
 #include "core/ordering.h"
-#include "flush/ipi.h"
-#include "machine/machine.h"
+#include "strategy/ipi.h"
+#include "hw/machine.h"
+#include "mm/flush_ops.h"
+#include "strategy/builtin.h"
 }
 
 namespace {
@@ -80,7 +82,7 @@ void user_flush(sd_cpu *cpu, sd_mm *mm, uint64_t, uint64_t, unsigned, void *)
 	sd_tlb_invalidate_local(cpu, mm, 0, 0);
 	for (unsigned c = sd_mm_cpumask_next(mm, 0); c < n; c = sd_mm_cpumask_next(mm, c + 1))
 		if (c != me) {
-			EXPECT_EQ(0, sd_ipi_call(cpu, c, user_ipi_target, mm)) << sd_last_error();
+			EXPECT_EQ(0, sd_smp_call_single(cpu, c, user_ipi_target, mm)) << sd_last_error();
 		}
 }
 
@@ -520,7 +522,7 @@ TEST(ZombieCpu, IpiToACpuWhoseBodyLeftInterruptsOffCompletes)
 		std::atomic<int> ran{0};
 		std::atomic<int> call_err{1};
 	} s;
-	Watchdog w("ZombieCpu.IpiToACpuWhoseBodyLeftInterruptsOff: CPU 0 in sd_ipi_call() "
+	Watchdog w("ZombieCpu.IpiToACpuWhoseBodyLeftInterruptsOff: CPU 0 in sd_smp_call_single() "
 		   "to CPU 1 (its interrupts left off)", kBound);
 	int err = sd_machine_run(mach.m, [](sd_cpu *c, void *p) {
 		auto *s = static_cast<S *>(p);
@@ -530,7 +532,7 @@ TEST(ZombieCpu, IpiToACpuWhoseBodyLeftInterruptsOffCompletes)
 			return;
 		}
 		wait_flag(s->body1_done);
-		s->call_err.store(sd_ipi_call(c, 1, [](sd_cpu *, void *arg) {
+		s->call_err.store(sd_smp_call_single(c, 1, [](sd_cpu *, void *arg) {
 			static_cast<S *>(arg)->ran.store(1);
 		}, s));
 	}, &s);
@@ -631,7 +633,7 @@ TEST(ZombieCpu, BodyThatExitsItsThreadIsDetached)
 		}
 		wait_flag(*s->exited);
 		// It may be detaching already; either way this must not hang.
-		int err = sd_ipi_call(c, 1, [](sd_cpu *, void *) {}, nullptr);
+		int err = sd_smp_call_single(c, 1, [](sd_cpu *, void *) {}, nullptr);
 		s->call_err->store(err == -EINVAL ? 0 : err);
 	}, &s)) << sd_last_error();
 	EXPECT_EQ(0, call_err.load());

@@ -18,8 +18,8 @@
 #include <unistd.h>
 
 extern "C" {
-#include "flush/ipi.h"
-#include "machine/machine.h"
+#include "strategy/ipi.h"
+#include "hw/machine.h"
 }
 
 namespace {
@@ -104,7 +104,7 @@ TEST(Memory, InfoCountsTheStrategyState)
 	size_t bcast = bytes_per_cpu(128, "broadcast");
 	size_t ipi = bytes_per_cpu(128, "ipi:csd_window=127");
 
-	EXPECT_GE(ipi, bcast + 127 * sizeof(sd_ipi_req) - 1024)
+	EXPECT_GE(ipi, bcast + 127 * sizeof(sd_smp_call_req) - 1024)
 		<< "the request ring is not in bytes_per_cpu";
 }
 

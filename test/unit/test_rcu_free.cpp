@@ -36,7 +36,7 @@
 #include <vector>
 
 extern "C" {
-#include "flush/ipi.h"
+#include "strategy/ipi.h"
 #include "mm/mm.h"
 }
 

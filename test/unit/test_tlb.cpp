@@ -16,7 +16,7 @@
 #include <vector>
 
 extern "C" {
-#include "tlb/tlb.h"
+#include "hw/tlb.h"
 }
 
 namespace {

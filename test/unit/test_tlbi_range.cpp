@@ -9,7 +9,7 @@
 #include <vector>
 
 extern "C" {
-#include "flush/tlbi_range.h"
+#include "arch/tlbi_range.h"
 }
 
 namespace {

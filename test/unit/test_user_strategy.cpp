@@ -52,7 +52,7 @@ void ipi_flush(sd_cpu *cpu, sd_mm *mm, uint64_t va, uint64_t len, unsigned, void
 	EXPECT_EQ(0, sd_tlb_invalidate_local(cpu, mm, va, len));
 	for (unsigned c = sd_mm_cpumask_next(mm, 0); c < n; c = sd_mm_cpumask_next(mm, c + 1)) {
 		if (c != me) {
-			EXPECT_EQ(0, sd_ipi_call(cpu, c, ipi_target, &r));
+			EXPECT_EQ(0, sd_smp_call_single(cpu, c, ipi_target, &r));
 		}
 	}
 }

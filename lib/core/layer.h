@@ -1,0 +1,33 @@
+/* SPDX-License-Identifier: MIT */
+#ifndef SD_CORE_LAYER_H
+#define SD_CORE_LAYER_H
+
+/*
+ * The library's layers, bottom up. Each folder of lib/ is one layer and one
+ * static library in meson, compiled with -DSD_LAYER=<its number>; every
+ * header starts by refusing to be included from a layer below its own, so
+ * an upward include is a compile error, not a review comment. Code outside
+ * the library (tests, benchmarks) sees every layer.
+ *
+ *   core      atomics, locks, futex, backoff, options, errors
+ *   hw        the emulated hardware: topology, CPUs and interrupts, the IPI
+ *             endpoint, TLBs, frames, traps, the oracle, counters
+ *   mm        page tables, address spaces, reclaim and TLB batches; the
+ *             strategy's ops table, through which alone it reaches one
+ *   arch      mechanisms that take an ASID or context, never an mm: arm64
+ *             ASIDs and TLBI range encoding, x86 INVLPGB and global ASIDs
+ *   strategy  one file per strategy, and the registry
+ *   machine   creation, destruction, running, attach and detach
+ */
+#define SD_LAYER_CORE 1
+#define SD_LAYER_HW 2
+#define SD_LAYER_MM 3
+#define SD_LAYER_ARCH 4
+#define SD_LAYER_STRATEGY 5
+#define SD_LAYER_MACHINE 6
+
+#ifndef SD_LAYER
+#define SD_LAYER 99     /* outside the library: above every layer */
+#endif
+
+#endif

@@ -1,0 +1,220 @@
+/* SPDX-License-Identifier: MIT */
+#include <errno.h>
+#include <pthread.h>
+#include <time.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/syscall.h>
+#include "../core/rcu.h"
+
+#include "../core/error.h"
+#include "machine.h"
+#include "smp.h"
+
+_Thread_local struct sd_cpu *sd_this_cpu __attribute__((tls_model("initial-exec")));
+
+size_t sd_cpu_area_size(unsigned l1, unsigned sets, unsigned ways)
+{
+	size_t size = sizeof(struct sd_cpu) + sd_tlb_storage_size(l1, sets, ways);
+
+	return (size + SD_CACHELINE - 1) & ~(size_t)(SD_CACHELINE - 1);
+}
+
+void sd_cpu_area_init(struct sd_cpu *c, struct sd_machine *m, unsigned id, size_t size,
+		      unsigned l1, unsigned sets, unsigned ways)
+{
+	/* hwloc_alloc() may come from posix_memalign: not zeroed. */
+	memset(c, 0, size);
+	c->id = id;
+	c->m = m;
+	c->alloc_size = size;
+	__cds_lfs_init(&c->ipi_queue);
+	atomic_init(&c->ipi_kick, 0);
+	atomic_init(&c->ipi_senders, 0);
+	atomic_init(&c->tid, 0);
+	atomic_init(&c->attached, 0);
+	atomic_init(&c->mm, NULL);
+	atomic_init(&c->lazy, 0);
+	c->irq_depth = 0;
+	c->ipi_pending = 0;
+	c->asid = 0;
+	c->pinned = -1;
+	c->checked = m->checked;
+	sd_tlb_init(&c->tlb, (char *)c + sizeof(*c), l1, sets, ways);
+}
+
+static void note_unpinned(struct sd_machine *m, const char *note)
+{
+	pthread_mutex_lock(&m->pin_note_lock);
+	if (!m->pin_note[0])
+		snprintf(m->pin_note, sizeof(m->pin_note), "%s", note);
+	pthread_mutex_unlock(&m->pin_note_lock);
+	atomic_store(&m->any_unpinned, 1);
+}
+
+/*
+ * GCC 12's libtsan creates a thread's signal context lazily with a plain
+ * load and store, on the first signal or intercepted blocking call; a signal
+ * landing while it is being created is dropped (LLVM later made it a
+ * compare-and-swap, see its signal_thread_sigctx_race.cpp). A fresh CPU
+ * entering its first blocking call right as its first IPI lands is exactly
+ * that race: create the context while no IPI can reach us yet.
+ */
+static void tsan_signal_context_create(void)
+{
+#ifdef SD_TSAN
+	struct timespec zero = { 0, 0 };
+
+	nanosleep(&zero, NULL);
+#endif
+}
+
+/*
+ * The hardware half of sd_cpu_attach() (machine/attach.c): claim CPU @id,
+ * pin the thread, start from an empty TLB, then become reachable by IPIs.
+ */
+int sd_cpu_online(struct sd_machine *m, unsigned id, struct sd_cpu **out)
+{
+	struct sd_cpu *c = m->cpus[id];
+	char note[128];
+	int expected = 0, pinned;
+
+	if (!atomic_compare_exchange_strong(&c->attached, &expected, 1))
+		return sd_fail(-EBUSY, "CPU %u already has a thread", id);
+
+	pinned = sd_topology_bind_self(&m->topo, id, m->cfg.flags & SD_MACHINE_STRICT_PIN,
+				       &c->binding, note, sizeof(note));
+	if (pinned < 0) {
+		atomic_store(&c->attached, 0);
+		return pinned;
+	}
+	if (!pinned)
+		note_unpinned(m, note);
+	c->pinned = pinned;
+	c->irq_depth = 0;
+	c->ipi_pending = 0;
+	/* While detached (or with a thread that died) the CPU received no
+	 * flush: whatever its TLB still holds may be stale. */
+	sd_tlb_invalidate(&c->tlb, &(struct sd_tlb_inval){ .kind = SD_TLB_INVAL_ALL });
+	/* A kick left by a signal that found the thread gone. */
+	atomic_store(&c->ipi_kick, 0);
+	atomic_store_explicit(&c->ipi_send_err, 0, memory_order_relaxed);
+	tsan_signal_context_create();
+	/* The handler finds its CPU through sd_this_cpu: set it before the
+	 * tid makes us reachable, or the first IPI would find no CPU, leave
+	 * the kick set and never be answered. */
+	sd_this_cpu = c;
+	atomic_store(&c->tid, (int)syscall(SYS_gettid));
+	sd_rcu_register();
+	atomic_fetch_add(&m->nr_attached, 1);
+	*out = c;
+	return 0;
+}
+
+/* The hardware half of sd_cpu_detach(), after the strategy and the mm layer
+ * let go: answer what is queued, give back the frames, unpin. Owner,
+ * interrupts on. */
+void sd_cpu_offline(struct sd_cpu *c)
+{
+	struct sd_machine *m = c->m;
+
+	sd_smp_call_offline(c);
+	sd_frame_cache_drain(&m->frames, &c->frames);
+	sd_rcu_unregister();
+	sd_topology_unbind_self(&m->topo, &c->binding);
+	sd_this_cpu = NULL;
+	atomic_store(&c->attached, 0);
+	atomic_fetch_sub(&m->nr_attached, 1);
+}
+
+struct sd_cpu *sd_cpu_self(void)
+{
+	return sd_this_cpu;
+}
+
+/* Getters follow error.h's rule: a NULL CPU reads as the neutral value. */
+unsigned sd_cpu_id(const struct sd_cpu *c)
+{
+	if (!c)
+		return (unsigned)sd_fail(0, "sd_cpu_id: NULL CPU");
+	return c->id;
+}
+
+struct sd_machine *sd_cpu_machine(const struct sd_cpu *c)
+{
+	if (!c) {
+		sd_fail(0, "sd_cpu_machine: NULL CPU");
+		return NULL;
+	}
+	return c->m;
+}
+
+/*
+ * One compare with the thread-local CPU (an initial-exec TLS load, as the
+ * sd_access() hit path pays), so a stray call from another thread cannot
+ * corrupt the owner's irq_depth, which only its own thread may write.
+ */
+void sd_irq_disable(struct sd_cpu *c)
+{
+	if (unlikely(sd_cpu_check_self(c))) {
+		sd_fail(-EPERM, "sd_irq_disable: caller is not attached as this CPU");
+		return;
+	}
+	sd_irq_off(c);
+}
+
+/*
+ * An enable with interrupts already on would take the depth to -1: the CPU
+ * would read as interrupts-off for good, and every IPI to it (so every
+ * remote flush that must reach it) would wait forever. Refuse it, leave the
+ * depth at 0 and count it, so sd_machine_run() can report a body that did
+ * it. The library's own pairs use sd_irq_on() and skip this check.
+ */
+int sd_irq_enable(struct sd_cpu *c)
+{
+	if (unlikely(sd_cpu_check_self(c)))
+		return sd_fail(-EPERM, "sd_irq_enable: caller is not attached as this CPU");
+	if (unlikely(c->irq_depth <= 0)) {
+		c->irq_unbalanced++;
+		return sd_fail(-EINVAL, "sd_irq_enable: interrupts are already on on CPU %u "
+			       "(unbalanced enable, ignored)", c->id);
+	}
+	sd_irq_on(c);
+	return 0;
+}
+
+int sd_irqs_disabled(const struct sd_cpu *c)
+{
+	if (!c)
+		return sd_fail(0, "sd_irqs_disabled: NULL CPU");
+	return c->irq_depth != 0;
+}
+
+void sd_cpu_qs(struct sd_cpu *c)
+{
+	c->ops_since_qs = 0;
+	/* An idle CPU is offline (an extended quiescent state); announcing a
+	 * quiescent state would bring it back online. */
+	if (sd_rcu_online())
+		sd_rcu_quiescent();
+}
+
+void sd_cpu_quiescent(struct sd_cpu *c)
+{
+	if (sd_cpu_check_self(c))
+		sd_fail(-EPERM, "sd_cpu_quiescent: caller is not attached as this CPU");
+	else if (c->irq_depth)
+		sd_fail(-EINVAL, "sd_cpu_quiescent: interrupts are off");
+	else
+		sd_cpu_qs(c);
+}
+
+void sd_stat_flush_latency(struct sd_cpu *c, uint64_t ns)
+{
+	unsigned b = ns ? sd_ilog2(ns) : 0;
+
+	if (b >= SD_STAT_HIST_BUCKETS)
+		b = SD_STAT_HIST_BUCKETS - 1;
+	sd_counter_add(&c->stats.flush_ns_hist[b], 1);
+	sd_counter_add(&c->stats.flush_ns_total, ns);
+}

@@ -1,0 +1,134 @@
+/* SPDX-License-Identifier: MIT */
+#ifndef SD_HW_CPU_H
+#define SD_HW_CPU_H
+
+#include "../core/layer.h"
+#if SD_LAYER < SD_LAYER_HW
+#error "hw/cpu.h is in a higher layer than the file including it (core/layer.h)"
+#endif
+
+#include <signal.h>
+#include <urcu/compiler.h>
+#include <urcu/lfstack.h>
+
+#include <shootdown/cpu.h>
+#include <shootdown/stats.h>
+
+#include "../core/compiler.h"
+#include "frame.h"
+#include "tlb.h"
+#include "topology.h"
+
+struct sd_mm;
+
+/* Counters of one CPU: written by it alone (plain relaxed stores), read by
+ * snapshots. Their own lines, away from anything another CPU writes. */
+struct sd_cpu_stats {
+	sd_cacheline_aligned SD_ATOMIC(uint64_t) counter[SD_STAT_NR];
+	SD_ATOMIC(uint64_t) flush_ns_hist[SD_STAT_HIST_BUCKETS];
+	SD_ATOMIC(uint64_t) flush_ns_total;
+};
+
+/*
+ * The per-CPU area: one allocation on the CPU's NUMA node, page aligned,
+ * with the TLB arrays after it. Groups that other CPUs write are on lines
+ * of their own, so the owner's private state never bounces.
+ */
+struct sd_cpu {
+	/* Read-mostly identity. */
+	unsigned id;
+	struct sd_machine *m;
+	size_t alloc_size;
+
+	/* IPI endpoint: written by senders (sd_smp_call_single). */
+	sd_cacheline_aligned struct __cds_lfs_stack ipi_queue;
+	SD_ATOMIC(int) ipi_kick;          /* a signal is on its way; don't send another */
+	SD_ATOMIC(int) ipi_senders;       /* posts in progress: detach waits them out */
+	SD_ATOMIC(int) tid;               /* kernel thread id, 0 while detached */
+	SD_ATOMIC(int) attached;
+	SD_ATOMIC(int) ipi_send_err;      /* last failed send (-errno), for the watchdog report */
+
+	/* Loaded address space: owner writes, others may read. */
+	sd_cacheline_aligned SD_ATOMIC(struct sd_mm *) mm;
+	SD_ATOMIC(int) lazy;
+
+	/* Owner-private. The IPI handler runs on the owner's thread, so these
+	 * need compiler (signal) fences only, never atomics. */
+	sd_cacheline_aligned volatile sig_atomic_t irq_depth;
+	volatile sig_atomic_t ipi_pending;
+	unsigned irq_unbalanced;       /* sd_irq_enable() calls with interrupts on */
+	uint16_t asid;                 /* the ASID register */
+	uint64_t regs[31];             /* X0..X30: what trap emulation writes */
+	bool checked;                  /* copy of the machine's oracle mode */
+	int pinned;                    /* -1 never attached, 0 unpinned, 1 pinned */
+	unsigned ops_since_qs;         /* accesses since the last quiescent state */
+	struct sd_topology_binding binding;
+	struct sd_frame_cache frames;
+
+	struct sd_cpu_stats stats;
+	struct sd_tlb tlb;
+};
+
+/* Initial-exec: a %fs-relative load on the hit path, not a __tls_get_addr
+ * call through the PLT, even from the shared library. */
+extern SD_THREAD_LOCAL struct sd_cpu *sd_this_cpu __attribute__((tls_model("initial-exec")));
+
+static inline void sd_stat_add(struct sd_cpu *c, enum sd_stat id, uint64_t n)
+{
+	sd_counter_add(&c->stats.counter[id], n);
+}
+
+static inline void sd_stat_inc(struct sd_cpu *c, enum sd_stat id)
+{
+	sd_stat_add(c, id, 1);
+}
+
+void sd_stat_flush_latency(struct sd_cpu *c, uint64_t ns);
+
+/* Emulated interrupts, inline for the access path. */
+static inline void sd_irq_off(struct sd_cpu *c)
+{
+	c->irq_depth++;
+	atomic_signal_fence(memory_order_seq_cst);
+}
+
+void sd_irq_run_pending(struct sd_cpu *c);
+
+static inline void sd_irq_on(struct sd_cpu *c)
+{
+	atomic_signal_fence(memory_order_seq_cst);
+	if (--c->irq_depth == 0) {
+		/* Pairs with the handler's irq_depth read: a signal landing
+		 * after the decrement runs its IPIs itself; one that landed
+		 * before left ipi_pending for us. An `if` is enough because
+		 * sd_irq_run_pending() never returns with one left behind
+		 * (ipi_run_queue() looks again after its own decrement). */
+		atomic_signal_fence(memory_order_seq_cst);
+		if (unlikely(c->ipi_pending))
+			sd_irq_run_pending(c);
+	}
+}
+
+/* -EPERM unless the calling thread is attached as @c. */
+static inline int sd_cpu_check_self(const struct sd_cpu *c)
+{
+	return likely(c && c == sd_this_cpu) ? 0 : -EPERM;
+}
+
+int sd_cpu_check_self_slow(const struct sd_cpu *c);
+
+/* Per-CPU area lifecycle, called by the machine. */
+size_t sd_cpu_area_size(unsigned l1, unsigned sets, unsigned ways);
+void sd_cpu_area_init(struct sd_cpu *c, struct sd_machine *m, unsigned id, size_t size,
+		      unsigned l1, unsigned sets, unsigned ways);
+
+/* The hardware halves of attach and detach (machine/attach.c has the
+ * rest). Online: -EBUSY if the CPU has a thread, or the binding's error.
+ * Offline: owner, interrupts on, after the strategy and mm let go. */
+int sd_cpu_online(struct sd_machine *m, unsigned id, struct sd_cpu **out);
+void sd_cpu_offline(struct sd_cpu *c);
+
+/* Pass an RCU quiescent state (owner, interrupts on). */
+void sd_cpu_qs(struct sd_cpu *c);
+
+#endif

@@ -1,0 +1,69 @@
+/* SPDX-License-Identifier: MIT */
+#ifndef SD_HW_MACHINE_H
+#define SD_HW_MACHINE_H
+
+#include "../core/layer.h"
+#if SD_LAYER < SD_LAYER_HW
+#error "hw/machine.h is in a higher layer than the file including it (core/layer.h)"
+#endif
+
+#include <pthread.h>
+
+#include <shootdown/machine.h>
+
+#include "../core/compiler.h"
+#include "../core/spinlock.h"
+#include "cpu.h"
+#include "frame.h"
+#include "oracle.h"
+#include "topology.h"
+#include "trap.h"
+
+/* Declared by the mm layer (mm/flush_ops.h), filled by a strategy. */
+struct sd_strategy_ops;
+
+/*
+ * The emulated machine: its hardware (CPUs, topology, frames, trap table,
+ * oracle) and what was chosen for it at creation. Defined here, at the
+ * bottom, because every layer reads it; each field belongs to one layer,
+ * which alone writes it: the machine layer creates and destroys (lib/
+ * machine), the mm layer reaches the strategy only through @ops, and the
+ * strategy alone reads @strategy.
+ */
+struct sd_machine {
+	struct sd_machine_config cfg;  /* normalised: every default filled in */
+	struct sd_topology topo;
+	unsigned nr_cpus;
+	struct sd_cpu **cpus;
+	size_t cpu_area_size;
+	bool checked;                  /* oracle mode, fixed at creation */
+
+	const struct sd_strategy_ops *ops;    /* the mm layer's door to the strategy */
+	void *strategy;                        /* the strategy's machine-wide state */
+	char strategy_spec[64];
+
+	struct sd_frame_pool frames;
+	struct sd_traps traps;
+	struct sd_oracle oracle;
+
+	/* lru=global (strategy option): freeing pages takes one machine-wide
+	 * lock and touches the shared LRU line, as release_pages() and
+	 * lru_add_drain() do under the lruvec lock. */
+	bool lru_global;
+	sd_cacheline_aligned struct sd_spinlock lru_lock;
+	uint64_t lru_pages;            /* under lru_lock */
+
+	sd_cacheline_aligned SD_ATOMIC(unsigned) nr_attached;
+	SD_ATOMIC(unsigned) nr_mms;
+	SD_ATOMIC(uint64_t) next_mm_id;
+	SD_ATOMIC(int) any_unpinned;
+	char pin_note[128];
+	pthread_mutex_t pin_note_lock;
+};
+
+static inline struct sd_cpu *sd_machine_cpu(const struct sd_machine *m, unsigned id)
+{
+	return m->cpus[id];
+}
+
+#endif

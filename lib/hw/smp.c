@@ -1,0 +1,632 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The IPI endpoint: requests on a per-target lock-free stack (liburcu
+ * lfstack: push is lock-free for any number of senders, pop_all is one
+ * exchange by the single consumer, the target), and a real signal sent with
+ * rt_tgsigqueueinfo to interrupt the target's thread. The handler finds its
+ * CPU through the thread-local pointer. With emulated interrupts off it only
+ * records the IPI as pending (invariant 5 (docs/invariants.md)); sd_irq_on() runs it later.
+ *
+ * The signal is shared with the host program: ours carry a cookie, the
+ * host's go on to the action it had. A waiter that parks is watched, as
+ * kernel/smp.c's csd_lock_wait_toolong() watches a CSD lock: it re-sends the
+ * signal, reports a stuck target, and reaps a target whose thread is gone.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <sys/syscall.h>
+
+#include "../core/backoff.h"
+#include "../core/error.h"
+#include "../core/futex.h"
+#include "../core/ordering.h"
+#include "../core/tsan.h"
+#include "machine.h"
+#include "smp.h"
+
+/* Run what is queued now; interrupts are off (irq_depth raised). */
+static void ipi_run_batch(struct sd_cpu *c)
+{
+	/* Clear kick before taking the queue: a sender that pushes after our
+	 * pop sees 0 and signals again (its push and its exchange are ordered
+	 * before our store, or it sends). */
+	atomic_store(&c->ipi_kick, 0);
+	struct cds_lfs_head *head = __cds_lfs_pop_all(&c->ipi_queue);
+	struct cds_lfs_node *node = head ? &head->node : NULL;
+
+	while (node) {
+		struct sd_smp_call_req *req = caa_container_of(node, struct sd_smp_call_req, node);
+
+		/* Pairs with the release before cds_lfs_push(). */
+		sd_tsan_acquire(req);
+		/* Read next before the ack: the sender may reuse the request
+		 * (or leave the stack frame it lives in) as soon as it sees
+		 * DONE. */
+		struct cds_lfs_node *next = node->next;
+
+		req->fn(c, req->arg);
+		sd_stat_inc(c, SD_STAT_IPI_RECV);
+		/* Only a parked sender needs the wake-up system call. A wake
+		 * that lands after the sender left is harmless: the word is
+		 * still mapped, and every futex wait loops. */
+		if (atomic_exchange_explicit(&req->state, SD_SMP_CALL_DONE,
+					     memory_order_acq_rel) == SD_SMP_CALL_PARKED)
+			sd_futex_wake(&req->state, 1);
+		node = next;
+	}
+}
+
+/*
+ * Run every queued request, with interrupts off as a hard-IRQ handler would
+ * be, so a signal arriving meanwhile only marks itself pending. Returns with
+ * irq_depth back where it was and no pending IPI left behind: a signal that
+ * lands after the last check but before the decrement sees interrupts off,
+ * only sets ipi_pending and returns, and its kick stays set so no sender
+ * signals again. The kernel never meets this (the hardware re-raises a
+ * pending vector once IF is set); we must look again after the decrement.
+ */
+SD_ATOMIC(bool) sd_smp_call_test_no_recheck;
+
+static bool ipi_recheck(struct sd_cpu *c)
+{
+	if (unlikely(atomic_load_explicit(&sd_smp_call_test_no_recheck, memory_order_relaxed)))
+		return false;
+	return c->ipi_pending && !c->irq_depth;
+}
+
+static void ipi_run_queue(struct sd_cpu *c)
+{
+	do {
+		c->irq_depth++;
+		/* Pairs with the handler's irq_depth read: from here on, a
+		 * signal defers itself to ipi_pending. */
+		atomic_signal_fence(memory_order_seq_cst);
+		do {
+			c->ipi_pending = 0;
+			ipi_run_batch(c);
+			/* Pairs with the handler's ipi_pending store. */
+			atomic_signal_fence(memory_order_seq_cst);
+		} while (c->ipi_pending);
+		sd_order_point(SD_ORDER_IPI_DRAINED, c->id);
+		c->irq_depth--;
+		/* Pairs with the handler's irq_depth read and ipi_pending
+		 * store: a signal after the decrement runs the queue itself;
+		 * one before it left ipi_pending, which we read only now. */
+		atomic_signal_fence(memory_order_seq_cst);
+	} while (ipi_recheck(c));
+}
+
+/*
+ * Our signals carry this address as their value (rt_tgsigqueueinfo with
+ * SI_QUEUE), so the handler can tell an IPI from the host's own signal of
+ * the same number, which goes on to the host's handler.
+ */
+static const char ipi_cookie;
+
+static bool ipi_is_ours(const siginfo_t *si)
+{
+	return si && si->si_code == SI_QUEUE && si->si_value.sival_ptr == (void *)&ipi_cookie;
+}
+
+/* One handler per signal for the whole process; machines share it. The
+ * handler reads the table without the lock (a lock-free atomic is
+ * async-signal-safe): an entry's old action is written before its sig is
+ * published, and not rewritten until sig is cleared again. */
+static pthread_mutex_t install_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+	SD_ATOMIC(int) sig;
+	unsigned users;         /* under install_lock */
+	struct sigaction old;   /* the host's action, which we chain to */
+} installed[8];
+
+static const struct sigaction *host_action(int sig)
+{
+	/* Pairs with the release in install_new(). */
+	for (unsigned i = 0; i < SD_ARRAY_SIZE(installed); i++)
+		if (atomic_load_explicit(&installed[i].sig, memory_order_acquire) == sig)
+			return &installed[i].old;
+	return NULL;
+}
+
+/*
+ * Hand a signal that is not an IPI to what the host had installed, as if we
+ * were not there: its handler (with its own mask and SA_SIGINFO calling
+ * convention), nothing for SIG_IGN, and for SIG_DFL the default action,
+ * which for SIGUSR1/2 and the real-time signals ends the process.
+ */
+static void chain_to_host(int sig, siginfo_t *si, void *uctx)
+{
+	const struct sigaction *old = host_action(sig);
+	sigset_t prev;
+
+	if (!old)
+		return;
+	if (old->sa_flags & SA_SIGINFO) {
+		if (!old->sa_sigaction)
+			return;
+		pthread_sigmask(SIG_BLOCK, &old->sa_mask, &prev);
+		old->sa_sigaction(sig, si, uctx);
+		pthread_sigmask(SIG_SETMASK, &prev, NULL);
+	} else if (old->sa_handler == SIG_IGN) {
+		return;
+	} else if (old->sa_handler == SIG_DFL) {
+		struct sigaction dfl;
+		sigset_t set;
+
+		memset(&dfl, 0, sizeof(dfl));
+		dfl.sa_handler = SIG_DFL;
+		sigaction(sig, &dfl, NULL);
+		sigemptyset(&set);
+		sigaddset(&set, sig);
+		syscall(SYS_tgkill, getpid(), (pid_t)syscall(SYS_gettid), sig);
+		pthread_sigmask(SIG_UNBLOCK, &set, NULL);
+	} else {
+		pthread_sigmask(SIG_BLOCK, &old->sa_mask, &prev);
+		old->sa_handler(sig);
+		pthread_sigmask(SIG_SETMASK, &prev, NULL);
+	}
+}
+
+static void ipi_handler(int sig, siginfo_t *si, void *uctx)
+{
+	struct sd_cpu *c = sd_this_cpu;
+	int saved_errno = errno;
+
+	/* Any signal of this number may be an IPI whose own delivery was
+	 * merged with the host's: a CPU always looks at its queue (running
+	 * an empty queue is harmless). A late IPI to a thread that has just
+	 * detached finds no CPU and is dropped. */
+	if (c) {
+		if (c->irq_depth) {
+			c->ipi_pending = 1;
+			sd_stat_inc(c, SD_STAT_IPI_DEFERRED);
+		} else {
+			ipi_run_queue(c);
+		}
+	}
+	if (!ipi_is_ours(si))
+		chain_to_host(sig, si, uctx);
+	errno = saved_errno;
+}
+
+void sd_irq_run_pending(struct sd_cpu *c)
+{
+	ipi_run_queue(c);
+}
+
+void sd_smp_call_drain(struct sd_cpu *c)
+{
+	if (!c->irq_depth)
+		ipi_run_queue(c);
+}
+
+static bool is_our_handler(const struct sigaction *sa)
+{
+	return (sa->sa_flags & SA_SIGINFO) && sa->sa_sigaction == ipi_handler;
+}
+
+static bool is_host_handler(const struct sigaction *sa)
+{
+	if (sa->sa_flags & SA_SIGINFO)
+		return sa->sa_sigaction != NULL;
+	return sa->sa_handler != SIG_DFL && sa->sa_handler != SIG_IGN;
+}
+
+/* Whether @sig still runs our handler (the watchdog asks before blaming
+ * the target). */
+static bool ipi_handler_installed(int sig)
+{
+	struct sigaction cur;
+
+	return sigaction(sig, NULL, &cur) == 0 && is_our_handler(&cur);
+}
+
+static int install_new(unsigned slot, int sig, bool take_over)
+{
+	struct sigaction sa, cur;
+
+	if (sigaction(sig, NULL, &cur) < 0)
+		return sd_fail(-EINVAL, "sigaction(%d) failed: %s", sig, strerror(errno));
+	if (is_host_handler(&cur) && !is_our_handler(&cur) && !take_over)
+		return sd_fail(-EBUSY, "signal %d already has a handler installed by the program: "
+			       "choose another ipi_signal, or set SD_MACHINE_TAKE_SIGNAL to "
+			       "share it (the handler keeps the signals that are not IPIs)", sig);
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_sigaction = ipi_handler;
+	/* SA_RESTART: a CPU blocked in a lock or a read resumes after
+	 * answering the IPI instead of failing with EINTR. */
+	sa.sa_flags = SA_SIGINFO | SA_RESTART;
+	sigemptyset(&sa.sa_mask);
+	/* Ours with no user: a restore that failed. Chaining to ourselves
+	 * would recurse; the host's action before us is lost, take SIG_DFL. */
+	if (is_our_handler(&cur)) {
+		memset(&cur, 0, sizeof(cur));
+		cur.sa_handler = SIG_DFL;
+	}
+	installed[slot].old = cur;
+	/* Publish old before the handler can look for it. */
+	atomic_store_explicit(&installed[slot].sig, sig, memory_order_release);
+	if (sigaction(sig, &sa, NULL) < 0) {
+		atomic_store(&installed[slot].sig, 0);
+		return sd_fail(-EINVAL, "sigaction(%d) failed: %s", sig, strerror(errno));
+	}
+	installed[slot].users = 1;
+	return 0;
+}
+
+int sd_smp_call_install(int sig, bool take_over)
+{
+	int err = 0;
+	unsigned i, slot = SD_ARRAY_SIZE(installed);
+
+	pthread_mutex_lock(&install_lock);
+	for (i = 0; i < SD_ARRAY_SIZE(installed); i++) {
+		if (installed[i].users && atomic_load(&installed[i].sig) == sig) {
+			installed[i].users++;
+			goto out;
+		}
+		if (!installed[i].users && slot == SD_ARRAY_SIZE(installed))
+			slot = i;
+	}
+	if (slot == SD_ARRAY_SIZE(installed)) {
+		err = sd_fail(-EBUSY, "too many distinct IPI signals in use");
+		goto out;
+	}
+	err = install_new(slot, sig, take_over);
+out:
+	pthread_mutex_unlock(&install_lock);
+	return err;
+}
+
+void sd_smp_call_uninstall(int sig)
+{
+	struct sigaction cur;
+
+	pthread_mutex_lock(&install_lock);
+	for (unsigned i = 0; i < SD_ARRAY_SIZE(installed); i++) {
+		if (!installed[i].users || atomic_load(&installed[i].sig) != sig)
+			continue;
+		/* Restore the host's action only over our own: a handler the
+		 * host installed meanwhile is its, and stays. */
+		if (--installed[i].users == 0) {
+			if (sigaction(sig, NULL, &cur) == 0 && is_our_handler(&cur))
+				sigaction(sig, &installed[i].old, NULL);
+			atomic_store(&installed[i].sig, 0);
+		}
+		break;
+	}
+	pthread_mutex_unlock(&install_lock);
+}
+
+/* Send the IPI signal to @tid: 0 or a negative errno (-ESRCH: no such
+ * thread in this process; -EAGAIN: the real-time signal queue is full). */
+static int ipi_send(int sig, int tid)
+{
+	siginfo_t si;
+	pid_t pid = getpid();
+
+	memset(&si, 0, sizeof(si));
+	si.si_signo = sig;
+	si.si_code = SI_QUEUE;
+	si.si_pid = pid;
+	si.si_value.sival_ptr = (void *)&ipi_cookie;
+	if (syscall(SYS_rt_tgsigqueueinfo, pid, tid, sig, &si) < 0)
+		return -errno;
+	return 0;
+}
+
+bool sd_smp_call_post(struct sd_cpu *from, struct sd_cpu *t, struct sd_smp_call_req *req)
+{
+	int tid, err;
+
+	atomic_init(&req->state, SD_SMP_CALL_PENDING);
+	req->target = t;
+	cds_lfs_node_init(&req->node);
+	/*
+	 * Against sd_smp_call_offline(): we count ourselves, then read tid; it
+	 * clears tid, then waits for the count to drop, then drains. Both
+	 * sides store then load with a full barrier between (seq_cst RMW and
+	 * loads), so either we see tid == 0 and queue nothing, or it sees us
+	 * and drains after our push.
+	 */
+	atomic_fetch_add(&t->ipi_senders, 1);
+	tid = atomic_load(&t->tid);
+	if (!tid) {
+		atomic_fetch_sub(&t->ipi_senders, 1);
+		return false;
+	}
+	/* The push's barrier is inside liburcu, where TSan cannot see it. */
+	sd_tsan_release(req);
+	cds_lfs_push(&t->ipi_queue, &req->node);
+	/* One signal in flight is enough: the handler drains the whole queue
+	 * (a non-empty call_single_queue already has its IPI). A failed send
+	 * leaves the kick set; the waiter's watchdog sends again, and finds
+	 * out whether the thread is gone. */
+	if (!atomic_exchange(&t->ipi_kick, 1)) {
+		err = ipi_send(t->m->cfg.ipi_signal, tid);
+		if (err)
+			atomic_store_explicit(&t->ipi_send_err, err, memory_order_relaxed);
+	}
+	atomic_fetch_sub_explicit(&t->ipi_senders, 1, memory_order_release);
+	/* @from is NULL for a plain thread (sd_mm_destroy() shooting lazy
+	 * CPUs): there is no sending CPU to count it on. */
+	if (from)
+		sd_stat_inc(from, SD_STAT_IPI_SENT);
+	return true;
+}
+
+/* ---- the watchdog (kernel/smp.c: csd_lock_wait_toolong()) ---- */
+
+/* The waiter is a CPU, or NULL for a plain thread (sd_mm_destroy() shooting
+ * lazy CPUs): count on it if there is one, and name it in reports. */
+static void count_on(struct sd_cpu *from, enum sd_stat id)
+{
+	if (from)
+		sd_stat_inc(from, id);
+}
+
+static void name_waiter(const struct sd_cpu *from, char *buf, size_t len)
+{
+	if (from)
+		snprintf(buf, len, "CPU %u", from->id);
+	else
+		snprintf(buf, len, "a thread that is no CPU");
+}
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/*
+ * The target's thread is gone while attached (-ESRCH). Take its place as the
+ * queue's consumer, once: clear its tid so no new request is queued, wait
+ * out posts in progress (as sd_smp_call_offline() does), then release every
+ * queued request as GONE without running it. Its TLB went with it; attach
+ * flushes the TLB before the CPU can be used again.
+ */
+static void ipi_reap_dead(struct sd_cpu *from, struct sd_cpu *t, int tid)
+{
+	struct sd_backoff b = SD_BACKOFF_INIT;
+	struct cds_lfs_head *head;
+	struct cds_lfs_node *node;
+	char who[32];
+
+	if (!atomic_compare_exchange_strong(&t->tid, &tid, 0))
+		return;         /* detached meanwhile, or another waiter reaps */
+	count_on(from, SD_STAT_IPI_TARGET_GONE);
+	name_waiter(from, who, sizeof(who));
+	fprintf(stderr, "libshootdown: %s: the thread of CPU %u (tid %d) exited while "
+		"attached; its IPIs are not waited for, it counts as offline\n",
+		who, t->id, tid);
+	while (atomic_load(&t->ipi_senders))
+		sd_backoff_wait(&b);
+	head = __cds_lfs_pop_all(&t->ipi_queue);
+	for (node = head ? &head->node : NULL; node;) {
+		struct sd_smp_call_req *req = caa_container_of(node, struct sd_smp_call_req, node);
+		struct cds_lfs_node *next = node->next;
+
+		sd_tsan_acquire(req);
+		if (atomic_exchange_explicit(&req->state, SD_SMP_CALL_GONE,
+					     memory_order_acq_rel) == SD_SMP_CALL_PARKED)
+			sd_futex_wake(&req->state, 1);
+		node = next;
+	}
+	atomic_store(&t->ipi_kick, 0);
+}
+
+/* Read a small /proc file of @tid into @buf (for the report only). */
+static void read_task_file(int tid, const char *name, char *buf, size_t len)
+{
+	char path[64];
+	FILE *f;
+	size_t n = 0;
+
+	snprintf(path, sizeof(path), "/proc/self/task/%d/%s", tid, name);
+	buf[0] = 0;
+	f = fopen(path, "r");
+	if (!f)
+		return;
+	n = fread(buf, 1, len - 1, f);
+	fclose(f);
+	buf[n] = 0;
+	for (size_t i = 0; i < n; i++)
+		if (buf[i] == '\n')
+			buf[i] = i + 1 < n ? ' ' : 0;
+}
+
+/* Whether @sig is pending for, or blocked by, thread @tid (from its
+ * /proc status: SigPnd and SigBlk, as hex masks of signal numbers). */
+static void task_sig_state(int tid, int sig, bool *pending, bool *blocked)
+{
+	char buf[2048], *p;
+	unsigned long long mask;
+
+	*pending = *blocked = false;
+	read_task_file(tid, "status", buf, sizeof(buf));
+	if ((p = strstr(buf, "SigPnd:")) && sscanf(p + 7, "%llx", &mask) == 1)
+		*pending = mask >> (sig - 1) & 1;
+	if ((p = strstr(buf, "SigBlk:")) && sscanf(p + 7, "%llx", &mask) == 1)
+		*blocked = mask >> (sig - 1) & 1;
+}
+
+#ifdef SD_TSAN
+void AnnotateIgnoreReadsBegin(const char *file, int line);
+void AnnotateIgnoreReadsEnd(const char *file, int line);
+#endif
+
+/* The owner-private words, read racily for the report only. */
+static void peek_target(const struct sd_cpu *t, int *depth, int *pending)
+{
+#ifdef SD_TSAN
+	AnnotateIgnoreReadsBegin(__FILE__, __LINE__);
+#endif
+	*depth = t->irq_depth;
+	*pending = t->ipi_pending;
+#ifdef SD_TSAN
+	AnnotateIgnoreReadsEnd(__FILE__, __LINE__);
+#endif
+}
+
+void sd_smp_call_describe(struct sd_cpu *t, char *buf, size_t len)
+{
+	int sig = t->m->cfg.ipi_signal, tid = atomic_load(&t->tid), depth, pending;
+	bool sig_pending = false, sig_blocked = false;
+	char wchan[64] = "", syscall_line[128] = "";
+
+	peek_target(t, &depth, &pending);
+	if (tid) {
+		task_sig_state(tid, sig, &sig_pending, &sig_blocked);
+		read_task_file(tid, "wchan", wchan, sizeof(wchan));
+		read_task_file(tid, "syscall", syscall_line, sizeof(syscall_line));
+	}
+	snprintf(buf, len,
+		 "CPU %u (tid %d): irq_depth %d, ipi_pending %d, kick %d, queue %s, "
+		 "last send error %d, signal %d %s%s, handler %s, blocked in wchan '%s' "
+		 "(syscall %s)",
+		 t->id, tid, depth, pending, atomic_load(&t->ipi_kick),
+		 cds_lfs_empty(&t->ipi_queue) ? "empty" : "non-empty",
+		 atomic_load_explicit(&t->ipi_send_err, memory_order_relaxed), sig,
+		 sig_pending ? "pending" : "not pending",
+		 sig_blocked ? ", masked by the thread (flushes wait until it unmasks)" : "",
+		 ipi_handler_installed(sig) ? "ours" :
+		 "REPLACED by the program (IPIs cannot be answered until ours is back)",
+		 wchan[0] ? wchan : "?", syscall_line[0] ? syscall_line : "?");
+}
+
+/* The stuck report: everything needed to tell who is at fault. */
+static void ipi_report_stuck(struct sd_cpu *from, struct sd_cpu *t, uint64_t waited_ns)
+{
+	char state[512], who[32];
+
+	sd_smp_call_describe(t, state, sizeof(state));
+	count_on(from, SD_STAT_IPI_STUCK);
+	name_waiter(from, who, sizeof(who));
+	fprintf(stderr, "libshootdown: %s has waited %llu ms for an IPI to %s\n", who,
+		(unsigned long long)(waited_ns / 1000000), state);
+}
+
+/*
+ * Send the signal again, unless one is already pending at the target (a
+ * masked signal would pile up in the real-time queue). A target whose
+ * thread is gone is reaped, which releases our request.
+ */
+static void ipi_resend(struct sd_cpu *from, struct sd_cpu *t, int tid)
+{
+	int sig = t->m->cfg.ipi_signal, err;
+	bool pending, blocked;
+
+	task_sig_state(tid, sig, &pending, &blocked);
+	if (pending)
+		return;
+	err = ipi_send(sig, tid);
+	if (err == -ESRCH) {
+		ipi_reap_dead(from, t, tid);
+		return;
+	}
+	if (err)
+		atomic_store_explicit(&t->ipi_send_err, err, memory_order_relaxed);
+	count_on(from, SD_STAT_IPI_RESENT);
+}
+
+static bool req_finished(struct sd_smp_call_req *req)
+{
+	return atomic_load_explicit(&req->state, memory_order_acquire) >= SD_SMP_CALL_DONE;
+}
+
+/*
+ * The park path: futex waits bounded by the next watchdog deadline. Every
+ * SD_SMP_CALL_RESEND_MS the signal goes again (a lost one, or one dropped by a
+ * sanitizer, costs a delay, not the machine); every ipi_timeout_ms the
+ * target is reported. A tid of 0 means the target is going offline: its
+ * detach answers the queue, so there is nothing to send.
+ */
+static void ipi_wait_parked(struct sd_cpu *from, struct sd_smp_call_req *req)
+{
+	struct sd_cpu *t = req->target;
+	uint64_t start = now_ns(), resend_ns = (uint64_t)SD_SMP_CALL_RESEND_MS * 1000000u;
+	uint64_t report_ns = (uint64_t)t->m->cfg.ipi_timeout_ms * 1000000u;
+	uint64_t next_resend = start + resend_ns, next_report = start + report_ns;
+
+	/* The post's own send already found no such thread: reap at once. */
+	if (atomic_load_explicit(&t->ipi_send_err, memory_order_relaxed) == -ESRCH)
+		next_resend = start;
+
+	while (!req_finished(req)) {
+		uint64_t now = now_ns(), until;
+		int tid = atomic_load(&t->tid);
+
+		if (now >= next_resend) {
+			next_resend = now + resend_ns;
+			if (tid)
+				ipi_resend(from, t, tid);
+		}
+		if (now >= next_report) {
+			if (tid)
+				ipi_report_stuck(from, t, now - start);
+			next_report = now + report_ns;
+		}
+		until = next_resend < next_report ? next_resend : next_report;
+		sd_futex_wait_ns(&req->state, SD_SMP_CALL_PARKED, until > now ? until - now : 1);
+	}
+}
+
+int sd_smp_call_wait(struct sd_cpu *from, struct sd_smp_call_req *req)
+{
+	unsigned n;
+	int expected = SD_SMP_CALL_PENDING;
+
+	for (n = 0; n < SD_BACKOFF_SPINS + SD_BACKOFF_YIELDS; n++) {
+		if (req_finished(req))
+			goto done;
+		if (n < SD_BACKOFF_SPINS)
+			sd_cpu_relax();
+		else
+			sched_yield();
+	}
+	/* Park: the handler's exchange sees PARKED and wakes us. A signal
+	 * (an IPI to us) interrupts the wait; its handler runs first. */
+	if (atomic_compare_exchange_strong(&req->state, &expected, SD_SMP_CALL_PARKED))
+		ipi_wait_parked(from, req);
+done:
+	if (atomic_load_explicit(&req->state, memory_order_acquire) == SD_SMP_CALL_GONE)
+		return sd_fail(-ESRCH, "CPU %u's thread exited while attached: its IPI was not run",
+			       req->target->id);
+	return 0;
+}
+
+void sd_smp_call_offline(struct sd_cpu *c)
+{
+	struct sd_backoff b = SD_BACKOFF_INIT;
+
+	atomic_store(&c->tid, 0);
+	while (atomic_load(&c->ipi_senders))
+		sd_backoff_wait(&b);
+	sd_smp_call_drain(c);
+}
+
+int sd_smp_call_single(struct sd_cpu *from, unsigned target, sd_smp_call_fn fn, void *arg)
+{
+	struct sd_smp_call_req req;
+
+	if (sd_cpu_check_self(from))
+		return sd_fail(-EPERM, "sd_smp_call_single: caller is not attached as this CPU");
+	if (!fn || target >= from->m->nr_cpus || target == from->id)
+		return sd_fail(-EINVAL, "sd_smp_call_single: bad target %u or NULL function", target);
+	if (from->irq_depth)
+		return sd_fail(-EDEADLK, "sd_smp_call_single: interrupts are off on CPU %u", from->id);
+	req.fn = fn;
+	req.arg = arg;
+	if (!sd_smp_call_post(from, from->m->cpus[target], &req))
+		return sd_fail(-EINVAL, "sd_smp_call_single: CPU %u has no thread", target);
+	return sd_smp_call_wait(from, &req);
+}

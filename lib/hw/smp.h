@@ -1,0 +1,85 @@
+/* SPDX-License-Identifier: MIT */
+#ifndef SD_HW_SMP_H
+#define SD_HW_SMP_H
+
+#include "../core/layer.h"
+#if SD_LAYER < SD_LAYER_HW
+#error "hw/smp.h is in a higher layer than the file including it (core/layer.h)"
+#endif
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "cpu.h"
+
+/*
+ * The IPI endpoint (kernel/smp.c): a request queue per CPU, a real signal
+ * as the interrupt, and the waiter's side with its watchdog. The public
+ * call is sd_smp_call_single() (include/shootdown/cpu.h).
+ */
+
+/*
+ * One IPI request (the kernel's call_single_data): queued on the target,
+ * run there, acknowledged through @state. Owned by the sender, which must
+ * not reuse it before sd_smp_call_wait() returned.
+ */
+enum {
+	SD_SMP_CALL_PENDING,
+	SD_SMP_CALL_PARKED,
+	SD_SMP_CALL_DONE,        /* run by the target */
+	SD_SMP_CALL_GONE,        /* released unrun: the target's thread died */
+};
+
+struct sd_smp_call_req {
+	struct cds_lfs_node node;
+	sd_smp_call_fn fn;
+	void *arg;
+	SD_ATOMIC(int) state;          /* SD_IPI_*: the sender parks on it */
+	struct sd_cpu *target;         /* for the watchdog: whom to re-signal */
+};
+
+/*
+ * Queue @req on @t and interrupt it with a real signal, unless one is
+ * already on its way. Returns false, queueing nothing, if @t has no thread
+ * (an offline CPU: it runs nothing and needs no IPI). Callable with
+ * interrupts off; only the wait needs them on. @from may be NULL when the
+ * sender is not a CPU (a plain thread; nothing is counted then).
+ */
+bool sd_smp_call_post(struct sd_cpu *from, struct sd_cpu *t, struct sd_smp_call_req *req);
+
+/*
+ * Wait until the target has run @req: spin, yield, then park on a futex
+ * that the target's handler wakes. Interrupts must be on, so that IPIs
+ * aimed at the waiter meanwhile are answered (no deadlock between two
+ * initiators aiming at each other). Parked, the watchdog re-sends the
+ * signal every SD_SMP_CALL_RESEND_MS and reports a stuck target every
+ * ipi_timeout_ms (it keeps waiting: the request stays queued, so it must
+ * stay alive). Returns 0, or -ESRCH if the target's thread had exited while
+ * attached and the request was released without running. @from may be NULL,
+ * as for sd_smp_call_post(): reports then name "a thread that is no CPU".
+ */
+int sd_smp_call_wait(struct sd_cpu *from, struct sd_smp_call_req *req);
+
+/* Going offline (detach): no new posts, wait out posts in progress, answer
+ * everything queued. Owner only, interrupts on. */
+void sd_smp_call_offline(struct sd_cpu *c);
+
+/* IPI endpoint: install/remove the process-wide handler for @sig. Install
+ * refuses (-EBUSY) a signal the host already handles unless @take_over;
+ * uninstall restores the host's action only if ours is still in place. */
+int sd_smp_call_install(int sig, bool take_over);
+void sd_smp_call_uninstall(int sig);
+
+/* The IPI state of @t in one line (what the watchdog reports): depth,
+ * pending flags, queue, signal mask, what its thread is blocked in. Any
+ * thread; the owner-private words are read racily. */
+void sd_smp_call_describe(struct sd_cpu *t, char *buf, size_t len);
+
+/* Test only: plant the stranded-IPI bug back (no look at ipi_pending after
+ * ipi_run_queue()'s decrement), so a test can show it tells the two apart. */
+extern SD_ATOMIC(bool) sd_smp_call_test_no_recheck;
+
+/* Answer every queued IPI now (detach, shutdown). Owner only. */
+void sd_smp_call_drain(struct sd_cpu *c);
+
+#endif

@@ -1,0 +1,69 @@
+/* SPDX-License-Identifier: MIT */
+#ifndef SD_STRATEGY_BROADCAST_H
+#define SD_STRATEGY_BROADCAST_H
+
+#include "../core/layer.h"
+#if SD_LAYER < SD_LAYER_STRATEGY
+#error "strategy/broadcast.h is in a higher layer than the file including it (core/layer.h)"
+#endif
+
+#include "../arch/arm64_asid.h"
+#include "../core/spinlock.h"
+#include "../hw/tlb.h"
+#include "../arch/tlbi_range.h"
+
+struct sd_cpu;
+struct sd_mm;
+struct sd_machine;
+
+/* arm64 MAX_TLBI_OPS (PTRS_PER_PTE for 4 KiB pages): from this many pages on,
+ * one ASID flush replaces per-page operations. */
+#define SD_MAX_TLBI_OPS 512
+
+/* Machine-wide state of the broadcast strategy (and of those built on it). */
+struct sd_broadcast {
+	struct sd_arm64_asid asid;
+	/* The interconnect: one broadcast message in flight at a time, as DVM
+	 * messages serialise, so concurrent initiators really contend. */
+	sd_cacheline_aligned struct sd_spinlock dvm;
+	/* How ranges are encoded: range=none|ascending|descending, lpa2=0|1,
+	 * max_tlbi_ops=N. */
+	struct sd_tlbi_split_cfg split;
+};
+
+/* Per-mm state: the arm64 context id (generation | ASID). */
+struct sd_broadcast_mm {
+	sd_cacheline_aligned SD_ATOMIC(uint64_t) ctx_id;
+};
+
+struct sd_opt;
+
+/* Building blocks for strategies layered on broadcast (local, none). */
+int sd_broadcast_machine_init(struct sd_machine *m, struct sd_broadcast *b);
+/* Allocate and init, taking broadcast's options (max_tlbi_ops=); errors name @name. */
+int sd_broadcast_machine_create(struct sd_machine *m, const char *name,
+				const struct sd_opt *opts, unsigned nr_opts, void **priv);
+void sd_broadcast_machine_fini(struct sd_machine *m, void *priv);
+/* state_bytes of sd_broadcast_machine_create()'s machine (broadcast, none). */
+size_t sd_broadcast_state_bytes(const struct sd_machine *m, const void *priv);
+/* Apply one of broadcast's options (range=, lpa2=, max_tlbi_ops=) to @b. */
+int sd_broadcast_option(struct sd_broadcast *b, const char *name, const struct sd_opt *o);
+int sd_broadcast_mm_init(struct sd_machine *m, struct sd_mm *mm, void **mm_priv);
+void sd_broadcast_mm_fini(struct sd_machine *m, struct sd_mm *mm, void *mm_priv);
+void sd_broadcast_switch(struct sd_cpu *cpu, struct sd_mm *prev, struct sd_mm *next);
+/* check_and_switch_context() for a non-NULL @next; @sw says what it did. */
+void sd_broadcast_switch_context(struct sd_cpu *cpu, struct sd_mm *next,
+				 struct sd_arm64_switch *sw);
+/* TLBI ... IS: one message, applied to every CPU's TLB. */
+void sd_broadcast_tlbi(struct sd_cpu *cpu, const struct sd_tlb_inval *op);
+/*
+ * Flush [vpn, vpn + nr) of @mm (nr == 0: the whole ASID) as the configured
+ * sequence of TLBI ops: broadcast ones, or with @local_only the
+ * non-shareable ones that reach the initiator's TLB alone.
+ */
+void sd_broadcast_flush(struct sd_cpu *cpu, struct sd_mm *mm, uint64_t vpn, uint64_t nr,
+			bool freed_tables, bool local_only);
+/* The ASID @mm runs with now; 0 if it never ran (nothing to flush). */
+bool sd_broadcast_mm_asid(struct sd_cpu *cpu, struct sd_mm *mm, uint16_t *asid);
+
+#endif

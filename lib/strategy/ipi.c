@@ -1,0 +1,771 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The `ipi` strategy: x86 TLB shootdown (arch/x86/mm/tlb.c), with the lazy
+ * mm_cpumask of seed 002 and its two later fixes.
+ *
+ * Each CPU has 6 dynamic PCID slots {ctx_id, tlb_gen}. A flush bumps the
+ * mm's tlb_gen, picks targets from mm_cpumask (should_flush_tlb()), sends
+ * each a real signal carrying a pointer to the initiator's flush_tlb_info,
+ * flushes locally meanwhile and waits for every ack. A target catches its
+ * slot up to the mm's generation (flush_tlb_func()): per page only when it
+ * is exactly one generation behind, fully otherwise. A CPU that misses a
+ * flush (lazy, switched away) compares generations when it switches back.
+ *
+ * The switch/flush race is store buffering on two words:
+ *
+ *   switcher (switch_mm_irqs_off)          flusher (flush_tlb_mm_range)
+ *   loaded_mm = SWITCHING                  PTE stores
+ *   cpumask bit set (RMW) or smp_mb()      tlb_gen++ (RMW, full barrier)
+ *   read tlb_gen                           read cpumask, loaded_mm
+ *
+ * Either the switcher reads the new generation and flushes the slot, or the
+ * flusher sees it SWITCHING (or already switched) and sends the IPI, which
+ * waits for the switch to end because interrupts are off during it.
+ * SWITCHING must count as "send" (CVE-2025-37964), and with the lazy mask
+ * the RMW may be skipped, so the fence must then be explicit
+ * (CVE-2025-40174). Both stores go through core/ordering.h so the tests can
+ * delay them and see each fix matter.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "../core/backoff.h"
+#include "../core/error.h"
+#include "../core/ordering.h"
+#include "../hw/machine.h"
+#include "../mm/mm.h"
+#include "ipi.h"
+#include "builtin.h"
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* ---- setup ---- */
+
+static int ipi_option(struct sd_ipi *ipi, const char *name, const struct sd_opt *o,
+		      bool *lru_global, sd_ipi_extra_opt_fn extra, void *extra_arg)
+{
+	uint64_t v;
+	int err;
+
+	if (!strcmp(o->key, "cpumask")) {
+		if (!strcmp(o->value, "eager"))
+			ipi->mode = SD_IPI_CPUMASK_EAGER;
+		else if (!strcmp(o->value, "lazy"))
+			ipi->mode = SD_IPI_CPUMASK_LAZY;
+		else
+			return sd_fail(-EINVAL, "option cpumask=%s for '%s': want eager or lazy",
+				       o->value, name);
+		return 0;
+	}
+	if (!strcmp(o->key, "ceiling")) {
+		err = sd_opt_uint(name, o, 0, 1u << 20, &v);
+		ipi->ceiling = (unsigned)v;
+		return err;
+	}
+	if (!strcmp(o->key, "csd_window")) {
+		err = sd_opt_uint(name, o, 1, SD_IPI_CSD_WINDOW_MAX, &v);
+		ipi->csd_window = (unsigned)v;
+		return err;
+	}
+	if (!strcmp(o->key, "trim_ms")) {
+		err = sd_opt_uint(name, o, 1, 3600u * 1000u, &v);
+		ipi->trim_ns = v * 1000000u;
+		return err;
+	}
+	if (!strcmp(o->key, "lru")) {
+		if (strcmp(o->value, "global") && strcmp(o->value, "percpu"))
+			return sd_fail(-EINVAL, "option lru=%s for '%s': want global or percpu",
+				       o->value, name);
+		*lru_global = !strcmp(o->value, "global");
+		return 0;
+	}
+	return extra ? extra(extra_arg, o) : sd_opt_unknown(name, o);
+}
+
+void sd_ipi_machine_destroy(struct sd_ipi *ipi)
+{
+	free(ipi->percpu);
+	free(ipi->csd_all);
+	ipi->percpu = NULL;
+	ipi->csd_all = NULL;
+}
+
+/*
+ * The per-CPU state and the request rings, zeroed here so that what a
+ * machine costs is resident from creation on and sd_machine_info() can
+ * report it: no flush pattern makes either grow.
+ */
+static int alloc_percpu(struct sd_ipi *ipi, unsigned n)
+{
+	size_t percpu_size = sd_round_up(n * sizeof(*ipi->percpu), SD_CACHELINE);
+	size_t csd_size = sd_round_up((size_t)n * ipi->csd_window * sizeof(*ipi->csd_all),
+				      SD_CACHELINE);
+
+	ipi->percpu = aligned_alloc(SD_CACHELINE, percpu_size);
+	ipi->csd_all = aligned_alloc(SD_CACHELINE, csd_size);
+	if (!ipi->percpu || !ipi->csd_all)
+		return -ENOMEM;
+	memset(ipi->percpu, 0, percpu_size);
+	memset(ipi->csd_all, 0, csd_size);
+	for (unsigned i = 0; i < n; i++) {
+		struct sd_ipi_cpu *pc = &ipi->percpu[i];
+		atomic_init(&pc->loaded_mm, 0);
+		atomic_init(&pc->loaded_asid, 0);
+		atomic_init(&pc->is_lazy, false);
+		pc->csd = &ipi->csd_all[(size_t)i * ipi->csd_window];
+	}
+	return 0;
+}
+
+/* What machine_init allocated, for sd_machine_info(): per-mm state is not
+ * counted (it is per address space, not per CPU). */
+size_t sd_ipi_bytes(const struct sd_machine *m, const struct sd_ipi *ipi)
+{
+	unsigned n = m->nr_cpus;
+
+	return sd_round_up(n * sizeof(*ipi->percpu), SD_CACHELINE) +
+	       sd_round_up((size_t)n * ipi->csd_window * sizeof(*ipi->csd_all), SD_CACHELINE);
+}
+
+static size_t ipi_state_bytes(const struct sd_machine *m, const void *priv)
+{
+	return sizeof(struct sd_ipi) + sd_ipi_bytes(m, priv);
+}
+
+int sd_ipi_machine_create(struct sd_machine *m, struct sd_ipi *ipi, const char *name,
+			  const struct sd_opt *opts, unsigned nr_opts,
+			  sd_ipi_extra_opt_fn extra, void *extra_arg)
+{
+	unsigned n = m->nr_cpus;
+	bool lru_global = false;
+	int err = 0;
+
+	memset(ipi, 0, sizeof(*ipi));
+	ipi->mode = SD_IPI_CPUMASK_LAZY;      /* what Linux does since 6.13 */
+	ipi->ceiling = SD_IPI_FLUSH_CEILING;
+	ipi->csd_window = SD_IPI_CSD_WINDOW;
+	ipi->trim_ns = 1000000000u;            /* HZ: once per second */
+	atomic_init(&ipi->last_ctx_id, 0);
+	for (unsigned i = 0; !err && i < nr_opts; i++)
+		err = ipi_option(ipi, name, &opts[i], &lru_global, extra, extra_arg);
+	if (err)
+		return err;
+	/* No more requests in flight than there are other CPUs to take them. */
+	if (ipi->csd_window > n - 1)
+		ipi->csd_window = n > 1 ? n - 1 : 1;
+	err = alloc_percpu(ipi, n);
+	if (err) {
+		sd_ipi_machine_destroy(ipi);
+		return err;
+	}
+	m->lru_global = lru_global;
+	return 0;
+}
+
+static int ipi_machine_init(struct sd_machine *m, const struct sd_opt *opts,
+			    unsigned nr_opts, void **priv)
+{
+	struct sd_ipi *ipi = malloc(sizeof(*ipi));
+	int err;
+
+	if (!ipi)
+		return -ENOMEM;
+	err = sd_ipi_machine_create(m, ipi, "ipi", opts, nr_opts, NULL, NULL);
+	if (err) {
+		free(ipi);
+		return err;
+	}
+	*priv = ipi;
+	return 0;
+}
+
+static void ipi_machine_fini(struct sd_machine *m, void *priv)
+{
+	(void)m;
+	sd_ipi_machine_destroy(priv);
+	free(priv);
+}
+
+int sd_ipi_mm_init(struct sd_machine *m, struct sd_mm *mm, void **mm_priv)
+{
+	struct sd_ipi *ipi = sd_ipi_of(m);
+	struct sd_ipi_mm *im = aligned_alloc(SD_CACHELINE, sd_round_up(sizeof(*im), SD_CACHELINE));
+
+	(void)mm;
+	if (!im)
+		return -ENOMEM;
+	if (sd_cpumask_init(&im->cpumask, m->nr_cpus)) {
+		free(im);
+		return -ENOMEM;
+	}
+	im->ctx_id = atomic_fetch_add(&ipi->last_ctx_id, 1) + 1;
+	/* init_new_context(): generation 1 is "no flush yet". */
+	atomic_init(&im->tlb_gen, 1);
+	atomic_init(&im->next_trim_ns, now_ns() + ipi->trim_ns);
+	atomic_init(&im->global_asid, 0);
+	atomic_init(&im->asid_transition, false);
+	*mm_priv = im;
+	return 0;
+}
+
+void sd_ipi_mm_fini(struct sd_machine *m, struct sd_mm *mm, void *mm_priv)
+{
+	struct sd_ipi_mm *im = mm_priv;
+
+	(void)m;
+	(void)mm;
+	sd_cpumask_destroy(&im->cpumask);
+	free(im);
+}
+
+int sd_ipi_test_break(struct sd_machine *m, unsigned mask)
+{
+	/* gbcast is built on ipi: its m->strategy is a struct sd_ipi too. */
+	if (!m || !m->ops || (strcmp(m->ops->name, "ipi") && strcmp(m->ops->name, "gbcast")))
+		return sd_fail(-EINVAL, "sd_ipi_test_break: machine runs neither 'ipi' nor 'gbcast'");
+	sd_ipi_of(m)->broken = mask;
+	return 0;
+}
+
+/* ---- local TLB operations ---- */
+
+static void flush_slot_full(struct sd_cpu *cpu, unsigned slot)
+{
+	struct sd_tlb_inval inv = { .kind = SD_TLB_INVAL_ASID, .asid = sd_ipi_slot_tag(slot) };
+
+	sd_tlb_invalidate(&cpu->tlb, &inv);
+	sd_stat_inc(cpu, SD_STAT_FLUSH_FULL);
+}
+
+static void cpumask_write(struct sd_cpu *cpu, struct sd_mm *mm, bool set)
+{
+	if (set)
+		sd_sb_cpumask_set(&sd_ipi_mm_of(mm)->cpumask, cpu->id);
+	else
+		sd_sb_cpumask_clear(&sd_ipi_mm_of(mm)->cpumask, cpu->id);
+	sd_stat_inc(cpu, SD_STAT_CPUMASK_WRITE);
+}
+
+/* ---- context switch ---- */
+
+static inline uint16_t loaded_asid(const struct sd_ipi_cpu *me)
+{
+	return atomic_load_explicit(&me->loaded_asid, memory_order_relaxed);
+}
+
+static inline bool is_global_asid(uint16_t asid)
+{
+	return asid >= SD_IPI_NR_DYN_ASIDS;
+}
+
+/* mm_needs_global_asid(): the mm has a global ASID this CPU is not using. */
+static bool mm_needs_global_asid(struct sd_mm *mm, uint16_t asid)
+{
+	uint16_t gasid = sd_ipi_mm_global_asid(mm);
+
+	return gasid && asid != gasid;
+}
+
+/*
+ * choose_new_asid(): the mm's global ASID (never needs a flush: INVLPGB
+ * reached every TLB, lazy or not), else the slot already holding @next,
+ * else the round-robin victim.
+ */
+static uint16_t choose_new_asid(struct sd_cpu *cpu, struct sd_ipi_cpu *me, struct sd_mm *next,
+				uint64_t next_gen, bool *need_flush)
+{
+	const struct sd_ipi_mm *im = sd_ipi_mm_of(next);
+	uint16_t gasid = sd_ipi_mm_global_asid(next);
+
+	if (gasid) {
+		*need_flush = false;
+		return gasid;
+	}
+	for (unsigned s = 0; s < SD_IPI_NR_DYN_ASIDS; s++) {
+		if (me->ctxs[s].ctx_id == im->ctx_id) {
+			*need_flush = me->ctxs[s].tlb_gen < next_gen;
+			return (uint16_t)s;
+		}
+	}
+	unsigned s = me->next_asid;
+	me->next_asid = (uint16_t)((s + 1) % SD_IPI_NR_DYN_ASIDS);
+	sd_stat_inc(cpu, SD_STAT_ASID_ALLOC);
+	*need_flush = true;
+	return (uint16_t)s;
+}
+
+/*
+ * Make sure this CPU is in next's mm_cpumask, and order the SWITCHING
+ * store before the tlb_gen read that follows. Eager mode and an unset bit
+ * use the RMW, a full barrier; an already-set bit needs an explicit one.
+ */
+static void join_cpumask(struct sd_cpu *cpu, struct sd_ipi *ipi, struct sd_mm *next)
+{
+	struct sd_ipi_mm *im = sd_ipi_mm_of(next);
+
+	if (ipi->mode == SD_IPI_CPUMASK_EAGER || !sd_cpumask_test(&im->cpumask, cpu->id)) {
+		cpumask_write(cpu, next, true);
+		return;
+	}
+	if (!(ipi->broken & SD_IPI_BREAK_SWITCH_FENCE))
+		sd_sb_fence();         /* CVE-2025-40174 */
+}
+
+/*
+ * reload_tlb: load @asid for @next, recording and flushing a dynamic slot
+ * if choose_new_asid() said so. loaded_mm is published first and the scan
+ * that stands for CR3-with-flush comes after, interrupts still off:
+ * hardware drops a PCID's entries in a few cycles, while our scan inside
+ * the SWITCHING window would make flushers IPI switching CPUs far more
+ * often than on a real machine. No one can tell the order apart: no access
+ * runs before interrupts are on again, and an IPI arriving meanwhile waits
+ * for the scan.
+ */
+static void load_asid(struct sd_cpu *cpu, struct sd_ipi_cpu *me, struct sd_mm *next,
+		      uint16_t asid, uint64_t next_gen, bool need_flush)
+{
+	if (need_flush) {
+		me->ctxs[asid].ctx_id = sd_ipi_mm_of(next)->ctx_id;
+		me->ctxs[asid].tlb_gen = next_gen;
+	}
+	/* loaded_asid before loaded_mm (a release store): finish_asid_transition()
+	 * reads loaded_mm with acquire, then loaded_asid, and so never pairs
+	 * the new mm with the previous ASID. */
+	atomic_store_explicit(&me->loaded_asid, asid, memory_order_relaxed);
+	cpu->asid = sd_ipi_slot_tag(asid);
+	sd_sb_store(&me->loaded_mm, (uintptr_t)next);
+	sd_sb_drain();
+	if (need_flush) {
+		flush_slot_full(cpu, asid);
+		sd_stat_inc(cpu, SD_STAT_SWITCH_FLUSH);
+	}
+}
+
+/* The mm got a global ASID while this CPU ran it on a dynamic one: move
+ * over (the prev == next reload of switch_mm_irqs_off()). is_lazy is left
+ * as it is: the IPI handler calls this for lazy CPUs too. */
+static void reload_global(struct sd_cpu *cpu, struct sd_ipi_cpu *me, struct sd_mm *mm)
+{
+	uint64_t gen = atomic_load_explicit(&sd_ipi_mm_of(mm)->tlb_gen, memory_order_acquire);
+	bool need_flush;
+	uint16_t asid = choose_new_asid(cpu, me, mm, gen, &need_flush);
+
+	load_asid(cpu, me, mm, asid, gen, need_flush);
+}
+
+/* prev == next: leaving lazy mode on the mm we kept loaded. */
+static void switch_same(struct sd_cpu *cpu, struct sd_ipi_cpu *me, struct sd_mm *mm, bool was_lazy)
+{
+	if (!mm)
+		return;
+	if (mm_needs_global_asid(mm, loaded_asid(me))) {
+		reload_global(cpu, me, mm);
+		return;
+	}
+	/* A global ASID is kept current by INVLPGB, lazy or not. */
+	if (is_global_asid(loaded_asid(me)) || !was_lazy)
+		return;
+	/* Order is_lazy = false before the tlb_gen read. Pairs with the
+	 * flusher's tlb_gen RMW before its is_lazy read: either it saw us
+	 * not lazy and IPIs us, or we see its generation here. */
+	sd_sb_fence();
+	uint64_t gen = atomic_load_explicit(&sd_ipi_mm_of(mm)->tlb_gen, memory_order_acquire);
+	struct sd_ipi_ctx *ctx = &me->ctxs[loaded_asid(me)];
+
+	if (ctx->tlb_gen == gen)
+		return;
+	flush_slot_full(cpu, loaded_asid(me));
+	sd_stat_inc(cpu, SD_STAT_SWITCH_FLUSH);
+	ctx->tlb_gen = gen;
+}
+
+/* switch_mm_irqs_off(): interrupts are off. @next NULL is init_mm. */
+static void ipi_switch_to(struct sd_cpu *cpu, struct sd_mm *next)
+{
+	struct sd_ipi *ipi = sd_ipi_of(cpu->m);
+	struct sd_ipi_cpu *me = &ipi->percpu[cpu->id];
+	struct sd_mm *prev = (struct sd_mm *)atomic_load_explicit(&me->loaded_mm,
+								  memory_order_relaxed);
+	bool was_lazy = atomic_load_explicit(&me->is_lazy, memory_order_relaxed);
+
+	/* Cleared before loaded_mm is written: a flusher that reads our new
+	 * loaded_mm then (after its read barrier) is_lazy sees false. */
+	if (was_lazy)
+		atomic_store_explicit(&me->is_lazy, false, memory_order_relaxed);
+	if (prev == next) {
+		switch_same(cpu, me, next, was_lazy);
+		return;
+	}
+
+	sd_sb_store(&me->loaded_mm, SD_IPI_LOADED_SWITCHING);
+	if (prev && ipi->mode == SD_IPI_CPUMASK_EAGER)
+		cpumask_write(cpu, prev, false);   /* stop remote flushes for prev */
+	if (!next) {
+		cpu->asid = 0;
+		atomic_store_explicit(&me->loaded_asid, 0, memory_order_relaxed);
+		sd_sb_store(&me->loaded_mm, 0);
+		sd_sb_drain();
+		return;
+	}
+	join_cpumask(cpu, ipi, next);
+	sd_order_point(SD_ORDER_SWITCH_STORED, cpu->id);
+
+	uint64_t next_gen = atomic_load_explicit(&sd_ipi_mm_of(next)->tlb_gen, memory_order_acquire);
+	sd_order_point(SD_ORDER_SWITCH_LOADED, cpu->id);
+
+	bool need_flush;
+	uint16_t asid = choose_new_asid(cpu, me, next, next_gen, &need_flush);
+
+	load_asid(cpu, me, next, asid, next_gen, need_flush);
+}
+
+void sd_ipi_switch(struct sd_cpu *cpu, struct sd_mm *prev, struct sd_mm *next)
+{
+	(void)prev;    /* the strategy's own loaded_mm is prev, as in the kernel */
+	ipi_switch_to(cpu, next);
+}
+
+/* enter_lazy_tlb(): keep CR3 and the cpumask, just say so. */
+void sd_ipi_enter_lazy(struct sd_cpu *cpu, struct sd_mm *mm)
+{
+	struct sd_ipi_cpu *me = sd_ipi_cpu_of(cpu);
+
+	(void)mm;
+	if (atomic_load_explicit(&me->loaded_mm, memory_order_relaxed))
+		atomic_store_explicit(&me->is_lazy, true, memory_order_relaxed);
+}
+
+/* ---- the target side ---- */
+
+/* flush_tlb_func(): runs on @cpu with interrupts off, remote or local. */
+static void flush_tlb_func(struct sd_cpu *cpu, const struct sd_ipi_flush_info *f, bool local)
+{
+	struct sd_ipi_cpu *me = sd_ipi_cpu_of(cpu);
+	struct sd_mm *loaded = (struct sd_mm *)atomic_load_explicit(&me->loaded_mm,
+								    memory_order_relaxed);
+
+	if (!local)
+		sd_stat_inc(cpu, SD_STAT_REMOTE_INVAL_RECV);
+	/* The CPU was left in the mm's mask (lazy mode): leave it now. */
+	if (f->mm && f->mm != loaded) {
+		cpumask_write(cpu, f->mm, false);
+		if (!local)
+			sd_stat_inc(cpu, SD_STAT_IPI_UNNEEDED);
+		return;
+	}
+	if (!loaded)
+		return;                            /* init_mm: no user entries */
+	/* A transition IPI: move onto the mm's global ASID, which INVLPGB
+	 * keeps current, and nothing is left to flush. */
+	if (mm_needs_global_asid(loaded, loaded_asid(me)))
+		reload_global(cpu, me, loaded);
+	if (is_global_asid(loaded_asid(me)))
+		return;
+	if (atomic_load_explicit(&me->is_lazy, memory_order_relaxed)) {
+		/* Only a forced IPI (freed page tables) gets here: stop using
+		 * tables that are about to be freed, by leaving for init_mm. */
+		ipi_switch_to(cpu, NULL);
+		return;
+	}
+
+	uint16_t slot = loaded_asid(me);
+	struct sd_ipi_ctx *ctx = &me->ctxs[slot];
+	uint64_t local_gen = ctx->tlb_gen;
+
+	/* Already caught up: no touch of the contended mm line at all. */
+	if (f->new_tlb_gen != SD_IPI_GEN_INVALID && f->new_tlb_gen <= local_gen) {
+		sd_stat_inc(cpu, SD_STAT_FLUSH_GEN_SKIP);
+		return;
+	}
+	/* Acquire: the walks after this flush see the PTE stores that came
+	 * before the bump to mm_gen. */
+	uint64_t mm_gen = atomic_load_explicit(&sd_ipi_mm_of(loaded)->tlb_gen, memory_order_acquire);
+
+	if (local_gen == mm_gen) {
+		sd_stat_inc(cpu, SD_STAT_FLUSH_GEN_SKIP);
+		return;
+	}
+	/*
+	 * Per page only when this flush is exactly the next generation and
+	 * the last one: applying a partial flush for gen+2 over a missed full
+	 * flush for gen+1 and recording gen+2 would lose the full flush.
+	 */
+	if (f->nr && f->new_tlb_gen == local_gen + 1 && f->new_tlb_gen == mm_gen) {
+		struct sd_tlb_inval inv = {
+			.kind = SD_TLB_INVAL_RANGE, .asid = sd_ipi_slot_tag(slot),
+			.leaf_only = !f->freed_tables, .vpn = f->vpn, .nr = f->nr,
+		};
+		sd_tlb_invalidate(&cpu->tlb, &inv);
+		sd_stat_inc(cpu, SD_STAT_FLUSH_PARTIAL);
+	} else {
+		flush_slot_full(cpu, slot);
+	}
+	/* The generation read before flushing: later bumps still need us. */
+	ctx->tlb_gen = mm_gen;
+}
+
+static void flush_ipi(struct sd_cpu *cpu, void *arg)
+{
+	flush_tlb_func(cpu, arg, false);
+}
+
+/* ---- the initiator side ---- */
+
+/*
+ * should_flush_tlb(): whether CPU @t needs this flush's IPI. loaded_mm is
+ * read first, then (after a read barrier) is_lazy, so is_lazy is at least
+ * as new as loaded_mm: the switcher clears is_lazy before storing loaded_mm.
+ */
+static bool should_flush_tlb(struct sd_cpu *from, struct sd_ipi *ipi, unsigned t,
+			     const struct sd_ipi_flush_info *f)
+{
+	struct sd_ipi_cpu *pc = &ipi->percpu[t];
+	uintptr_t loaded = atomic_load_explicit(&pc->loaded_mm, memory_order_relaxed);
+
+	atomic_thread_fence(memory_order_acquire);   /* smp_rmb() */
+	if (atomic_load_explicit(&pc->is_lazy, memory_order_relaxed)) {
+		sd_stat_inc(from, SD_STAT_LAZY_SKIP);
+		return false;
+	}
+	if (!f->mm)
+		return true;
+	/* In the middle of a switch, it may have read tlb_gen already. */
+	if (loaded == SD_IPI_LOADED_SWITCHING)
+		return !(ipi->broken & SD_IPI_BREAK_SWITCHING_RULE);   /* CVE-2025-37964 */
+	if (loaded == (uintptr_t)f->mm)
+		return true;
+	return f->trim_cpumask;
+}
+
+/* should_trim_cpumask(): at most once per trim period per mm. */
+static bool should_trim_cpumask(struct sd_ipi *ipi, struct sd_mm *mm)
+{
+	struct sd_ipi_mm *im = sd_ipi_mm_of(mm);
+	uint64_t now;
+
+	if (ipi->mode == SD_IPI_CPUMASK_EAGER)
+		return false;
+	now = now_ns();
+	if (now < atomic_load_explicit(&im->next_trim_ns, memory_order_relaxed))
+		return false;
+	/* Racing initiators may both trim once: harmless, as in the kernel. */
+	atomic_store_explicit(&im->next_trim_ns, now + ipi->trim_ns, memory_order_relaxed);
+	return true;
+}
+
+static bool cpumask_any_but(const struct sd_cpumask *mask, unsigned me)
+{
+	unsigned t;
+
+	sd_cpumask_for_each(t, mask)
+		if (t != me)
+			return true;
+	return false;
+}
+
+/*
+ * The requests of one flush: a ring over the initiator's csd_window
+ * requests. Posted requests are reaped (waited for) in posting order, so
+ * the oldest is the one a full ring reuses. A failed post (offline target)
+ * takes no slot.
+ */
+struct csd_ring {
+	struct sd_smp_call_req *csd;
+	unsigned size;
+	unsigned nr_posted, nr_reaped;
+};
+
+/*
+ * A request free to post. A full ring first waits for its oldest request's
+ * ack: the endpoint's lfstack node may be pushed again only after the
+ * target popped it and ran it (sd_smp_call_wait()'s contract), or the target's
+ * queue would be corrupted and its flush lost.
+ */
+static struct sd_smp_call_req *csd_ring_get(struct sd_cpu *cpu, struct sd_ipi *ipi,
+				       struct csd_ring *r)
+{
+	if (r->nr_posted - r->nr_reaped == r->size) {
+		if (!(ipi->broken & SD_IPI_BREAK_CSD_REUSE))
+			sd_smp_call_wait(cpu, &r->csd[r->nr_reaped % r->size]);
+		r->nr_reaped++;
+	}
+	return &r->csd[r->nr_posted % r->size];
+}
+
+static void csd_ring_reap_all(struct sd_cpu *cpu, struct csd_ring *r)
+{
+	for (; r->nr_reaped < r->nr_posted; r->nr_reaped++)
+		sd_smp_call_wait(cpu, &r->csd[r->nr_reaped % r->size]);
+}
+
+/*
+ * native_flush_tlb_multi() through smp_call_function_many_cond(): pick the
+ * targets, post a request to each (a signal only if its queue was idle),
+ * run the flush here meanwhile, then wait for every ack. Past csd_window
+ * targets, posting waits for the oldest ack first (see csd_ring_get()):
+ * the flush is complete only when every target answered either way. A
+ * target read after such a wait is still read after the tlb_gen RMW, so
+ * the switch/flush argument at the top of this file holds for it as well.
+ */
+void sd_ipi_flush_tlb_multi(struct sd_cpu *cpu, const struct sd_cpumask *mask,
+			    struct sd_ipi_flush_info *f)
+{
+	struct sd_ipi *ipi = sd_ipi_of(cpu->m);
+	struct sd_ipi_cpu *me = &ipi->percpu[cpu->id];
+	/* Freed tables reach lazy CPUs too: they must stop walking them. So
+	 * does an ASID transition: every straggler must move over. */
+	bool all = f->freed_tables ||
+		   (f->mm && atomic_load_explicit(&sd_ipi_mm_of(f->mm)->asid_transition,
+						  memory_order_relaxed));
+	bool run_local = false;
+	struct csd_ring ring = { .csd = me->csd, .size = ipi->csd_window };
+	unsigned t;
+
+	/* cond(me) before any IPI goes out (smp_call_function_many_cond). */
+	if (sd_cpumask_test(mask, cpu->id))
+		run_local = all || should_flush_tlb(cpu, ipi, cpu->id, f);
+	sd_cpumask_for_each(t, mask) {
+		if (t == cpu->id || (!all && !should_flush_tlb(cpu, ipi, t, f)))
+			continue;
+		struct sd_smp_call_req *req = csd_ring_get(cpu, ipi, &ring);
+		req->fn = flush_ipi;
+		req->arg = f;
+		if (sd_smp_call_post(cpu, cpu->m->cpus[t], req))
+			ring.nr_posted++;
+	}
+	sd_order_point(SD_ORDER_FLUSH_LOADED, cpu->id);
+	if (ring.nr_posted)
+		sd_stat_inc(cpu, SD_STAT_REMOTE_FLUSH);
+	if (run_local) {
+		sd_irq_off(cpu);
+		flush_tlb_func(cpu, f, true);
+		sd_irq_on(cpu);
+	}
+	csd_ring_reap_all(cpu, &ring);
+}
+
+struct sd_ipi_flush_info *sd_ipi_flush_prepare(struct sd_cpu *cpu, struct sd_mm *mm,
+						uint64_t vpn, uint64_t nr, bool freed_tables)
+{
+	struct sd_ipi *ipi = sd_ipi_of(cpu->m);
+	struct sd_ipi_flush_info *f = &ipi->percpu[cpu->id].info;
+
+	/* A full barrier: the PTE stores before it are ordered before the
+	 * cpumask, loaded_mm and is_lazy reads after it. */
+	uint64_t new_gen = atomic_fetch_add(&sd_ipi_mm_of(mm)->tlb_gen, 1) + 1;
+	sd_smp_mb__after_atomic();
+	sd_order_point(SD_ORDER_FLUSH_STORED, cpu->id);
+
+	f->mm = mm;
+	f->vpn = vpn;
+	f->nr = nr > ipi->ceiling ? 0 : nr;
+	f->new_tlb_gen = new_gen;
+	f->initiating_cpu = cpu->id;
+	f->freed_tables = freed_tables;
+	f->trim_cpumask = false;
+	return f;
+}
+
+bool sd_ipi_flush_send(struct sd_cpu *cpu, struct sd_ipi_flush_info *f)
+{
+	struct sd_ipi *ipi = sd_ipi_of(cpu->m);
+	struct sd_ipi_cpu *me = &ipi->percpu[cpu->id];
+	struct sd_mm *mm = f->mm;
+	struct sd_ipi_mm *im = sd_ipi_mm_of(mm);
+
+	if (cpumask_any_but(&im->cpumask, cpu->id)) {
+		f->trim_cpumask = should_trim_cpumask(ipi, mm);
+		if (f->trim_cpumask)
+			sd_stat_inc(cpu, SD_STAT_CPUMASK_TRIM);
+		sd_ipi_flush_tlb_multi(cpu, &im->cpumask, f);
+		return true;
+	}
+	if (atomic_load_explicit(&me->loaded_mm, memory_order_relaxed) == (uintptr_t)mm) {
+		sd_irq_off(cpu);
+		flush_tlb_func(cpu, f, true);
+		sd_irq_on(cpu);
+	}
+	/* Otherwise the bump alone is enough: the slot is behind now, and
+	 * the next switch-in flushes it. */
+	return false;
+}
+
+/* flush_tlb_mm_range(): @nr == 0 flushes the whole mm. */
+static void ipi_flush(struct sd_cpu *cpu, struct sd_mm *mm, uint64_t vpn, uint64_t nr,
+		      bool freed_tables)
+{
+	(void)sd_ipi_flush_send(cpu, sd_ipi_flush_prepare(cpu, mm, vpn, nr, freed_tables));
+}
+
+static void ipi_flush_range(struct sd_cpu *cpu, const struct sd_flush_req *req)
+{
+	ipi_flush(cpu, req->mm, req->vpn, req->nr, req->freed_tables);
+}
+
+static void ipi_flush_mm(struct sd_cpu *cpu, struct sd_mm *mm)
+{
+	ipi_flush(cpu, mm, 0, 0, true);
+}
+
+/*
+ * arch_tlbbatch_add_pending(): bump the generation (the zaps before it are
+ * what it covers) and gather the CPUs that may cache the mm.
+ */
+void sd_ipi_batch_add(struct sd_cpu *cpu, struct sd_cpumask *cpus, struct sd_mm *mm)
+{
+	struct sd_ipi_mm *im = sd_ipi_mm_of(mm);
+
+	atomic_fetch_add(&im->tlb_gen, 1);
+	sd_smp_mb__after_atomic();
+	for (unsigned w = 0; w < sd_cpumask_nwords(cpus); w++) {
+		uint64_t bits = atomic_load_explicit(&im->cpumask.words[w], memory_order_relaxed);
+		/* The batch is its owner's alone: no RMW needed. */
+		atomic_store_explicit(&cpus->words[w],
+				      atomic_load_explicit(&cpus->words[w], memory_order_relaxed) | bits,
+				      memory_order_relaxed);
+	}
+}
+
+/*
+ * arch_tlbbatch_flush(): one full flush naming no mm and no generation;
+ * each target catches up whatever mm it has loaded, lazy CPUs at switch-in.
+ */
+void sd_ipi_batch_flush(struct sd_cpu *cpu, struct sd_cpumask *cpus)
+{
+	struct sd_ipi_flush_info *f = &sd_ipi_cpu_of(cpu)->info;
+
+	*f = (struct sd_ipi_flush_info){
+		.mm = NULL, .new_tlb_gen = SD_IPI_GEN_INVALID, .initiating_cpu = cpu->id,
+	};
+	if (cpumask_any_but(cpus, cpu->id)) {
+		sd_ipi_flush_tlb_multi(cpu, cpus, f);
+	} else if (sd_cpumask_test(cpus, cpu->id)) {
+		sd_irq_off(cpu);
+		flush_tlb_func(cpu, f, true);
+		sd_irq_on(cpu);
+	}
+}
+
+const struct sd_strategy_ops sd_ipi_ops = {
+	.name = "ipi",
+	.summary = "x86 shootdown: IPIs as signals, mm_cpumask, tlb_gen, 6 PCID slots",
+	.machine_init = ipi_machine_init,
+	.machine_fini = ipi_machine_fini,
+	.mm_init = sd_ipi_mm_init,
+	.mm_fini = sd_ipi_mm_fini,
+	.flush_range = ipi_flush_range,
+	.flush_mm = ipi_flush_mm,
+	.switch_mm = sd_ipi_switch,
+	.enter_lazy = sd_ipi_enter_lazy,
+	.state_bytes = ipi_state_bytes,
+	.batch_add = sd_ipi_batch_add,
+	.batch_flush = sd_ipi_batch_flush,
+};
