@@ -11,8 +11,6 @@
 #include "machine.h"
 #include "smp.h"
 
-_Thread_local struct sd_cpu *sd_this_cpu __attribute__((tls_model("initial-exec")));
-
 size_t sd_cpu_area_size(unsigned l1, unsigned sets, unsigned ways)
 {
 	size_t size = sizeof(struct sd_cpu) + sd_tlb_storage_size(l1, sets, ways);

@@ -31,6 +31,11 @@
 #include "smp.h"
 
 /* Run what is queued now; interrupts are off (irq_depth raised). */
+/* The CPU the calling thread is attached as (smp_processor_id()): defined
+ * with the endpoint, whose signal handler is its first reader, so the CPU
+ * area (cpu.c) depends on the endpoint and never the other way round. */
+_Thread_local struct sd_cpu *sd_this_cpu __attribute__((tls_model("initial-exec")));
+
 static void ipi_run_batch(struct sd_cpu *c)
 {
 	/* Clear kick before taking the queue: a sender that pushes after our

@@ -12,7 +12,7 @@
 // Each run also plants both bugs back (no SWITCHING rule, no fence) with
 // delayed stores on and prints what the same workload finds then; the race
 // window is a few instructions wide, so that count may well be 0, and is
-// not asserted: test_ipi_races forces the interleavings instead.
+// not asserted: test_ipi forces the interleavings instead.
 #include "common.hpp"
 
 #include <atomic>

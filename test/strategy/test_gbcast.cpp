@@ -25,6 +25,7 @@
 // removed once to show the check has teeth. RCU table freeing under gbcast
 // is in test_rcu_free.cpp; the pool alone in test_global_asid.cpp.
 #include "common.hpp"
+#include "internal.hpp"
 
 #include <algorithm>
 #include <atomic>
@@ -84,20 +85,6 @@ uint16_t loaded_asid(sd_machine *m, unsigned cpu)
 bool is_dynamic(uint16_t asid)
 {
 	return asid < SD_IPI_NR_DYN_ASIDS;
-}
-
-// Whether @tlb holds an entry for (@vpn, @tag) in L1 or L2. Read-only, from
-// another thread while the owner is idle.
-bool tlb_holds(const sd_tlb *tlb, uint64_t vpn, uint16_t tag)
-{
-	uint64_t want = sd_tlb_tag(vpn, tag);
-	for (uint64_t i = 0; i <= tlb->l1_mask; i++)
-		if (tlb->l1[i].tag.load(std::memory_order_relaxed) == want)
-			return true;
-	for (uint64_t i = 0; i < ((tlb->set_mask + 1) << tlb->ways_shift); i++)
-		if (tlb->l2[i].tag.load(std::memory_order_relaxed) == want)
-			return true;
-	return false;
 }
 
 void print_violations(sd_machine *m)
@@ -164,7 +151,7 @@ struct Straggler {
 		// it again, writable, under that dynamic ASID; then it hits.
 		cpus.run(kB, [&](sd_cpu *c) {
 			EXPECT_EQ(b_dyn + 1u, c->asid);
-			EXPECT_FALSE(tlb_holds(&c->tlb, kP / P, (uint16_t)(b_dyn + 1)))
+			EXPECT_FALSE(sdtest::tlb_holds(&c->tlb, kP / P, (uint16_t)(b_dyn + 1)))
 				<< "the wrap-around flush missed B";
 			uint64_t miss = counter(mc.m, kB, SD_STAT_TLB_MISS), pfn = 0;
 			EXPECT_EQ(0, sd_access(c, kP, SD_WRITE, &pfn));
@@ -173,7 +160,7 @@ struct Straggler {
 			EXPECT_EQ(0, sd_access(c, kP, SD_READ, &pfn));
 			EXPECT_EQ(miss + 1, counter(mc.m, kB, SD_STAT_TLB_MISS));
 			EXPECT_EQ(0, sd_access(c, kR, SD_READ, nullptr));
-			EXPECT_TRUE(tlb_holds(&c->tlb, kP / P, (uint16_t)(b_dyn + 1)));
+			EXPECT_TRUE(sdtest::tlb_holds(&c->tlb, kP / P, (uint16_t)(b_dyn + 1)));
 			EXPECT_EQ(b_dyn + 1u, c->asid) << "B moved without a switch or an IPI";
 		});
 		EXPECT_TRUE(in_transition(mm));
@@ -298,7 +285,7 @@ TEST(Gbcast, StragglerGetsTransitionIpi)
 			EXPECT_EQ(ipis, counter(s.mc.m, kA, SD_STAT_IPI_SENT));
 			// And INVLPGB on the global ASID reaches B: R is gone.
 			s.cpus.run(kB, [&](sd_cpu *c) {
-				EXPECT_FALSE(tlb_holds(&c->tlb, kR / P, (uint16_t)(s.gasid + 1)));
+				EXPECT_FALSE(sdtest::tlb_holds(&c->tlb, kR / P, (uint16_t)(s.gasid + 1)));
 				uint64_t miss = counter(s.mc.m, kB, SD_STAT_TLB_MISS);
 				EXPECT_EQ(0, sd_access(c, kR, SD_READ, nullptr));
 				EXPECT_EQ(miss + 1, counter(s.mc.m, kB, SD_STAT_TLB_MISS));
@@ -518,20 +505,20 @@ TEST(Gbcast, TlbsyncOnlyFromTheIssuingCpu)
 		tag = c->asid;
 	});
 	ASSERT_NE(0u, tag);
-	ASSERT_TRUE(tlb_holds(&c1->tlb, kP / P, tag));
-	ASSERT_TRUE(tlb_holds(&c1->tlb, kQ / P, tag));
+	ASSERT_TRUE(sdtest::tlb_holds(&c1->tlb, kP / P, tag));
+	ASSERT_TRUE(sdtest::tlb_holds(&c1->tlb, kQ / P, tag));
 	const sd_tlb_inval op = { SD_TLB_INVAL_RANGE, tag, true, kP / P, 1 };
 
 	// Issued, not synced: nothing guaranteed yet (the emulation applies it
 	// at TLBSYNC).
 	sd_invlpgb(c0, ib, &op);
 	EXPECT_EQ(1u, counter(mc.m, kA, SD_STAT_INVLPGB));
-	EXPECT_TRUE(tlb_holds(&c1->tlb, kP / P, tag));
+	EXPECT_TRUE(sdtest::tlb_holds(&c1->tlb, kP / P, tag));
 
 	// TLBSYNC for another CPU's queue from CPU 0's thread: refused, and
 	// nothing is applied.
 	EXPECT_EQ(-EPERM, sd_tlbsync(c1, ib));
-	EXPECT_TRUE(tlb_holds(&c1->tlb, kP / P, tag)) << "a refused TLBSYNC applied INVLPGBs";
+	EXPECT_TRUE(sdtest::tlb_holds(&c1->tlb, kP / P, tag)) << "a refused TLBSYNC applied INVLPGBs";
 	EXPECT_EQ(0u, counter(mc.m, kA, SD_STAT_TLBSYNC));
 	EXPECT_EQ(0u, counter(mc.m, kB, SD_STAT_TLBSYNC));
 	cpus.run(kB, [&](sd_cpu *c) {
@@ -541,14 +528,14 @@ TEST(Gbcast, TlbsyncOnlyFromTheIssuingCpu)
 	});
 	// Not attached at all: refused too.
 	std::thread([&] { EXPECT_EQ(-EPERM, sd_tlbsync(c0, ib)); }).join();
-	EXPECT_TRUE(tlb_holds(&c1->tlb, kP / P, tag));
+	EXPECT_TRUE(sdtest::tlb_holds(&c1->tlb, kP / P, tag));
 
 	// The issuer's own TLBSYNC: applied everywhere, and only what was
 	// issued (Q stays).
 	EXPECT_EQ(0, sd_tlbsync(c0, ib));
 	EXPECT_EQ(1u, counter(mc.m, kA, SD_STAT_TLBSYNC));
-	EXPECT_FALSE(tlb_holds(&c1->tlb, kP / P, tag));
-	EXPECT_TRUE(tlb_holds(&c1->tlb, kQ / P, tag));
+	EXPECT_FALSE(sdtest::tlb_holds(&c1->tlb, kP / P, tag));
+	EXPECT_TRUE(sdtest::tlb_holds(&c1->tlb, kQ / P, tag));
 	EXPECT_EQ(0, sd_tlbsync(c0, ib)) << "a TLBSYNC with nothing in flight";
 	cpus.run(kB, [&](sd_cpu *c) {
 		uint64_t miss = counter(mc.m, kB, SD_STAT_TLB_MISS), pfn = 0;
@@ -558,16 +545,16 @@ TEST(Gbcast, TlbsyncOnlyFromTheIssuingCpu)
 		EXPECT_EQ(0, sd_access(c, kQ, SD_READ, nullptr));
 		EXPECT_EQ(miss + 1, counter(mc.m, kB, SD_STAT_TLB_MISS)) << "Q was flushed too";
 	});
-	ASSERT_TRUE(tlb_holds(&c1->tlb, kP / P, tag));
+	ASSERT_TRUE(sdtest::tlb_holds(&c1->tlb, kP / P, tag));
 
 	// Detaching with an INVLPGB in flight syncs it first (migrate_enable()
 	// only after the TLBSYNC).
 	std::thread([&] {
 		Attached c2(mc.m, 2);
 		sd_invlpgb(c2.c, ib, &op);
-		EXPECT_TRUE(tlb_holds(&c1->tlb, kP / P, tag));
+		EXPECT_TRUE(sdtest::tlb_holds(&c1->tlb, kP / P, tag));
 	}).join();
-	EXPECT_FALSE(tlb_holds(&c1->tlb, kP / P, tag)) << "detach left an INVLPGB unsynced";
+	EXPECT_FALSE(sdtest::tlb_holds(&c1->tlb, kP / P, tag)) << "detach left an INVLPGB unsynced";
 	EXPECT_EQ(1u, counter(mc.m, 2, SD_STAT_INVLPGB));
 	EXPECT_EQ(1u, counter(mc.m, 2, SD_STAT_TLBSYNC));
 	// And the thread-local issuer state went with it: CPU 2 can be attached
