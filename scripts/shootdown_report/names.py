@@ -79,6 +79,30 @@ def build(workload, variant, n=None, count="cpus", **after):
     return "/".join(parts)
 
 
+# Workloads whose names carry the LRU lock, and its default (the machine's
+# SD_LRU_PERCPU): a default run may be named with or without lru:percpu.
+LRU_WORKLOADS = ("tlb_flush2_threads", "tlb_flush2_processes")
+DEFAULT_LRU = "percpu"
+
+
+def join(p):
+    """The name of Name @p (the inverse of parse() for key:value elements)."""
+    return "/".join([p.workload, p.strategy] +
+                    [v if k.isdigit() else "%s:%s" % (k, v) for k, v in p.params.items()])
+
+
+def default_lru_alias(name):
+    """@name spelled the other way for a default-LRU run (lru:percpu added
+    before the count, or taken out), or None when there is no other way."""
+    p = parse(name)
+    if p.workload not in LRU_WORKLOADS or p.params.get("lru", DEFAULT_LRU) != DEFAULT_LRU:
+        return None
+    params = collections.OrderedDict((k, v) for k, v in p.params.items() if k != "lru")
+    if "lru" not in p.params:
+        params = collections.OrderedDict([("lru", DEFAULT_LRU)] + list(params.items()))
+    return join(p._replace(params=params))
+
+
 def with_lru(strategy, lru):
     """The variant of @strategy under the global or per-CPU LRU lock."""
     return strategy if lru is None else "%s/lru:%s" % (strategy, lru)

@@ -12,7 +12,7 @@ import time
 
 from . import DEFAULT_BENCH, ROOT, names, reference
 from .fmt import fmt_ns, fmt_rate, fmt_x, table
-from .results import from_doc, median, one_run
+from .results import ByName, from_doc, median, one_run
 
 DEFAULT_OUT = os.path.join(ROOT, "results", "bench-ratios.json")
 
@@ -546,9 +546,9 @@ def first_seen(lists):
 def medians(report_runs):
     """(names, median time, median counters, median ratio) over the runs."""
     bench_names = first_seen(r["benchmarks"] for r in report_runs)
-    med_times = {n: median([r["benchmarks"].get(n, {}).get("real_ns") for r in report_runs])
-                 for n in bench_names}
-    med_counters = {}
+    med_times = ByName((n, median([r["benchmarks"].get(n, {}).get("real_ns")
+                                   for r in report_runs])) for n in bench_names)
+    med_counters = ByName()
     for n in bench_names:
         keys = first_seen(r["benchmarks"].get(n, {}).get("counters", {}) for r in report_runs)
         med_counters[n] = {k: median([r["benchmarks"].get(n, {}).get("counters", {}).get(k)

@@ -11,6 +11,26 @@ GB_FIELDS = {"real_time", "cpu_time", "iterations", "repetitions", "repetition_i
              "threads", "family_index", "per_family_instance_index"}
 
 
+class ByName(dict):
+    """Results keyed by benchmark name that also find a default-LRU run under
+    its other spelling (tlb_flush2_threads/ipi/cpus:2 for
+    tlb_flush2_threads/ipi/lru:percpu/cpus:2, and back): which one the
+    benchmark uses is its business, the reports ask for either."""
+
+    def _key(self, name):
+        if dict.__contains__(self, name):
+            return name
+        alias = names.default_lru_alias(name)
+        return alias if alias is not None and dict.__contains__(self, alias) else None
+
+    def get(self, name, default=None):
+        key = self._key(name)
+        return default if key is None else self[key]
+
+    def __contains__(self, name):
+        return self._key(name) is not None
+
+
 def load(path):
     """(context, results) of the JSON file at @path; see from_doc()."""
     with open(path) as f:
@@ -22,7 +42,7 @@ def from_doc(doc):
     """name -> {"real_ns": [..], "cpu_ns": [..], "iterations": [..],
     "counters": {k: [..]}, "errors": [..]}, a value per repetition; aggregates
     (mean, median, ...) are left out, medians are taken here."""
-    out = {}
+    out = ByName()
     for b in doc.get("benchmarks", []):
         if b.get("run_type", "iteration") != "iteration":
             continue
@@ -58,7 +78,7 @@ def med(r, counter=None):
 def one_run(res):
     """A run's results as scalars (medians of its repetitions): name ->
     {real_ns, cpu_ns, iterations, counters} or {"error": message}."""
-    out = {}
+    out = ByName()
     for name, r in res.items():
         if not r["real_ns"]:
             out[name] = {"error": r["errors"][0] if r["errors"] else "no result"}

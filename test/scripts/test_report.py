@@ -96,6 +96,15 @@ class Names(unittest.TestCase):
         self.assertEqual(ratios.tf2_config("gbcast", "percpu", 2), TF2_BOTH_T0)
 
 
+    def test_default_lru_alias(self):
+        self.assertEqual(names.default_lru_alias("tlb_flush2_threads/ipi/cpus:2"),
+                         "tlb_flush2_threads/ipi/lru:percpu/cpus:2")
+        self.assertEqual(names.default_lru_alias(TF2_BOTH_T0),
+                         "tlb_flush2_threads/gbcast:threshold=0/cpus:2")
+        self.assertIsNone(names.default_lru_alias(TF2_VANILLA))     # global: no other name
+        self.assertIsNone(names.default_lru_alias(MPROT % "local"))  # no LRU element
+
+
 class Results(unittest.TestCase):
     def test_repetitions_counters_aggregates(self):
         res = results.from_doc(DOC)
@@ -105,6 +114,18 @@ class Results(unittest.TestCase):
         self.assertEqual(results.med(res[TF2_VANILLA], "loops_per_s"), 110e3)
         self.assertEqual(results.med(res[MPROT % "local"]), 200)
         self.assertEqual(results.med(res[RANGE]), 4600)          # us -> ns
+
+    def test_default_lru_found_either_way(self):
+        doc = {"benchmarks": bench("tlb_flush2_threads/broadcast/lru:percpu/cpus:2",
+                                   [{"real_time": 1, "loops_per_s": 7.0}]) +
+               bench("tlb_flush2_threads/ipi/cpus:2", [{"real_time": 1, "loops_per_s": 5.0}])}
+        res = results.from_doc(doc)
+        self.assertEqual(results.med(res.get("tlb_flush2_threads/broadcast/cpus:2"),
+                                     "loops_per_s"), 7.0)
+        self.assertIn(ratios.tf2("ipi", 2, "percpu"), res)
+        self.assertNotIn(ratios.tf2("ipi", 2, "global"), res)
+        run = ratios.parse_run(doc)
+        self.assertAlmostEqual(ratios.ratios_of(run)["tf2_broadcast_vs_ipi_cpus2"], 7.0 / 5.0)
 
 
 class Compare(unittest.TestCase):
