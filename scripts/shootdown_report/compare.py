@@ -1,0 +1,359 @@
+# SPDX-License-Identifier: MIT
+"""scripts/compare: the comparison run (usage in that file's docstring)."""
+import argparse
+import os
+import re
+import subprocess
+import sys
+import time
+
+from . import DEFAULT_BENCH, ROOT, names
+from .fmt import fmt_rate, fmt_time, fmt_x, table
+from .results import load, med
+
+# Machine limits (baseline/...) and which one bounds which strategy.
+CACHELINE = "baseline/cacheline_roundtrip"
+SIGNAL = "baseline/signal_roundtrip"
+MEMBARRIER = "baseline/membarrier"
+
+# The patch each workload reproduces, as README.md and BENCHMARKS.md name it.
+SKIP_BROADCAST = 'arm64 "skip tlbi broadcast" (Arcangeli)'
+LAZY_CPUMASK = "x86/mm/tlb: Update mm_cpumask lazily (van Riel)"
+INVLPGB = "AMD broadcast TLB invalidation (van Riel)"
+MRS_REWORK = "arm64: rework EL0 MRS emulation (Rutland)"
+RANGE_TLBI = "arm64 range TLBI decomposition (Roberts)"
+
+
+def limit_of(strategy):
+    """The machine limit an emulated (or native) figure is set against."""
+    if strategy.startswith("native"):
+        return MEMBARRIER          # the kernel's own IPI round trip
+    if strategy.startswith("ipi"):
+        return SIGNAL              # our IPI is a signal
+    return CACHELINE               # shared-memory strategies
+
+
+# One block per workload: the patch, what a cell is, the patch's "before"
+# variant, the variants in table order, the native twin. A variant is the
+# name's strategy spec, with /lru:... where the workload varies the lock.
+WORKLOADS = [
+    {"key": "mprotect_threaded", "patch": SKIP_BROADCAST,
+     "what": "mprotect of a touched page, every CPU its own mm; time per mprotect per CPU",
+     "before": "broadcast",
+     "strategies": ["broadcast", "local", "ipi", "gbcast", "native:mode=processes", "native:mode=threads"],
+     "native": "native:mode=processes"},
+    {"key": "process_churn", "patch": SKIP_BROADCAST,
+     "what": "short-lived mms (create, map 16 pages, touch, unmap, destroy); time per mm per CPU",
+     "before": "broadcast", "strategies": ["broadcast", "local", "ipi", "gbcast"],
+     "native": None},
+    {"key": "context_switch", "patch": LAZY_CPUMASK,
+     "what": "hackbench shape, every task its own mm; time per switch per CPU",
+     "before": "ipi:cpumask=eager",
+     "strategies": ["ipi:cpumask=eager", "ipi:cpumask=lazy", "broadcast", "local", "gbcast",
+                    "native"],
+     "native": "native"},
+    {"key": "forked_worker", "patch": LAZY_CPUMASK,
+     "what": "one worker mm migrates CPU to CPU and frees after each hop; time per hop",
+     "before": "ipi:cpumask=eager", "strategies": ["ipi:cpumask=eager", "ipi:cpumask=lazy"],
+     "native": None},
+    {"key": "tlb_flush2_threads", "patch": INVLPGB,
+     "what": "will-it-scale tlb_flush2, threads of one mm; loops/s in total (higher is better)",
+     "metric": "loops_per_s", "before": "ipi/lru:global",
+     "strategies": ["ipi/lru:global", "gbcast/lru:percpu", "broadcast", "local", "native"],
+     "native": "native"},
+    {"key": "trap_dispatch", "patch": MRS_REWORK, "count": "threads",
+     "what": "ID-register reads (10^6 per thread; native: CPUID, a VM exit in a guest, 10^5); "
+             "run wall time per read",
+     "per_read": True, "before": "locked", "strategies": ["locked", "rcu", "direct", "native:mode=cpuid"],
+     "native": "native:mode=cpuid"},
+]
+RANGE_ORDERS = ["ascending", "descending", "none"]      # before, after, per page
+FLUSH_PAGE = ["broadcast", "ipi"]
+
+
+def cell_name(w, variant, n):
+    return names.build(w["key"], variant, n, count=w.get("count", "cpus"))
+
+
+def range_name(order, pages):
+    return names.build("range_flush", "broadcast:range=" + order, 2, pages=pages)
+
+
+# ---- running ----
+
+def bench_cmd(args, cpus):
+    cmd = [args.bench, "--sd_set=main", "--sd_cpus=" + ",".join(map(str, cpus))]
+    if args.tiny:
+        cmd += ["--sd_oracle=checked", "--sd_trap_reads=10000"]
+    if args.filter:
+        cmd.append("--benchmark_filter=" + args.filter)
+    return cmd
+
+
+def machine_lines(bench):
+    out = subprocess.run([bench, "--sd_machine"], capture_output=True, text=True)
+    return out.stdout.strip().splitlines() or ["machine: (shootdown-bench --sd_machine failed)"]
+
+
+def list_benchmarks(args, cpus):
+    out = subprocess.run(bench_cmd(args, cpus) + ["--benchmark_list_tests=true"],
+                         capture_output=True, text=True, check=True)
+    return [names.base_name(l.strip()) for l in out.stdout.splitlines() if l.strip()]
+
+
+def run_benchmarks(args, cpus, total, json_path):
+    """Run the set once, printing a progress line per benchmark run."""
+    cmd = bench_cmd(args, cpus) + [
+        "--benchmark_repetitions=%d" % args.repetitions,
+        "--benchmark_min_time=%g" % args.min_time,
+        "--benchmark_out=" + json_path, "--benchmark_out_format=json",
+        "--benchmark_color=false", "--benchmark_counters_tabular=false"]
+    if args.repetitions > 1:
+        cmd += ["--benchmark_enable_random_interleaving=true",
+                "--benchmark_display_aggregates_only=false"]
+    print("running: " + " ".join(cmd), flush=True)
+    t0 = time.time()
+    done = 0
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    for line in proc.stdout:
+        parts = line.split()
+        if not parts or "/" not in parts[0] or names.AGGREGATE.search(parts[0]):
+            continue
+        done += 1
+        name = names.base_name(parts[0])
+        shown = " ".join(parts[1:3]) if len(parts) > 2 else ""
+        if "ERROR" in line or "error_message" in line:
+            shown = "ERROR " + line.split(parts[0], 1)[1].strip()
+        over = " (oversubscribed)" if "oversubscribed=1" in line else ""
+        print("[%4d/%d %5.0fs] %-58s %s%s" % (done, total, time.time() - t0, name, shown, over),
+              flush=True)
+    return proc.wait()
+
+
+# ---- reporting ----
+
+def count_header(w, cpus, pus):
+    return ["%s:%d%s" % (w.get("count", "cpus"), n, "*" if n > pus else "") for n in cpus]
+
+
+def speedup(w, value, before):
+    if value is None or before is None or value == 0 or before == 0:
+        return None
+    return value / before if w.get("metric") else before / value
+
+
+def workload_block(w, res, cpus, pus, out):
+    out.append("")
+    out.append("%s (%s): %s; before = %s" % (w["key"], w["patch"], w["what"], w["before"]))
+    rows = []
+    for s in w["strategies"]:
+        row = [s]
+        for n in cpus:
+            r = res.get(cell_name(w, s, n))
+            b = res.get(cell_name(w, w["before"], n))
+            if w.get("per_read"):
+                v, bv = per_op_ns(w, r, n), per_op_ns(w, b, n)
+            else:
+                v, bv = med(r, w.get("metric")), med(b, w.get("metric"))
+            if r and r["errors"] and v is None:
+                row.append("ERROR")
+                continue
+            shown = fmt_rate(v) if w.get("metric") else fmt_time(v)
+            x = speedup(w, v, bv)
+            row.append(shown if x is None else "%s %s" % (shown, fmt_x(x)))
+        rows.append(row)
+    out += table(rows, ["strategy"] + count_header(w, cpus, pus))
+
+
+def fidelity_cell(w, s, res, n, limits):
+    t = per_op_ns(w, res.get(cell_name(w, s, n)), n)
+    if t is None:
+        return "-"
+    nat = per_op_ns(w, res.get(cell_name(w, w["native"], n)), n) \
+        if w["native"] and not s.startswith("native") else None
+    lim = limits.get(limit_of(s))
+    parts = ["%s nat" % fmt_x(t / nat)] if nat else []
+    parts.append("%s lim" % fmt_x(t / lim) if lim else "-")
+    return " ".join(parts)
+
+
+def fidelity_block(res, cpus, pus, out):
+    """Emulated / native twin and emulated / machine limit, per cell."""
+    out.append("")
+    out.append("fidelity: emulated time / native twin's time, and / machine limit "
+               "(cache-line RT for shared-memory strategies, signal RT for ipi, membarrier "
+               "for native)")
+    limits = {k: med(res.get(k)) for k in (CACHELINE, SIGNAL, MEMBARRIER)}
+    out.append("  limits: cache-line round trip %s, signal round trip %s, membarrier %s" % tuple(
+        fmt_time(limits[k]) for k in (CACHELINE, SIGNAL, MEMBARRIER)))
+    rows = [["%s/%s" % (w["key"], s)] + [fidelity_cell(w, s, res, n, limits) for n in cpus]
+            for w in WORKLOADS for s in w["strategies"]]
+    for s in FLUSH_PAGE:
+        name = names.build("flush_page", s, 2, remote="busy")
+        t, lim = med(res.get(name)), limits.get(limit_of(s))
+        rows.append([name, "%s (%s lim)" % (fmt_time(t), fmt_x(t / lim) if t and lim else "-")]
+                    + [""] * (len(cpus) - 1))
+    out += table(rows, ["workload/strategy"] + count_header({}, cpus, pus))
+
+
+def per_op_ns(w, r, n):
+    """Time per operation per CPU; tlb_flush2 reports a rate instead."""
+    if not r:
+        return None
+    if w.get("metric"):
+        rate = med(r, w["metric"])
+        return n / rate * 1e9 if rate else None
+    reads = med(r, "reads_per_thread")          # trap_dispatch: per read
+    t = med(r)
+    return t / reads if t and reads else t
+
+
+def range_block(res, out):
+    """TLBI ops per flush as the benchmark counted them (tlbi_ops): the
+    encoding's formula is tested in C (test/unit/test_tlbi_range.cpp)."""
+    out.append("")
+    out.append("range_flush (%s): one flush of P pages on 2 CPUs; TLBI ops per flush "
+               "(time per flush); before = ascending" % RANGE_TLBI)
+    pages = sorted({int(p.params["pages"]) for p in map(names.parse, res)
+                    if p.workload == "range_flush" and "pages" in p.params})
+    rows = []
+    for order in RANGE_ORDERS:
+        row = [order]
+        for p in pages:
+            r = res.get(range_name(order, p))
+            ops = med(r, "tlbi_ops")
+            row.append("-" if ops is None else "%g (%s)" % (ops, fmt_time(med(r))))
+        rows.append(row)
+    out += table(rows, ["order"] + ["pages:%d" % p for p in pages])
+
+
+def report(res, cpus, pus, head):
+    """The tables, as lines after @head."""
+    out = list(head)
+    for w in WORKLOADS:
+        if any(cell_name(w, s, n) in res for s in w["strategies"] for n in cpus):
+            workload_block(w, res, cpus, pus, out)
+    if any(k.startswith("range_flush/") for k in res):
+        range_block(res, out)
+    fidelity_block(res, cpus, pus, out)
+    return out
+
+
+# ---- checking (the regression guard) ----
+
+ORACLE_WORKLOADS = ("mprotect_threaded", "process_churn", "context_switch", "forked_worker",
+                    "tlb_flush2_threads", "range_flush", "trap_dispatch")
+
+
+def integral(values):
+    return bool(values) and all(float(v).is_integer() for v in values)
+
+
+def check_one(name, r):
+    """What is wrong with benchmark @name's result @r (a list of lines)."""
+    if not r or not r["real_ns"]:
+        return ["%s: no result%s" % (name, (" (" + r["errors"][0] + ")") if r and r["errors"]
+                                     else "")]
+    bad = []
+    p = names.parse(name)
+    emulated = p.workload in ORACLE_WORKLOADS and p.kind != "native"
+    v = r["counters"].get("violations")
+    if emulated and v is None:
+        bad.append("%s: no oracle count (was the oracle checking?)" % name)
+    elif v and max(v) != 0:
+        bad.append("%s: %g stale translations" % (name, max(v)))
+    # Range ops are reported as measured: the encoding's formula is checked
+    # in C (test/unit/test_tlbi_range.cpp), here only that the counts exist.
+    if p.workload == "range_flush":
+        for counter in ("tlbi_ops", "asid_ops"):
+            if not integral(r["counters"].get(counter, [])):
+                bad.append("%s: %s missing or not a whole number: %s"
+                           % (name, counter, r["counters"].get(counter)))
+    if p.workload in ("mprotect_threaded", "process_churn") and p.strategy == "local":
+        remote = r["counters"].get("remote_invalidations_per_flush", [None])
+        if any(x != 0 for x in remote):
+            bad.append("%s: %s remote invalidations per flush for single-CPU mms"
+                       % (name, remote))
+    return bad
+
+
+def check(bench_names, res):
+    return [b for name in bench_names for b in check_one(name, res.get(name))]
+
+
+def parse_args(argv, doc):
+    ap = argparse.ArgumentParser(description=doc.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="1 repetition, short runs (about 1 min)")
+    ap.add_argument("--tiny", action="store_true", help="regression-guard size, oracle checked")
+    ap.add_argument("--check", action="store_true", help="check invariant counters; exit 1 if not")
+    ap.add_argument("--bench", default=DEFAULT_BENCH)
+    ap.add_argument("--out", default=None, help="output directory (default results/)")
+    ap.add_argument("--cpus", default=None, help="CPU counts (default 1,2,PUs,2xPUs,4xPUs)")
+    ap.add_argument("--repetitions", type=int, default=None)
+    ap.add_argument("--min-time", type=float, default=None)
+    ap.add_argument("--filter", default=None, help="only benchmarks matching this regex")
+    ap.add_argument("--no-plot", action="store_true")
+    args = ap.parse_args(argv)
+    if args.repetitions is None:
+        args.repetitions = 1 if (args.quick or args.tiny) else 5
+    if args.min_time is None:
+        args.min_time = 0.001 if args.tiny else 0.05 if args.quick else 0.1
+    return args
+
+
+def cpu_counts(args, lines):
+    """(PUs, the CPU counts to run) from --cpus, --tiny or the machine."""
+    pus_line = next((l for l in lines if l.startswith("machine:")), "")
+    m = re.search(r"(\d+) PU", pus_line)
+    pus = int(m.group(1)) if m else os.cpu_count() or 1
+    if args.cpus:
+        return pus, sorted({int(x) for x in args.cpus.split(",")})
+    if args.tiny:
+        return pus, [1, 2, 4]
+    return pus, sorted({1, 2, pus, 2 * pus, 4 * pus})
+
+
+def main(argv=None, doc=__doc__):
+    args = parse_args(argv, doc)
+    if not os.access(args.bench, os.X_OK):
+        sys.exit("compare: %s not found; build first: meson setup build && meson compile -C build"
+                 % args.bench)
+    out_dir = args.out or os.path.join(ROOT, "results")
+    os.makedirs(out_dir, exist_ok=True)
+
+    lines = machine_lines(args.bench)
+    print("\n".join(lines), flush=True)
+    pus, cpus = cpu_counts(args, lines)
+    print("emulated CPU counts: %s (* = more CPUs than the %d PUs: oversubscribed)"
+          % (", ".join("%d%s" % (n, "*" if n > pus else "") for n in cpus), pus), flush=True)
+
+    bench_names = list_benchmarks(args, cpus)
+    json_path = os.path.join(out_dir, "compare.json")
+    t0 = time.time()
+    rc = run_benchmarks(args, cpus, len(bench_names) * args.repetitions, json_path)
+    took = time.time() - t0
+    _, res = load(json_path)
+
+    out = report(res, cpus, pus, lines + [
+        "benchmark run: %.0f s, %d benchmarks x %d repetition(s); cells are medians; "
+        "x = speedup over the patch's before strategy; * oversubscribed"
+        % (took, len(bench_names), args.repetitions)])
+    text = "\n".join(out) + "\n"
+    print(text)
+    with open(os.path.join(out_dir, "compare.txt"), "w") as f:
+        f.write(text)
+    print("wrote %s and %s" % (json_path, os.path.join(out_dir, "compare.txt")))
+
+    status = 0 if rc == 0 else 1
+    if not args.no_plot:
+        plot = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "plot"), json_path,
+                               "--out", out_dir])
+        if plot.returncode not in (0, 3):    # 3: matplotlib missing, said so
+            status = 1
+    if args.check:
+        bad = check(bench_names, res)
+        for b in bad:
+            print("CHECK FAILED: " + b)
+        print("check: %d benchmarks, %d problem(s)" % (len(bench_names), len(bad)))
+        status = status or (1 if bad else 0)
+    return status

@@ -1,0 +1,234 @@
+# SPDX-License-Identifier: MIT
+"""scripts/plot: PNG plots from shootdown-bench JSON (usage in that file)."""
+import argparse
+import os
+import sys
+
+from . import names
+from .results import load, med
+
+RATE_WORKLOADS = {"tlb_flush2_threads": "loops_per_s", "tlb_flush2_processes": "loops_per_s"}
+YLABEL = {
+    "mprotect_threaded": "time per mprotect per CPU",
+    "process_churn": "time per short-lived mm per CPU",
+    "context_switch": "time per context switch per CPU",
+    "forked_worker": "time per migration + flush",
+    "tlb_flush2_threads": "loops per second, all threads",
+    "trap_dispatch": "wall time of 10^6 reads per thread",
+}
+TRAP_MODES = ("locked", "rcu", "direct")
+RANGE_ORDERS = ("none", "ascending", "descending")
+
+
+def scaling_point(name):
+    """(workload, variant, n) of a name that is only a count after its
+    variant (cpus:N or threads:N, an lru:... before it), else None."""
+    p = names.parse(name)
+    key, n = p.count()
+    if key is None or set(p.params) - {key, "lru"}:
+        return None
+    return p.workload, p.variant, n
+
+
+def series(res):
+    """workload -> variant -> [(n, value, oversubscribed)] sorted by n."""
+    by = {}
+    for name, r in res.items():
+        point = scaling_point(name)
+        if not point or not r["real_ns"]:
+            continue
+        w, s, n = point
+        v = med(r, RATE_WORKLOADS.get(w))
+        if v is None:
+            continue
+        over = bool(med(r, "oversubscribed"))
+        by.setdefault(w, {}).setdefault(s, []).append((n, v, over))
+    for w in by.values():
+        for pts in w.values():
+            pts.sort()
+    return by
+
+
+def time_axis(ax, values_ns):
+    """Pick a unit for times given in ns; returns the divisor."""
+    top = max(values_ns) if values_ns else 1
+    for unit, scale in (("s", 1e9), ("ms", 1e6), ("µs", 1e3), ("ns", 1.0)):
+        if top >= scale * 2 or unit == "ns":
+            ax.set_ylabel(ax.get_ylabel() + " (%s)" % unit)
+            return scale
+    return 1.0
+
+
+def mark_pus(ax, strategies):
+    """Dashed line at the largest count that was not oversubscribed."""
+    pinned = [n for pts in strategies.values() for n, _, over in pts if not over]
+    if pinned:
+        ax.axvline(max(pinned), color="grey", linestyle="--", linewidth=1)
+        ax.text(max(pinned), ax.get_ylim()[1], " PUs: oversubscribed to the right →",
+                va="top", ha="left", fontsize=8, color="grey")
+
+
+def log_axes(ax, xlabel, ylabel):
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.grid(True, which="both", alpha=0.3)
+
+
+def points(ax, pts, label, linestyle="-"):
+    """A line through @pts [(x, y, hollow)], each point a marker, hollow
+    where oversubscribed."""
+    line, = ax.plot([x for x, _, _ in pts], [y for _, y, _ in pts], linestyle=linestyle,
+                    label=label)
+    for x, y, hollow in pts:
+        ax.plot([x], [y], marker="o", markersize=6, color=line.get_color(),
+                markerfacecolor="none" if hollow else line.get_color())
+
+
+def save(plt, fig, out_dir, filename):
+    fig.tight_layout()
+    path = os.path.join(out_dir, filename)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def plot_scaling(plt, w, strategies, out_dir):
+    fig, ax = plt.subplots(figsize=(7.5, 4.8))
+    rate = w in RATE_WORKLOADS
+    ax.set_ylabel(YLABEL.get(w, "time per operation"))
+    all_v = [v for pts in strategies.values() for _, v, _ in pts]
+    scale = 1.0 if rate else time_axis(ax, all_v)
+    for s in sorted(strategies):
+        points(ax, [(n, v / scale, over) for n, v, over in strategies[s]], s,
+               ":" if s.startswith("native") else "-")
+    log_axes(ax, "threads (emulated CPUs)" if w == "trap_dispatch" else "emulated CPUs",
+             ax.get_ylabel())
+    xs = sorted({n for pts in strategies.values() for n, _, _ in pts})
+    ax.set_xticks(xs)
+    ax.set_xticklabels([str(n) for n in xs])
+    ax.set_title("%s: scaling by strategy (hollow = oversubscribed; dotted = native kernel)" % w,
+                 fontsize=10)
+    mark_pus(ax, strategies)
+    ax.legend(fontsize=8, loc="best")
+    return save(plt, fig, out_dir, "scaling-%s.png" % w)
+
+
+def trap_points(res):
+    """mode -> [(threads, wall ns, summed CPU s, oversubscribed)] sorted."""
+    modes = {}
+    for name, r in res.items():
+        p = names.parse(name)
+        if p.workload != "trap_dispatch" or p.strategy not in TRAP_MODES or not r["real_ns"]:
+            continue
+        modes.setdefault(p.strategy, []).append(
+            (p.count()[1], med(r), med(r, "cpu_s"), bool(med(r, "oversubscribed"))))
+    return {m: sorted(pts) for m, pts in modes.items()}
+
+
+def plot_trap(plt, res, out_dir):
+    modes = trap_points(res)
+    if not modes:
+        return None
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 4.5))
+    for mode in TRAP_MODES:
+        pts = modes.get(mode, [])
+        points(a1, [(t, wall / 1e6, over) for t, wall, _, over in pts], mode)
+        points(a2, [(t, cpu * 1e3, over) for t, _, cpu, over in pts if cpu is not None], mode)
+    for ax, what in ((a1, "wall time, ms (the patch's real)"),
+                     (a2, "summed thread CPU time, ms (the patch's sys)")):
+        log_axes(ax, "threads (hollow = oversubscribed)", what)
+        ax.legend(fontsize=8)
+    fig.suptitle("arm64: rework EL0 MRS emulation: trap dispatch, 10^6 ID-register reads "
+                 "per thread", fontsize=10)
+    return save(plt, fig, out_dir, "trap_dispatch.png")
+
+
+def range_points(res):
+    """order -> [(pages, TLBI ops, whole-ASID ops)] sorted, as measured."""
+    orders = {}
+    for name, r in res.items():
+        p = names.parse(name)
+        order = p.options.get("range")
+        if p.workload != "range_flush" or order is None or med(r, "tlbi_ops") is None:
+            continue
+        orders.setdefault(order, []).append(
+            (int(p.params["pages"]), med(r, "tlbi_ops"), med(r, "asid_ops") or 0))
+    return {o: sorted(pts) for o, pts in orders.items()}
+
+
+def plot_range(plt, res, out_dir):
+    orders = range_points(res)
+    if not orders:
+        return None
+    fig, ax = plt.subplots(figsize=(7.5, 4.8))
+    # The two range orders give the same counts except at 2^21 pages: draw
+    # them in distinct shapes, ascending slightly larger and hollow.
+    styles = {"none": (":", "o", 6, True), "ascending": ("--", "s", 9, False),
+              "descending": ("-", "o", 5, True)}
+    for order in RANGE_ORDERS:
+        pts = orders.get(order, [])
+        if not pts:
+            continue
+        ls, mk, size, filled = styles[order]
+        line, = ax.plot([p for p, _, _ in pts], [o for _, o, _ in pts], linestyle=ls, marker=mk,
+                        markersize=size, markerfacecolor=None if filled else "none",
+                        label="range=%s" % order)
+        asid = [(p, o) for p, o, a in pts if a]
+        if asid:
+            ax.plot([p for p, _ in asid], [o for _, o in asid], linestyle="none", marker="x",
+                    markersize=11, color=line.get_color())
+    ax.plot([], [], linestyle="none", marker="x", color="black",
+            label="whole-ASID flush instead of ranges")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("pages flushed (4 KiB)")
+    ax.set_ylabel("TLBI operations per flush (broadcasts)")
+    ax.set_title("arm64 range TLBI decomposition: operations by flush size", fontsize=10)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    return save(plt, fig, out_dir, "range_ops.png")
+
+
+def import_pyplot():
+    """matplotlib.pyplot, or None when it is not installed."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        return plt
+    except ImportError:
+        pass
+    # Another python3 first in PATH (pyenv, a venv): Debian's own has
+    # python3-matplotlib.
+    system = "/usr/bin/python3"
+    if (os.path.exists(system) and not os.environ.get("SD_PLOT_SYSTEM_PYTHON")
+            and os.path.realpath(sys.executable) != os.path.realpath(system)):
+        os.environ["SD_PLOT_SYSTEM_PYTHON"] = "1"
+        os.execv(system, [system] + sys.argv)
+    return None
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description="plot shootdown-bench JSON")
+    ap.add_argument("json")
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args(argv)
+    plt = import_pyplot()
+    if plt is None:
+        print("plot: matplotlib is not installed (Debian: apt-get install python3-matplotlib); "
+              "no plots drawn")
+        return 3
+    out_dir = args.out or os.path.dirname(os.path.abspath(args.json))
+    os.makedirs(out_dir, exist_ok=True)
+    _, res = load(args.json)
+    made = []
+    for w, strategies in sorted(series(res).items()):
+        if w == "trap_dispatch" or len({n for pts in strategies.values() for n, _, _ in pts}) < 2:
+            continue
+        made.append(plot_scaling(plt, w, strategies, out_dir))
+    made += [p for p in (plot_trap(plt, res, out_dir), plot_range(plt, res, out_dir)) if p]
+    for p in made:
+        print("plot: wrote %s" % p)
+    return 0 if made else 1

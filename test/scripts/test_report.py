@@ -1,0 +1,206 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
+"""The report package on a fake Google Benchmark JSON with the new names
+(lru:<global|percpu> as its own path element), repetitions, counters and
+aggregates: name parsing, compare's table and guard, bench-ratios' ratios,
+the reference data, and plot's exit status without matplotlib."""
+import copy
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+SCRIPTS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__)))), "scripts")
+sys.path.insert(0, SCRIPTS)
+
+from shootdown_report import compare, names, ratios, reference, results  # noqa: E402
+
+
+def bench(name, reps, time_unit="ns", **counters):
+    """Google Benchmark entries for @name: one per repetition, each a dict of
+    real_time and counters, plus a median aggregate that must be ignored."""
+    out = []
+    for i, rep in enumerate(reps):
+        b = {"name": name + "/real_time", "run_name": name + "/real_time",
+             "run_type": "iteration", "repetitions": len(reps), "repetition_index": i,
+             "threads": 1, "iterations": 100, "time_unit": time_unit,
+             "real_time": rep["real_time"], "cpu_time": rep["real_time"]}
+        b.update({k: v for k, v in rep.items() if k != "real_time"})
+        b.update(counters)
+        out.append(b)
+    out.append({"name": name + "/real_time_median", "run_name": name + "/real_time",
+                "run_type": "aggregate", "aggregate_name": "median", "time_unit": time_unit,
+                "real_time": 1e9, "cpu_time": 1e9, "iterations": 2, "loops_per_s": 1.0})
+    return out
+
+
+TF2_VANILLA = "tlb_flush2_threads/ipi/lru:global/cpus:2"
+TF2_BOTH = "tlb_flush2_threads/gbcast/lru:percpu/cpus:2"
+TF2_BOTH_T0 = "tlb_flush2_threads/gbcast:threshold=0/lru:percpu/cpus:2"
+RANGE = "range_flush/broadcast:range=descending/cpus:2/pages:511"
+MPROT = "mprotect_threaded/%s/cpus:2"
+
+DOC = {"context": {"date": "2026-11-25"}, "benchmarks": (
+    bench(TF2_VANILLA, [{"real_time": 9000, "loops_per_s": 100e3},
+                        {"real_time": 8000, "loops_per_s": 120e3}], violations=0) +
+    bench(TF2_BOTH, [{"real_time": 3000, "loops_per_s": 330e3},
+                     {"real_time": 3000, "loops_per_s": 330e3}], violations=0) +
+    bench(TF2_BOTH_T0, [{"real_time": 2000, "loops_per_s": 440e3},
+                        {"real_time": 2000, "loops_per_s": 460e3}], violations=0) +
+    bench(RANGE, [{"real_time": 4.6, "time_unit": "us"}], time_unit="us",
+          tlbi_ops=3, asid_ops=0, violations=0) +
+    bench(MPROT % "broadcast", [{"real_time": 400}, {"real_time": 420}, {"real_time": 380}],
+          violations=0, remote_invalidations_per_flush=1) +
+    bench(MPROT % "local", [{"real_time": 200}, {"real_time": 190}, {"real_time": 210}],
+          violations=0, remote_invalidations_per_flush=0))}
+
+
+def cells(lines, row):
+    """The cells of table row @row (split on two or more spaces)."""
+    import re
+    for line in lines:
+        parts = re.split(r"\s{2,}", line.strip())
+        if parts[0] == row:
+            return parts[1:]
+    raise AssertionError("no row %r in:\n%s" % (row, "\n".join(lines)))
+
+
+class Names(unittest.TestCase):
+    def test_new_shape(self):
+        p = names.parse(TF2_BOTH_T0 + "/real_time")
+        self.assertEqual(p.workload, "tlb_flush2_threads")
+        self.assertEqual(p.strategy, "gbcast:threshold=0")
+        self.assertEqual(p.kind, "gbcast")
+        self.assertEqual(p.options, {"threshold": "0"})
+        self.assertEqual(p.params["lru"], "percpu")
+        self.assertEqual(p.count(), ("cpus", 2))
+        self.assertEqual(p.variant, "gbcast:threshold=0/lru:percpu")
+
+    def test_old_shapes(self):
+        p = names.parse("trap_dispatch/locked/threads:8/iterations:2/manual_time")
+        self.assertEqual((p.workload, p.strategy, p.count()), ("trap_dispatch", "locked",
+                                                              ("threads", 8)))
+        p = names.parse(RANGE)
+        self.assertEqual((p.options["range"], p.params["pages"]), ("descending", "511"))
+        self.assertNotIn("lru", p.params)
+        self.assertEqual(names.parse("baseline/cacheline_roundtrip").params, {})
+
+    def test_build_round_trips(self):
+        built = names.build("tlb_flush2_threads", names.with_lru("gbcast:threshold=0", "percpu"), 2)
+        self.assertEqual(built, TF2_BOTH_T0)
+        self.assertEqual(names.build("range_flush", "broadcast:range=descending", 2, pages=511),
+                         RANGE)
+        self.assertEqual(ratios.tf2("ipi", 2, "global"), TF2_VANILLA)
+        self.assertEqual(ratios.tf2_config("gbcast", "percpu", 2), TF2_BOTH_T0)
+
+
+    def test_default_lru_alias(self):
+        self.assertEqual(names.default_lru_alias("tlb_flush2_threads/ipi/cpus:2"),
+                         "tlb_flush2_threads/ipi/lru:percpu/cpus:2")
+        self.assertEqual(names.default_lru_alias(TF2_BOTH_T0),
+                         "tlb_flush2_threads/gbcast:threshold=0/cpus:2")
+        self.assertIsNone(names.default_lru_alias(TF2_VANILLA))     # global: no other name
+        self.assertIsNone(names.default_lru_alias(MPROT % "local"))  # no LRU element
+
+
+class Results(unittest.TestCase):
+    def test_repetitions_counters_aggregates(self):
+        res = results.from_doc(DOC)
+        self.assertEqual(sorted(res), sorted([TF2_VANILLA, TF2_BOTH, TF2_BOTH_T0, RANGE,
+                                              MPROT % "broadcast", MPROT % "local"]))
+        self.assertEqual(res[TF2_VANILLA]["counters"]["loops_per_s"], [100e3, 120e3])
+        self.assertEqual(results.med(res[TF2_VANILLA], "loops_per_s"), 110e3)
+        self.assertEqual(results.med(res[MPROT % "local"]), 200)
+        self.assertEqual(results.med(res[RANGE]), 4600)          # us -> ns
+
+    def test_default_lru_found_either_way(self):
+        doc = {"benchmarks": bench("tlb_flush2_threads/broadcast/lru:percpu/cpus:2",
+                                   [{"real_time": 1, "loops_per_s": 7.0}]) +
+               bench("tlb_flush2_threads/ipi/cpus:2", [{"real_time": 1, "loops_per_s": 5.0}])}
+        res = results.from_doc(doc)
+        self.assertEqual(results.med(res.get("tlb_flush2_threads/broadcast/cpus:2"),
+                                     "loops_per_s"), 7.0)
+        self.assertIn(ratios.tf2("ipi", 2, "percpu"), res)
+        self.assertNotIn(ratios.tf2("ipi", 2, "global"), res)
+        run = ratios.parse_run(doc)
+        self.assertAlmostEqual(ratios.ratios_of(run)["tf2_broadcast_vs_ipi_cpus2"], 7.0 / 5.0)
+
+
+class Compare(unittest.TestCase):
+    def setUp(self):
+        self.res = results.from_doc(DOC)
+        self.lines = compare.report(self.res, [2], 2, [])
+
+    def test_tables(self):
+        self.assertEqual(cells(self.lines, "ipi/lru:global"), ["110k/s 1.00x"])
+        self.assertEqual(cells(self.lines, "gbcast/lru:percpu"), ["330k/s 3.00x"])
+        self.assertEqual(cells(self.lines, "local"), ["200 ns 2.00x"])
+        self.assertEqual(cells(self.lines, "broadcast")[0], "400 ns 1.00x")
+        # Range ops reported as measured: 3 ops for 511 pages, 4.6 us.
+        self.assertEqual(cells(self.lines, "descending"), ["3 (4.6 us)"])
+
+    def test_check_passes(self):
+        self.assertEqual(compare.check(list(self.res), self.res), [])
+
+    def test_check_catches(self):
+        res = copy.deepcopy(self.res)
+        res[RANGE]["counters"]["tlbi_ops"] = [2.5]
+        del res[RANGE]["counters"]["asid_ops"]
+        res[MPROT % "local"]["counters"]["remote_invalidations_per_flush"] = [0, 1, 0]
+        res[TF2_BOTH]["counters"]["violations"] = [0, 2]
+        bad = compare.check(list(res) + ["missing/ipi/cpus:2"], res)
+        self.assertEqual(len(bad), 5, bad)
+
+
+class Ratios(unittest.TestCase):
+    def test_within_run(self):
+        run = ratios.parse_run(DOC)
+        self.assertEqual(run[TF2_VANILLA]["counters"]["loops_per_s"], 110e3)
+        r = ratios.ratios_of(run)
+        self.assertAlmostEqual(r["tf2_gbcast_percpu_t0_vs_ipi_global_cpus2"], 450e3 / 110e3)
+        self.assertAlmostEqual(r["tf2_config_both_vs_vanilla_cpus2"], 450e3 / 110e3)
+        self.assertNotIn("tf2_lru_percpu_vs_global_ipi_cpus2", r)     # no ipi/lru:percpu
+        report = [ratios.report_run(0, DOC, {})]
+        _, _, _, med = ratios.medians(report)
+        goal = [g for g in ratios.goals_of(report, {}, {}, med)
+                if g["key"] == "tf2_gbcast_percpu_t0_vs_ipi_global_cpus2"][0]
+        self.assertTrue(goal["met"])
+
+
+class Reference(unittest.TestCase):
+    def test_every_figure_names_its_source(self):
+        ref = reference.load()
+        for key, table in ref.items():
+            if key in ("about", "sources"):
+                continue
+            src = ref["sources"][table["source"]]
+            for field in ("title", "author", "where", "machine"):
+                self.assertTrue(src.get(field), (key, field))
+            self.assertTrue(table.get("unit"), key)
+        self.assertEqual(ref["tlb_flush2_threads"]["configurations"]["both"], 1157000)
+        self.assertEqual(reference.by_count(ref["trap_dispatch"])[64][0], 65.40)
+        with open(reference.PATH) as f:
+            self.assertNotIn("seed", f.read().lower())
+
+
+class Plot(unittest.TestCase):
+    def test_exit_3_without_matplotlib(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            os.mkdir(os.path.join(tmp, "matplotlib"))
+            with open(os.path.join(tmp, "matplotlib", "__init__.py"), "w") as f:
+                f.write("raise ImportError('hidden by test_report')\n")
+            path = os.path.join(tmp, "fake.json")
+            with open(path, "w") as f:
+                import json
+                json.dump(DOC, f)
+            env = dict(os.environ, PYTHONPATH=tmp, SD_PLOT_SYSTEM_PYTHON="1")
+            p = subprocess.run([sys.executable, os.path.join(SCRIPTS, "plot"), path],
+                               env=env, capture_output=True, text=True, timeout=60)
+        self.assertEqual(p.returncode, 3, p.stdout + p.stderr)
+        self.assertIn("matplotlib is not installed", p.stdout)
+
+
+if __name__ == "__main__":
+    unittest.main()
