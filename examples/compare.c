@@ -4,10 +4,10 @@
  * counts and prints one table: time per operation, flush latency, and the
  * counters that explain it.
  *
- * The default workload is seed 000's mprotect-threaded: every CPU runs its
+ * The default workload is the arm64 skip-tlbi-broadcast patch's mprotect-threaded: every CPU runs its
  * own single-threaded process (one mm each), touches a page, and flips its
  * protection ITERS times. Each mprotect needs a flush; `broadcast` sends it
- * to every CPU in the machine, which is the cost seed 000 removes: `local`
+ * to every CPU in the machine, which is the cost the arm64 skip-tlbi-broadcast patch removes: `local`
  * sees that the mm runs nowhere else and flushes only its own TLB.
  *
  *   compare [--strategies broadcast,none] [--cpus 1,2,4] [--iterations N]

@@ -17,12 +17,13 @@
  * pages go through ordinary per-VA ops. How a flush of P pages is split:
  *
  *  none        one op per page; from MAX_TLBI_OPS pages on, one ASID flush.
- *  ascending   before seed 003 (d1d3aa98): an odd page first, then scale
- *              counting up, each op one base-32 digit of P >> 1, using the
+ *  ascending   before the range-TLBI scale patch (d1d3aa98, "arm64/mm:
+ *              range-based tlbi decrements scale"): an odd page first,
+ *              then scale counting up, each op one base-32 digit of P >> 1, using the
  *              old __TLBI_RANGE_NUM (the 5-bit field minus one, so num <= 30)
  *              and the old bound (P >= MAX_TLBI_RANGE_PAGES: ASID flush).
- *  descending  after seed 003 and the e3ba51ab fix: scale counting down from
- *              3, the single page last, the clamped __TLBI_RANGE_NUM (num up
+ *  descending  after that patch and the e3ba51ab fix: scale counting
+ *              down from 3, the single page last, the clamped __TLBI_RANGE_NUM (num up
  *              to 31) and the inclusive bound (P > MAX_TLBI_RANGE_PAGES: ASID
  *              flush), so exactly 2^21 pages is one op.
  *

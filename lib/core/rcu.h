@@ -33,7 +33,7 @@ extern char sd_rcu_tsan_token;
  * Whether this thread is an online QSBR reader, mirrored in our own
  * initial-exec TLS. urcu_qsbr_read_ongoing() is an out-of-line call that
  * reaches liburcu's TLS through __tls_get_addr: measured at about a third
- * of a 15 ns trap (seed 001), on a path that asks on every call.
+ * of a 15 ns trap (the EL0 MRS emulation rework), on a path that asks on every call.
  */
 extern SD_THREAD_LOCAL bool sd_rcu_is_online __attribute__((tls_model("initial-exec")));
 

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Emulated traps (seed 001: arch/arm64/kernel/traps.c and cpufeature.c).
+ * Emulated traps (the EL0 MRS emulation rework: arch/arm64/kernel/traps.c and cpufeature.c).
  *
  * Before the seed, do_el0_undef() took undef_lock, a global raw spinlock
  * with interrupts saved, walked undef_hook, dropped the lock and called the

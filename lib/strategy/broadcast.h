@@ -38,7 +38,13 @@ struct sd_broadcast_mm {
 
 struct sd_opt;
 
-/* Building blocks for strategies layered on broadcast (local, none). */
+/*
+ * Building blocks for the strategies built on broadcast (local, none, user).
+ * Each embeds struct sd_broadcast in its machine state and struct
+ * sd_broadcast_mm in its per-mm state, and points m->strategy and
+ * mm->strategy at those members (mm/flush_ops.h), so these functions, which
+ * read them as broadcast's own, serve every one of them.
+ */
 int sd_broadcast_machine_init(struct sd_machine *m, struct sd_broadcast *b);
 /* Allocate and init, taking broadcast's options (max_tlbi_ops=); errors name @name. */
 int sd_broadcast_machine_create(struct sd_machine *m, const char *name,

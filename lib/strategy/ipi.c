@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The `ipi` strategy: x86 TLB shootdown (arch/x86/mm/tlb.c), with the lazy
- * mm_cpumask of seed 002 and its two later fixes.
+ * mm_cpumask of "x86,tlb: update mm_cpumask lazily" and its two later
+ * fixes. `gbcast` (gbcast.c) is built on it.
  *
  * Each CPU has 6 dynamic PCID slots {ctx_id, tlb_gen}. A flush bumps the
  * mm's tlb_gen, picks targets from mm_cpumask (should_flush_tlb()), sends

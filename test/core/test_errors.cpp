@@ -992,7 +992,7 @@ TEST(Errors, TooManyDistinctIpiSignals)
 }
 
 
-// ---- issue 13, part 6: bad input on every public call ----
+// ---- bad input on every public call ----
 
 // The range calls read nothing from a NULL cpu before refusing it.
 TEST_F(MmErrors, NullCpuOnEveryRangeCall)

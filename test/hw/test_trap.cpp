@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// Trap dispatch (seed 001): the three modes give identical results, bad
+// Trap dispatch (the EL0 MRS emulation rework): the three modes give identical results, bad
 // input fails cleanly, and hooks come and go while every CPU traps.
 #include "common.hpp"
 

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// Lifecycles with no dead ends (issue 13, part 5).
+// Lifecycles with no dead ends.
 //
 // Lazy mms: an mm that CPUs hold only lazily (idle after running it, or
 // after their sd_machine_run body returned) can be destroyed; the lazy CPUs

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// Memory at scale (issue 13, item 7): every strategy's state grows linearly
+// Memory at scale: every strategy's state grows linearly
 // with the CPU count, sd_machine_info() reports what a CPU really costs, and
 // the `ipi` request ring that made it linear still waits for every target.
 //

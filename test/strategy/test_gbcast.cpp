@@ -10,18 +10,18 @@
 // straggler, with asid_transition set. (The first allocation's wrap-around
 // flushed every TLB, so B then touches P again: a writable entry under its
 // dynamic ASID.) INVLPGB on the global ASID does not touch B's entries, so:
-//   - Jann Horn's race (§6.6): reclaim of P must not trust an INVLPGB of the
-//     global ASID alone. The 6.15 code flushes every non-global entry of
+//   - Jann Horn's race (his review of the v4 reclaim path): reclaim of P
+//     must not trust an INVLPGB of the global ASID alone. The 6.15 code flushes every non-global entry of
 //     every PCID; v4 (SD_IPI_BREAK_BATCH_GLOBAL_ONLY) left B's entry alive.
-//   - finish_asid_transition() (§6.4): an ordinary flush of M must IPI the
+//   - finish_asid_transition(): an ordinary flush of M must IPI the
 //     stragglers; SD_IPI_BREAK_NO_TRANSITION never does.
 // Each test runs the fixed code, then the same steps with the bug planted
 // back, so every run shows the test can tell the two apart.
 //
-// Then: the policy of §6.3 (threshold over active, non-lazy CPUs; sampling;
-// running out of ASIDs), TLBSYNC locality (§6.5) through the internal
-// INVLPGB API, and global ASID reuse across wrap-arounds with the oracle
-// watching for foreign translations (§6.2), with the wrap-around flush
+// Then: the policy of consider_global_asid() (threshold over active,
+// non-lazy CPUs; sampling; running out of ASIDs), TLBSYNC locality (it
+// covers only its own CPU's INVLPGBs) through the internal INVLPGB API, and global ASID reuse across wrap-arounds with the oracle
+// watching for foreign translations, with the wrap-around flush
 // removed once to show the check has teeth. RCU table freeing under gbcast
 // is in test_rcu_free.cpp; the pool alone in test_global_asid.cpp.
 #include "common.hpp"

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// The switcher-versus-flusher race of the `local` strategy (seed 000), forced.
+// The switcher-versus-flusher race of the `local` strategy (the arm64 skip-tlbi-broadcast patch), forced.
 //
 // Both sides store, fence, then load (store buffering). With delayed stores
 // on (core/ordering.h) each side's store sits in an emulated store buffer

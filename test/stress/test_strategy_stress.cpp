@@ -495,7 +495,7 @@ const StressConfig kConfigs[] = {
 	{"ipi_lazy_trim1_cpus8", 8, "ipi:cpumask=lazy,trim_ms=1", 0, 40, false, 0.5},
 	{"ipi_lazy_ceiling4_cpus16", 16, "ipi:ceiling=4", 0, 40, false, 0.5},
 	{"ipi_hot_cpus2", 2, "ipi", 0, 0, false, 0.5, true},
-	// Flushes wider than the request ring (issue 13, memory at scale): every
+	// Flushes wider than the request ring (memory at scale): every
 	// flush to more than 1 (or 2) targets reuses requests after their acks.
 	{"ipi_csdwindow1_cpus8", 8, "ipi:csd_window=1", 0, 40, false, 0.5},
 	{"gbcast_csdwindow2_cpus16", 16, "gbcast:pool=4,threshold=0,sample=1,csd_window=2", 0, 40, false, 0.5},
