@@ -103,8 +103,7 @@ static int gbcast_option(struct sd_ipi *ipi, const struct sd_strategy_opt *o)
 	return sd_strategy_unknown_opt("gbcast", o);
 }
 
-static int ipi_option(struct sd_ipi *ipi, const char *name, const struct sd_strategy_opt *o,
-		      bool *lru_global)
+static int ipi_option(struct sd_ipi *ipi, const char *name, const struct sd_strategy_opt *o)
 {
 	uint64_t v;
 	int err;
@@ -134,13 +133,10 @@ static int ipi_option(struct sd_ipi *ipi, const char *name, const struct sd_stra
 		ipi->trim_ns = v * 1000000u;
 		return err;
 	}
-	if (!strcmp(o->key, "lru")) {
-		if (strcmp(o->value, "global") && strcmp(o->value, "percpu"))
-			return sd_fail(-EINVAL, "option lru=%s for '%s': want global or percpu",
-				       o->value, name);
-		*lru_global = !strcmp(o->value, "global");
-		return 0;
-	}
+	/* Page reclaim's lock is the machine's, for every strategy. */
+	if (!strcmp(o->key, "lru"))
+		return sd_fail(-EINVAL, "option lru=%s for '%s': the LRU lock is a machine "
+			       "setting now (sd_machine_config.lru)", o->value, name);
 	if (ipi->invlpgb)
 		return gbcast_option(ipi, o);
 	return sd_strategy_unknown_opt(name, o);
@@ -224,7 +220,6 @@ static int machine_init(struct sd_machine *m, const char *name, bool invlpgb,
 {
 	unsigned n = m->nr_cpus;
 	struct sd_ipi *ipi = calloc(1, sizeof(*ipi));
-	bool lru_global = false;
 	int err = 0;
 
 	if (!ipi)
@@ -240,7 +235,7 @@ static int machine_init(struct sd_machine *m, const char *name, bool invlpgb,
 	ipi->count_max = SD_GBCAST_COUNT_MAX;
 	atomic_init(&ipi->last_ctx_id, 0);
 	for (unsigned i = 0; !err && i < nr_opts; i++)
-		err = ipi_option(ipi, name, &opts[i], &lru_global);
+		err = ipi_option(ipi, name, &opts[i]);
 	ipi->invlpgb = false;                  /* nothing of gbcast's to free yet */
 	if (!err && invlpgb) {
 		err = gbcast_init(m, ipi);
@@ -258,7 +253,6 @@ static int machine_init(struct sd_machine *m, const char *name, bool invlpgb,
 		ipi_free(ipi);
 		return err;
 	}
-	m->lru_global = lru_global;
 	*priv = ipi;
 	return 0;
 }

@@ -52,9 +52,6 @@ enum {
 	SD_IPI_BREAK_CSD_REUSE = 1 << 4,      /* reuse a ring slot without waiting */
 };
 
-/* Where freed pages go: through one global LRU lock, or per-CPU batches. */
-enum sd_lru_mode { SD_LRU_PERCPU, SD_LRU_GLOBAL };
-
 /* flush_tlb_info: one per CPU, filled by its initiator, read by targets. */
 struct sd_ipi_flush_info {
 	struct sd_mm *mm;          /* NULL: a batch, whatever mm is loaded */

@@ -342,6 +342,7 @@ void sd_mm_free_frames(struct sd_cpu *c, const uint64_t *pfns, size_t n)
 	if (m->lru_global) {
 		sd_spin_lock(&m->lru_lock);
 		m->lru_pages += n;
+		sd_stat_add(c, SD_STAT_LRU_LOCK_PAGES, n);
 	}
 	for (size_t i = 0; i < n; i++)
 		sd_frame_free(&m->frames, &c->frames, pfns[i]);
@@ -673,6 +674,18 @@ int sd_mprotect(struct sd_cpu *c, struct sd_mm *mm, uint64_t va, uint64_t len, u
 	return 0;
 }
 
+/* flush_tlb_range() on its own: the flush of a change that changed nothing. */
+int sd_flush_tlb_range(struct sd_cpu *c, struct sd_mm *mm, uint64_t va, uint64_t len)
+{
+	int err = check_change(c, mm, va, len, "sd_flush_tlb_range");
+
+	if (err)
+		return err;
+	flush_change(c, mm, va >> SD_PAGE_SHIFT, len >> SD_PAGE_SHIFT, false, false);
+	sd_cpu_qs(c);
+	return 0;
+}
+
 /* ---- the access path ---- */
 
 static inline bool pte_allows(uint64_t pte, enum sd_access_kind kind)
@@ -837,6 +850,23 @@ static __attribute__((noinline)) int access_slow(struct sd_cpu *c, uint64_t va,
  * probe, one private counter. Anything else goes out of line, so the hit
  * pays no frame setup for the miss path.
  */
+/* The L1 probe of sd_access()'s fast path, without the rest of it. */
+int sd_tlb_probe(const struct sd_cpu *c, uint64_t va, uint64_t *pfn)
+{
+	struct sd_tlb_hit hit;
+	struct sd_cpu *self = sd_this_cpu;
+
+	if (!c || c != self)
+		return sd_fail(-EPERM, "sd_tlb_probe: caller is not attached as this CPU");
+	/* Owner only: @self is @c, so the L1 (written by us, invalidated by
+	 * others through atomics) may be read as sd_access() reads it. */
+	if (!sd_tlb_lookup_l1(&self->tlb, va >> SD_PAGE_SHIFT, self->asid, false, &hit))
+		return 0;
+	if (pfn)
+		*pfn = sd_pte_pfn(hit.pte);
+	return 1;
+}
+
 int sd_access(struct sd_cpu *c, uint64_t va, enum sd_access_kind kind, uint64_t *pfn)
 {
 	struct sd_tlb_hit hit;

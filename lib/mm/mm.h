@@ -52,7 +52,7 @@ struct sd_mm {
 struct sd_cpu;
 
 /* Free reclaimed frames after their flush, through the LRU lock when the
- * machine models a global one (lru=global). */
+ * machine models a global one (sd_machine_config.lru). */
 void sd_mm_free_frames(struct sd_cpu *c, const uint64_t *pfns, size_t n);
 
 #endif
