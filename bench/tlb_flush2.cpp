@@ -95,7 +95,7 @@ void tlb_flush2_body(sd_cpu *c, void *p)
 }
 
 // The merged series' threshold: an mm goes global on more than 3 active
-// CPUs (gbcast's default, docs/guide.md).
+// CPUs (gbcast's default, README.md's strategy table).
 constexpr unsigned kGbcastDefaultThreshold = 3;
 
 // gbcast's threshold on @m: its spec's threshold= option, else the default.
