@@ -148,8 +148,8 @@ SD_EXPORT int sd_madvise_dontneed(struct sd_cpu *cpu, struct sd_mm *mm,
  * sd_flush_tlb_range() - flush [@va, @va + @len) of @mm through the machine's
  * strategy, changing no PTE: the flush a change of that range sends, as the
  * kernel's flush_tlb_range() after a page-table update. For measuring a
- * strategy's flush alone (it is counted in flushes and the latency
- * histogram like any other) and for strategies' own tests; a program that
+ * strategy's flush alone (it is counted in flushes but not timed into the
+ * latency histogram) and for strategies' own tests; a program that
  * changes mappings through sd_munmap() and friends never needs it.
  * Return: 0; errors as sd_munmap(). Attached thread, interrupts on.
  */

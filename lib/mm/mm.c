@@ -674,15 +674,27 @@ int sd_mprotect(struct sd_cpu *c, struct sd_mm *mm, uint64_t va, uint64_t len, u
 	return 0;
 }
 
-/* flush_tlb_range() on its own: the flush of a change that changed nothing. */
+/*
+ * flush_tlb_range() on its own: the strategy's flush of a change that
+ * changed nothing. Unlike flush_change(), no clock reads (the latency
+ * histogram times mapping changes) and no quiescent state on every call
+ * (its full fence would be most of a cheap flush): one every
+ * SD_ACCESSES_PER_QS calls, as sd_access() does, so a loop of flushes
+ * still lets grace periods end.
+ */
 int sd_flush_tlb_range(struct sd_cpu *c, struct sd_mm *mm, uint64_t va, uint64_t len)
 {
+	struct sd_flush_req req = {
+		.mm = mm, .vpn = va >> SD_PAGE_SHIFT, .nr = len >> SD_PAGE_SHIFT,
+	};
 	int err = check_change(c, mm, va, len, "sd_flush_tlb_range");
 
 	if (err)
 		return err;
-	flush_change(c, mm, va >> SD_PAGE_SHIFT, len >> SD_PAGE_SHIFT, false, false);
-	sd_cpu_qs(c);
+	c->m->ops->flush_range(c, &req);
+	sd_stat_inc(c, SD_STAT_FLUSH);
+	if (++c->ops_since_qs >= SD_ACCESSES_PER_QS)
+		sd_cpu_qs(c);
 	return 0;
 }
 
