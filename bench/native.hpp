@@ -16,8 +16,8 @@ namespace native {
 // mprotect_threaded/native:mode={threads,processes}/cpus:N: N workers, each with
 // its own touched page, each iteration one mprotect (RO, then RW, with a
 // write between pairs). Threads share one mm, so every mprotect is a
-// shootdown to the other workers' CPUs; processes (seed 000's
-// for-each-cpu.sh) never need one.
+// shootdown to the other workers' CPUs; processes (the arm64 "skip tlbi
+// broadcast" patch's for-each-cpu.sh) never need one.
 void BM_mprotect(benchmark::State &st, unsigned workers, bool processes);
 
 // tlb_flush2_threads/native/cpus:N: will-it-scale tlb_flush2, threads of one

@@ -71,6 +71,21 @@ enum sd_trap_dispatch {
 };
 
 /**
+ * Page reclaim's LRU lock, for sd_machine_config.lru: whether freeing the
+ * frames of a change (munmap, madvise, the frees after a flush) takes one
+ * machine-wide lock, as release_pages() takes the lruvec lock in Linux, or
+ * goes through per-CPU batches (the lru_add_drain() removal of the AMD
+ * INVLPGB series). A property of the machine's mm, not of the TLB strategy:
+ * every strategy honours it.
+ */
+enum sd_lru_mode {
+	/** Per-CPU frees, no shared lock (the default). */
+	SD_LRU_PERCPU = 0,
+	/** Every free takes the machine-wide LRU lock (counted in lru_lock_pages). */
+	SD_LRU_GLOBAL = 1,
+};
+
+/**
  * struct sd_machine_config - everything a machine can be told.
  *
  * Start from SD_MACHINE_CONFIG_INIT (or sd_machine_config_init()), which gives
@@ -117,13 +132,16 @@ struct sd_machine_config {
 	 *  period. Independently, every SD_SMP_CALL_RESEND_MS of waiting it sends
 	 *  the signal again (a lost signal costs a delay, never a hang). */
 	unsigned ipi_timeout_ms;
+	/** Page reclaim's LRU lock, enum sd_lru_mode; SD_LRU_PERCPU (0) by
+	 *  default. Any other value is -EINVAL. */
+	unsigned lru;
 };
 
 /** How long (ms) a parked IPI waiter waits before sending the signal again. */
 #define SD_SMP_CALL_RESEND_MS 20
 
 /** Initialiser for struct sd_machine_config: all defaults. */
-#define SD_MACHINE_CONFIG_INIT { sizeof(struct sd_machine_config), SD_NR_CPUS_ALL_PUS, SD_PLACE_COMPACT, 0, 0, 0, 0, 0, 0, 0, 0, 0, SD_ORACLE_DEFAULT, 0, SD_TRAP_DIRECT, 0 }
+#define SD_MACHINE_CONFIG_INIT { sizeof(struct sd_machine_config), SD_NR_CPUS_ALL_PUS, SD_PLACE_COMPACT, 0, 0, 0, 0, 0, 0, 0, 0, 0, SD_ORACLE_DEFAULT, 0, SD_TRAP_DIRECT, 0, SD_LRU_PERCPU }
 
 /**
  * sd_machine_config_init() - fill @cfg with defaults (same as SD_MACHINE_CONFIG_INIT).
@@ -144,7 +162,8 @@ SD_EXPORT void sd_machine_config_init(struct sd_machine_config *cfg);
  * Return: 0; -EINVAL for a bad field (zero or unknown size, nr_cpus of 0 or
  * above 4096, a TLB geometry that is not a power of
  * two, a bad signal, asid_bits out of range or too small for nr_cpus, a bad
- * PU list, a bad synthetic topology, unknown bits in flags, a strategy spec
+ * PU list, a bad synthetic topology, unknown bits in flags, an lru that is
+ * not an enum sd_lru_mode, a strategy spec
  * of 64 characters or more, a malformed (blanks included), repeated or
  * out-of-range strategy option); -ENOENT for an unknown strategy or
  * option; -EBUSY if 8 distinct IPI signals are already in use by other

@@ -145,6 +145,28 @@ SD_EXPORT int sd_madvise_dontneed(struct sd_cpu *cpu, struct sd_mm *mm,
 				  uint64_t va, uint64_t len);
 
 /**
+ * sd_flush_tlb_range() - flush [@va, @va + @len) of @mm through the machine's
+ * strategy, changing no PTE: the flush a change of that range sends, as the
+ * kernel's flush_tlb_range() after a page-table update. For measuring a
+ * strategy's flush alone (it is counted in flushes but not timed into the
+ * latency histogram) and for strategies' own tests; a program that
+ * changes mappings through sd_munmap() and friends never needs it.
+ * Return: 0; errors as sd_munmap(). Attached thread, interrupts on.
+ */
+SD_EXPORT int sd_flush_tlb_range(struct sd_cpu *cpu, struct sd_mm *mm, uint64_t va,
+				 uint64_t len);
+
+/**
+ * sd_tlb_probe() - look @va up in @cpu's L1 TLB under its current ASID:
+ * no L2 lookup, no walk, no fill, no counter. The first step of a TLB hit
+ * in sd_access(), alone, for measuring it.
+ * Return: 1 and the frame number in *@pfn (if @pfn is not NULL) on an L1
+ * hit; 0 on a miss; -EPERM if @cpu is NULL or the caller is not attached as
+ * it. Attached thread, interrupts on or off (it never waits).
+ */
+SD_EXPORT int sd_tlb_probe(const struct sd_cpu *cpu, uint64_t va, uint64_t *pfn);
+
+/**
  * sd_access() - access @va in the address space loaded on @cpu.
  *
  * Looks the page up in the CPU's TLB with its current ASID; on a miss walks

@@ -86,7 +86,8 @@ SD_BEGIN_DECLS
 	X(CTX_SWITCH, "context_switches")                                       \
 	X(TRAP, "traps")                        /* sd_trap() calls */           \
 	X(TRAP_UNDEF, "traps_undefined")        /* no hook matched (SIGILL) */  \
-	X(VIOLATION, "violations")              /* oracle: stale or foreign hits */
+	X(VIOLATION, "violations")              /* oracle: stale or foreign hits */ \
+	X(LRU_LOCK_PAGES, "lru_lock_pages")     /* frames freed under the global LRU lock */
 
 /** Counter ids. */
 enum sd_stat {

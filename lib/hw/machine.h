@@ -46,7 +46,7 @@ struct sd_machine {
 	struct sd_traps traps;
 	struct sd_oracle oracle;
 
-	/* lru=global (strategy option): freeing pages takes one machine-wide
+	/* sd_machine_config.lru == SD_LRU_GLOBAL: freeing pages takes one machine-wide
 	 * lock and touches the shared LRU line, as release_pages() and
 	 * lru_add_drain() do under the lruvec lock. */
 	bool lru_global;

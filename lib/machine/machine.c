@@ -102,6 +102,9 @@ static int normalise(const struct sd_machine_config *in, struct sd_machine_confi
 			       (unsigned long long)cfg->nr_frames, (unsigned long long)SD_PFN_MAX);
 	if (cfg->oracle > SD_ORACLE_CHECKED)
 		return sd_fail(-EINVAL, "oracle mode %d unknown", (int)cfg->oracle);
+	if (cfg->lru > SD_LRU_GLOBAL)
+		return sd_fail(-EINVAL, "lru %u unknown: want SD_LRU_PERCPU or SD_LRU_GLOBAL",
+			       cfg->lru);
 	/* A flag from a newer header must not be dropped silently. */
 	if (cfg->flags & ~(unsigned)(SD_MACHINE_STRICT_PIN | SD_MACHINE_TAKE_SIGNAL))
 		return sd_fail(-EINVAL, "flags 0x%x: unknown bits 0x%x", cfg->flags,
@@ -179,6 +182,7 @@ int sd_machine_create(const struct sd_machine_config *in, struct sd_machine **ou
 	m->cfg.oracle = m->checked ? SD_ORACLE_CHECKED : SD_ORACLE_OFF;
 	pthread_mutex_init(&m->pin_note_lock, NULL);
 	sd_spin_init(&m->lru_lock);
+	m->lru_global = m->cfg.lru == SD_LRU_GLOBAL;
 	sd_oracle_init(&m->oracle);
 
 	err = sd_topology_init(&m->topo, &m->cfg, &m->nr_cpus);

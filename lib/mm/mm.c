@@ -343,6 +343,7 @@ void sd_mm_free_frames(struct sd_cpu *c, const uint64_t *pfns, size_t n)
 	if (m->lru_global) {
 		sd_spin_lock(&m->lru_lock);
 		m->lru_pages += n;
+		sd_stat_add(c, SD_STAT_LRU_LOCK_PAGES, n);
 	}
 	for (size_t i = 0; i < n; i++)
 		sd_frame_free(&m->frames, &c->frames, pfns[i]);
@@ -611,6 +612,30 @@ int sd_mprotect(struct sd_cpu *c, struct sd_mm *mm, uint64_t va, uint64_t len, u
 	return 0;
 }
 
+/*
+ * flush_tlb_range() on its own: the strategy's flush of a change that
+ * changed nothing. Unlike flush_change(), no clock reads (the latency
+ * histogram times mapping changes) and no quiescent state on every call
+ * (its full fence would be most of a cheap flush): one every
+ * SD_ACCESSES_PER_QS calls, as sd_access() does, so a loop of flushes
+ * still lets grace periods end.
+ */
+int sd_flush_tlb_range(struct sd_cpu *c, struct sd_mm *mm, uint64_t va, uint64_t len)
+{
+	struct sd_flush_req req = {
+		.mm = mm, .vpn = va >> SD_PAGE_SHIFT, .nr = len >> SD_PAGE_SHIFT,
+	};
+	int err = sd_mm_check_change(c, mm, va, len, "sd_flush_tlb_range");
+
+	if (err)
+		return err;
+	c->m->ops->flush_range(c, &req);
+	sd_stat_inc(c, SD_STAT_FLUSH);
+	if (++c->ops_since_qs >= SD_ACCESSES_PER_QS)
+		sd_cpu_qs(c);
+	return 0;
+}
+
 /* ---- the access path ---- */
 
 static inline bool pte_allows(uint64_t pte, enum sd_access_kind kind)
@@ -767,6 +792,23 @@ static __attribute__((noinline)) int access_slow(struct sd_cpu *c, uint64_t va,
 		return sd_fail_lazy(err, kind == SD_WRITE ? "sd_access: the protection of 0x%llx forbids writes"
 							  : "sd_access: the protection of 0x%llx forbids reads", va);
 	return err;
+}
+
+/* The L1 probe of sd_access()'s fast path, without the rest of it. */
+int sd_tlb_probe(const struct sd_cpu *c, uint64_t va, uint64_t *pfn)
+{
+	struct sd_tlb_hit hit;
+	struct sd_cpu *self = sd_this_cpu;
+
+	if (!c || c != self)
+		return sd_fail(-EPERM, "sd_tlb_probe: caller is not attached as this CPU");
+	/* Owner only: @self is @c, so the L1 (written by us, invalidated by
+	 * others through atomics) may be read as sd_access() reads it. */
+	if (!sd_tlb_lookup_l1(&self->tlb, va >> SD_PAGE_SHIFT, self->asid, false, &hit))
+		return 0;
+	if (pfn)
+		*pfn = sd_pte_pfn(hit.pte);
+	return 1;
 }
 
 /*

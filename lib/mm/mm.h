@@ -70,7 +70,7 @@ void sd_mm_zap_present(struct sd_mm *mm, uint64_t vpn, uint64_t nr, uint32_t ver
 		       void (*zapped)(void *arg, uint64_t vpn, uint64_t pfn), void *arg);
 
 /* Free reclaimed frames after their flush, through the LRU lock when the
- * machine models a global one (lru=global). */
+ * machine models a global one (sd_machine_config.lru). */
 void sd_mm_free_frames(struct sd_cpu *c, const uint64_t *pfns, size_t n);
 
 #endif

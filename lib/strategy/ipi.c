@@ -51,7 +51,7 @@ static uint64_t now_ns(void)
 /* ---- setup ---- */
 
 static int ipi_option(struct sd_ipi *ipi, const char *name, const struct sd_opt *o,
-		      bool *lru_global, sd_ipi_extra_opt_fn extra, void *extra_arg)
+		      sd_ipi_extra_opt_fn extra, void *extra_arg)
 {
 	uint64_t v;
 	int err;
@@ -81,13 +81,10 @@ static int ipi_option(struct sd_ipi *ipi, const char *name, const struct sd_opt 
 		ipi->trim_ns = v * 1000000u;
 		return err;
 	}
-	if (!strcmp(o->key, "lru")) {
-		if (strcmp(o->value, "global") && strcmp(o->value, "percpu"))
-			return sd_fail(-EINVAL, "option lru=%s for '%s': want global or percpu",
-				       o->value, name);
-		*lru_global = !strcmp(o->value, "global");
-		return 0;
-	}
+	/* Page reclaim's lock is the machine's, for every strategy. */
+	if (!strcmp(o->key, "lru"))
+		return sd_fail(-EINVAL, "option lru=%s for '%s': the LRU lock is a machine "
+			       "setting now (sd_machine_config.lru)", o->value, name);
 	return extra ? extra(extra_arg, o) : sd_opt_unknown(name, o);
 }
 
@@ -146,7 +143,6 @@ int sd_ipi_machine_create(struct sd_machine *m, struct sd_ipi *ipi, const char *
 			  sd_ipi_extra_opt_fn extra, void *extra_arg)
 {
 	unsigned n = m->nr_cpus;
-	bool lru_global = false;
 	int err = 0;
 
 	memset(ipi, 0, sizeof(*ipi));
@@ -156,7 +152,7 @@ int sd_ipi_machine_create(struct sd_machine *m, struct sd_ipi *ipi, const char *
 	ipi->trim_ns = 1000000000u;            /* HZ: once per second */
 	atomic_init(&ipi->last_ctx_id, 0);
 	for (unsigned i = 0; !err && i < nr_opts; i++)
-		err = ipi_option(ipi, name, &opts[i], &lru_global, extra, extra_arg);
+		err = ipi_option(ipi, name, &opts[i], extra, extra_arg);
 	if (err)
 		return err;
 	/* No more requests in flight than there are other CPUs to take them. */
@@ -167,7 +163,6 @@ int sd_ipi_machine_create(struct sd_machine *m, struct sd_ipi *ipi, const char *
 		sd_ipi_machine_destroy(ipi);
 		return err;
 	}
-	m->lru_global = lru_global;
 	return 0;
 }
 

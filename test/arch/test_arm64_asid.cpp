@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// The arm64 generational ASID allocator (lib/asid/arm64_asid.h) against a
+// The arm64 generational ASID allocator (lib/arch/arm64_asid.h) against a
 // model of what arch/arm64/mm/context.c guarantees: within a generation a
 // number belongs to one mm; a rollover comes only when the numbers run out;
 // after a rollover every CPU flushes its TLB exactly once, on its next

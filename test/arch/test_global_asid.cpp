@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// The global ASID pool of AMD INVLPGB alone (lib/asid/global_asid.{h,c};
+// The global ASID pool of AMD INVLPGB alone (lib/arch/global_asid.{h,c};
 // the kernel's arch/x86/mm/tlb.c): allocate_global_asid(), reset_global_asid_space() and
 // mm_free_global_asid(), with a counting stand-in for
 // invlpgb_flush_all_nonglobals().

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// The arm64 range-TLBI splitter (lib/flush/tlbi_range.h), exhaustively: every
+// The arm64 range-TLBI splitter (lib/arch/tlbi_range.h), exhaustively: every
 // flush size from 1 to 2^21 + 1 pages in both scale orders, checked against
 // the encoding's rules and the op-count formula, plus the seed-003 alignment
 // property and the LPA2 mode.

@@ -258,12 +258,12 @@ TEST(Errors, X86StrategyOptions)
 	c.strategy = "ipi:pool=4";
 	expect_create_fails(c, -ENOENT, {"pool", "ipi"});
 	// A spec sd_machine_info() could not report whole is refused.
-	c.strategy = "gbcast:pool=4,threshold=0,sample=1,threshold_growth=1,count_max=2,lru=percpu";
+	c.strategy = "gbcast:pool=4,threshold=0,sample=1,threshold_growth=1,count_max=2,cpumask=lazy";
 	expect_create_fails(c, -EINVAL, {"longer than 63"});
 	// Every good option.
-	for (const char *good : { "ipi:cpumask=eager,ceiling=4,trim_ms=5,lru=global",
+	for (const char *good : { "ipi:cpumask=eager,ceiling=4,trim_ms=5",
 				  "gbcast:pool=4,threshold=0,sample=1,threshold_growth=1",
-				  "gbcast:count_max=2,lru=percpu,cpumask=lazy" }) {
+				  "gbcast:count_max=2,cpumask=lazy" }) {
 		c.strategy = good;
 		sd_machine *m = nullptr;
 		ASSERT_EQ(0, sd_machine_create(&c, &m)) << good << ": " << sd_last_error();
@@ -1149,7 +1149,7 @@ TEST(Errors, StrategyOptionsWithBlanksOrRepeatedKeys)
 		c.strategy = bad;
 		expect_create_fails(c, -EINVAL, {"blank", "malformed"});
 	}
-	for (const char *bad : {"broadcast:max_tlbi_ops=8,max_tlbi_ops=9", "ipi:ceiling=4,lru=global,ceiling=4"}) {
+	for (const char *bad : {"broadcast:max_tlbi_ops=8,max_tlbi_ops=9", "ipi:ceiling=4,cpumask=lazy,ceiling=4"}) {
 		SCOPED_TRACE(bad);
 		c.strategy = bad;
 		expect_create_fails(c, -EINVAL, {"twice"});

@@ -125,7 +125,7 @@ const std::vector<const char *> &specs_of(const std::string &family)
 		"broadcast:range=descending,lpa2=1"};
 	static const std::vector<const char *> local = {"local"};
 	static const std::vector<const char *> ipi = {
-		"ipi", "ipi:cpumask=lazy", "ipi:ceiling=0", "ipi:ceiling=4,lru=global",
+		"ipi", "ipi:cpumask=lazy", "ipi:ceiling=0", "ipi:ceiling=4",
 		"ipi:cpumask=lazy,trim_ms=1"};
 	static const std::vector<const char *> gbcast = {
 		"gbcast", "gbcast:pool=4,threshold=0", "gbcast:cpumask=lazy,sample=1"};

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// The per-CPU software TLB (lib/tlb/tlb.h) in one thread: geometry and
+// The per-CPU software TLB (lib/hw/tlb.h) in one thread: geometry and
 // layout, L1 hits, L2 hits with promotion, ASID tags, round-robin
 // replacement, every invalidation kind and path, removed counts, the
 // invalidation sequence, the walk cache and sd_tlb_drop. Each check is

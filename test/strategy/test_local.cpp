@@ -6,7 +6,7 @@
 // until its fence, and hooks stop each side between its store and its load,
 // so the test can run the two interleavings in which one side loads before
 // the other has fenced. With both fences the outcome is always safe; delete
-// either sd_sb_fence() in lib/flush/local.c and one of these tests finds the
+// either sd_sb_fence() in lib/strategy/local.c and one of these tests finds the
 // switcher running with a stale translation (an oracle violation).
 #include "common.hpp"
 

@@ -1,0 +1,332 @@
+// SPDX-License-Identifier: MIT
+//
+// shootdown-bench's shared helpers (common.hpp): the registration of the
+// workload families, machine and mm wrappers, counters. Public API only.
+#include "common.hpp"
+
+#include <time.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+
+namespace sdbench {
+
+Options g_opt;
+
+// ---- registration ----
+
+namespace {
+
+struct Family {
+	const char *name;
+	int order;
+	FamilyFn fn;
+};
+
+// Filled by the families' static FamilyRegistrars before main() runs;
+// a function-local static, so its construction comes before the first.
+std::vector<Family> &families()
+{
+	static std::vector<Family> f;
+	return f;
+}
+
+} // namespace
+
+FamilyRegistrar::FamilyRegistrar(const char *name, int order, FamilyFn fn)
+{
+	families().push_back({ name, order, fn });
+}
+
+void register_families(Set set)
+{
+	std::vector<Family> f = families();
+
+	// Static initialisation order across files is unspecified: sort, and
+	// break ties by name so every build registers in the same order.
+	std::sort(f.begin(), f.end(), [](const Family &a, const Family &b) {
+		return a.order != b.order ? a.order < b.order : std::strcmp(a.name, b.name) < 0;
+	});
+	for (const Family &x : f)
+		x.fn(set);
+}
+
+const char *lru_name(unsigned lru)
+{
+	return lru == SD_LRU_GLOBAL ? "lru:global" : "lru:percpu";
+}
+
+// ---- small helpers ----
+
+void fail(State &st, const char *what, int err)
+{
+	std::string msg = std::string(what) + ": " + sd_strerror(err) + ": " + sd_last_error();
+	st.SkipWithError(msg.c_str());
+}
+
+uint64_t thread_cpu_ns()
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+Pin::Pin(int pu)
+{
+	cpu_set_t set;
+
+	have_saved_ = !pthread_getaffinity_np(pthread_self(), sizeof(saved_), &saved_);
+	CPU_ZERO(&set);
+	CPU_SET(pu, &set);
+	ok_ = !pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
+}
+
+Pin::~Pin()
+{
+	if (have_saved_)
+		pthread_setaffinity_np(pthread_self(), sizeof(saved_), &saved_);
+}
+
+// ---- machines and their figures ----
+
+sd_machine_config make_config(unsigned cpus, sd_oracle_mode oracle, const char *strategy,
+			      unsigned lru)
+{
+	sd_machine_config cfg = SD_MACHINE_CONFIG_INIT;
+	cfg.nr_cpus = cpus;
+	cfg.strategy = strategy;
+	cfg.oracle = oracle;
+	cfg.lru = lru;
+	return cfg;
+}
+
+int oversubscribed(const sd_machine *m)
+{
+	struct sd_machine_info info;
+	return sd_machine_info(m, &info) ? -1 : info.oversubscribed;
+}
+
+bool strategy_is(const sd_machine *m, const char *name)
+{
+	struct sd_machine_info info;
+
+	if (sd_machine_info(m, &info))
+		return false;
+	size_t n = std::strcspn(info.strategy, ":");
+	return n == std::strlen(name) && !std::strncmp(info.strategy, name, n);
+}
+
+void report_machine(State &st, const sd_machine *m)
+{
+	struct sd_machine_info info;
+
+	st.counters["oversubscribed"] = oversubscribed(m);
+	if (sd_machine_info(m, &info))
+		return;
+	st.counters["pinned"] = info.all_pinned;
+	if (info.oracle == SD_ORACLE_CHECKED)
+		st.counters["violations"] = (double)sd_oracle_violations(m);
+}
+
+sd_stats cpu_stats(const sd_machine *m, unsigned cpu)
+{
+	sd_stats s = SD_STATS_INIT;
+	sd_stats_cpu(m, cpu, &s);
+	return s;
+}
+
+sd_stats all_stats(const sd_machine *m)
+{
+	sd_stats s = SD_STATS_INIT;
+	sd_stats_snapshot(m, &s);
+	return s;
+}
+
+sd_stats delta(const sd_stats &after, const sd_stats &before)
+{
+	sd_stats d = SD_STATS_INIT;
+	sd_stats_delta(&after, &before, &d);
+	return d;
+}
+
+double flush_ns_mean(const sd_stats &s)
+{
+	uint64_t n = s.counter[SD_STAT_FLUSH];
+	return n ? (double)s.flush_ns_total / (double)n : 0.0;
+}
+
+void report_ipi_common(State &st, const sd_stats &d)
+{
+	const uint64_t flushes = d.counter[SD_STAT_FLUSH];
+
+	st.counters["flush_ns"] = flush_ns_mean(d);
+	st.counters["ipis_per_flush"] = ratio(d.counter[SD_STAT_IPI_SENT], flushes);
+	st.counters["unneeded_ipis_per_flush"] = ratio(d.counter[SD_STAT_IPI_UNNEEDED], flushes);
+	st.counters["ipis_deferred_per_flush"] = ratio(d.counter[SD_STAT_IPI_DEFERRED], flushes);
+	st.counters["lazy_skips_per_flush"] = ratio(d.counter[SD_STAT_LAZY_SKIP], flushes);
+	st.counters["cpumask_trims"] = (double)d.counter[SD_STAT_CPUMASK_TRIM];
+}
+
+// ---- Single ----
+
+Single::Single(unsigned cpus, sd_oracle_mode oracle, uint64_t pages, const char *strategy)
+{
+	sd_machine_config cfg = make_config(cpus, oracle, strategy);
+
+	if ((err_ = sd_machine_create(&cfg, &m_))) {
+		what_ = "sd_machine_create";
+		return;
+	}
+	if ((err_ = sd_cpu_attach(m_, 0, &cpu_))) {
+		what_ = "sd_cpu_attach";
+		return;
+	}
+	if ((err_ = sd_mm_create(m_, &mm_))) {
+		what_ = "sd_mm_create";
+		return;
+	}
+	if ((err_ = sd_mmap(cpu_, mm_, kRegion, pages * SD_PAGE_SIZE,
+			    SD_PROT_READ | SD_PROT_WRITE))) {
+		what_ = "sd_mmap";
+		return;
+	}
+	if ((err_ = sd_switch_mm(cpu_, mm_))) {
+		what_ = "sd_switch_mm";
+		return;
+	}
+	for (uint64_t p = 0; p < pages && !err_; p++)
+		err_ = sd_access(cpu_, kRegion + p * SD_PAGE_SIZE, SD_WRITE, nullptr);
+	if (err_)
+		what_ = "sd_access";
+}
+
+Single::~Single()
+{
+	if (cpu_) {
+		sd_switch_mm(cpu_, nullptr);
+		sd_cpu_detach(cpu_);
+	}
+	if (mm_)
+		sd_mm_destroy(mm_);
+	if (m_)
+		sd_machine_destroy(m_);
+}
+
+bool Single::ok(State &st) const
+{
+	if (err_)
+		fail(st, what_, err_);
+	return !err_;
+}
+
+// ---- RunMachine ----
+
+RunMachine::RunMachine(unsigned cpus, sd_oracle_mode oracle, unsigned nr_mms, uint64_t pages,
+		       const MachineSpec &spec)
+	: mms_(nr_mms, nullptr)
+{
+	sd_machine_config cfg = make_config(cpus, g_opt.oracle ? SD_ORACLE_CHECKED : oracle,
+					    spec.strategy, spec.lru);
+	sd_cpu *cpu = nullptr;
+
+	cfg.tlb_sets = spec.tlb.sets;
+	cfg.tlb_ways = spec.tlb.ways;
+	cfg.tlb_l1_entries = spec.tlb.l1_entries;
+
+	if ((err_ = sd_machine_create(&cfg, &m_))) {
+		what_ = "sd_machine_create";
+		return;
+	}
+	if ((err_ = sd_cpu_attach(m_, 0, &cpu))) {
+		what_ = "sd_cpu_attach";
+		return;
+	}
+	for (auto &mm : mms_) {
+		if ((err_ = sd_mm_create(m_, &mm))) {
+			what_ = "sd_mm_create";
+			break;
+		}
+		if ((err_ = sd_mmap(cpu, mm, kRegion, pages * SD_PAGE_SIZE,
+				    SD_PROT_READ | SD_PROT_WRITE))) {
+			what_ = "sd_mmap";
+			break;
+		}
+	}
+	sd_cpu_detach(cpu);
+}
+
+RunMachine::~RunMachine()
+{
+	for (auto mm : mms_)
+		if (mm)
+			sd_mm_destroy(mm);
+	if (m_)
+		sd_machine_destroy(m_);
+}
+
+bool RunMachine::ok(State &st) const
+{
+	if (err_)
+		fail(st, what_, err_);
+	return !err_;
+}
+
+// ---- batches of sd_machine_run() ----
+
+namespace {
+
+// run_batches()' body: the real one, timed by the thread's CPU and wall clocks.
+void timed_body(sd_cpu *c, void *p)
+{
+	auto *r = static_cast<RunArg *>(p);
+	const auto w0 = std::chrono::steady_clock::now();
+	const uint64_t t0 = thread_cpu_ns();
+
+	r->body(c, p);
+	r->thread_cpu_ns.fetch_add(thread_cpu_ns() - t0, std::memory_order_relaxed);
+	r->thread_wall_ns.fetch_add(
+		(uint64_t)std::chrono::duration_cast<std::chrono::nanoseconds>(
+			std::chrono::steady_clock::now() - w0).count(),
+		std::memory_order_relaxed);
+}
+
+} // namespace
+
+void note_error(RunArg *r, int err)
+{
+	if (err) {
+		int expected = 0;
+		r->err.compare_exchange_strong(expected, err);
+	}
+}
+
+bool run_batches(State &st, RunMachine &rm, sd_cpu_fn body, uint64_t batch, const char *what,
+		 sd_stats *d, RunArg *arg, RunTimes *times)
+{
+	RunArg own;
+	RunArg &r = arg ? *arg : own;
+	r.rm = &rm;
+	r.count = batch;
+	r.body = body;
+	sd_stats before = all_stats(rm.m());
+	int err = 0;
+	const auto t0 = std::chrono::steady_clock::now();
+	while (st.KeepRunningBatch(batch)) {
+		if (!err && !r.err.load())
+			err = sd_machine_run(rm.m(), timed_body, &r);
+	}
+	if (times) {
+		times->wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+		times->pu_share = ratio(r.thread_cpu_ns.load(), r.thread_wall_ns.load());
+	}
+	if (err || r.err.load()) {
+		fail(st, what, err ? err : r.err.load());
+		return false;
+	}
+	*d = delta(all_stats(rm.m()), before);
+	return true;
+}
+
+} // namespace sdbench

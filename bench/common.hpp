@@ -1,0 +1,260 @@
+// SPDX-License-Identifier: MIT
+//
+// What every workload family of shootdown-bench shares: its own flags, the
+// machine and mm wrappers, the counter helpers and the one registration
+// mechanism (SD_BENCH_FAMILY). Public API only: every figure comes from
+// sd_stats_*(), sd_machine_info() and the other <shootdown/...> calls.
+#ifndef SD_BENCH_COMMON_HPP
+#define SD_BENCH_COMMON_HPP
+
+#include <benchmark/benchmark.h>
+
+#include <pthread.h>
+#include <sched.h>
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <shootdown/shootdown.h>
+
+#include "native.hpp"
+
+namespace sdbench {
+
+using benchmark::Counter;
+using benchmark::State;
+
+// shootdown-bench's own flags, taken out of argv before Google Benchmark
+// sees it (main.cpp, usage()).
+struct Options {
+	bool main_set = false;          // --sd_set=main: the comparison run's matrix only
+	std::vector<unsigned> cpus;     // --sd_cpus=: its CPU counts
+	bool oracle = false;            // --sd_oracle=checked: every workload machine checked
+	uint64_t trap_reads = 1000000;  // --sd_trap_reads=: trap_dispatch's reads per thread
+	bool print_machine = false;     // --sd_machine: print the machine and exit
+};
+
+extern Options g_opt;
+
+// ---- registration: one mechanism, one function per family ----
+
+// Which matrix is being registered: every variant (--sd_set=all) or the
+// comparison run's (--sd_set=main, at g_opt.cpus).
+enum class Set { all, main };
+
+using FamilyFn = void (*)(Set set);
+
+// A family's registration function, run by register_families() in @order
+// (lowest first): the order the benchmarks run in, so that a benchmark and
+// its yardstick (flush_page/ipi after baseline/signal_roundtrip) run in
+// the same placement.
+struct FamilyRegistrar {
+	FamilyRegistrar(const char *name, int order, FamilyFn fn);
+};
+
+#define SD_BENCH_FAMILY(name, order, fn) \
+	static const ::sdbench::FamilyRegistrar sd_bench_family_##name(#name, order, fn)
+
+// Run every family's registration function for @set.
+void register_families(Set set);
+
+// Register @f as @name, timed in real time. Names carry their arguments
+// (<workload>/<strategy>/cpus:<n>[/...]), so parameters go through lambdas.
+template <class F>
+benchmark::internal::Benchmark *reg(const std::string &name, F f)
+{
+	return benchmark::RegisterBenchmark(name.c_str(), f)->UseRealTime();
+}
+
+inline std::string cpus_tail(unsigned n)
+{
+	return "/cpus:" + std::to_string(n);
+}
+
+// "lru:global" or "lru:percpu": the name component of the machine's
+// sd_machine_config.lru, for the workloads that vary it.
+const char *lru_name(unsigned lru);
+
+// ---- small helpers ----
+
+constexpr uint64_t kRegion = 0x10000000ull;          // VPN 0x10000: L1 slot 0
+constexpr uint64_t kRegionVpn = kRegion >> SD_PAGE_SHIFT;
+
+inline void cpu_relax()
+{
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_ia32_pause();
+#else
+	std::atomic_signal_fence(std::memory_order_seq_cst);
+#endif
+}
+
+// Skip the benchmark with "@what: <errno>: <sd_last_error()>".
+void fail(State &st, const char *what, int err);
+
+// a / b, 0 when b is 0.
+inline double ratio(uint64_t a, uint64_t b)
+{
+	return b ? (double)a / (double)b : 0.0;
+}
+
+inline Counter per_iteration(uint64_t v)
+{
+	return Counter((double)v, Counter::kAvgIterations);
+}
+
+// CPU time of the calling thread, ns.
+uint64_t thread_cpu_ns();
+
+struct alignas(64) Line {
+	std::atomic<uint64_t> v{0};
+	char pad[64 - sizeof(std::atomic<uint64_t>)];
+};
+
+// Pin the calling thread to one PU (OS index) for a scope, then restore.
+class Pin {
+public:
+	explicit Pin(int pu);
+	~Pin();
+	bool ok() const { return ok_; }
+	Pin(const Pin &) = delete;
+	Pin &operator=(const Pin &) = delete;
+
+private:
+	cpu_set_t saved_;
+	bool have_saved_ = false;
+	bool ok_ = false;
+};
+
+// ---- machines and their figures (all public calls) ----
+
+sd_machine_config make_config(unsigned cpus, sd_oracle_mode oracle,
+			      const char *strategy = "broadcast", unsigned lru = SD_LRU_PERCPU);
+
+// 1 if @m has more emulated CPUs than PUs, -1 if it cannot say.
+int oversubscribed(const sd_machine *m);
+
+// Whether @m runs strategy @name (the spec's name, options aside), from
+// sd_machine_info().strategy.
+bool strategy_is(const sd_machine *m, const char *name);
+
+// What every workload machine reports: whether it was oversubscribed and,
+// when its oracle checked it, how many stale translations it served.
+void report_machine(State &st, const sd_machine *m);
+
+sd_stats cpu_stats(const sd_machine *m, unsigned cpu);
+sd_stats all_stats(const sd_machine *m);
+sd_stats delta(const sd_stats &after, const sd_stats &before);
+double flush_ns_mean(const sd_stats &s);
+
+// Counters every x86 (`ipi`, `gbcast`) workload reports, from the delta @d
+// of all CPUs.
+void report_ipi_common(State &st, const sd_stats &d);
+
+// One machine, this thread attached as CPU 0 with one mm loaded and
+// @pages pages mapped at kRegion and touched. Undone at scope exit.
+class Single {
+public:
+	Single(unsigned cpus, sd_oracle_mode oracle, uint64_t pages,
+	       const char *strategy = "broadcast");
+	~Single();
+	// False (and the benchmark skipped) if setup failed.
+	bool ok(State &st) const;
+	sd_machine *m() const { return m_; }
+	sd_cpu *cpu() const { return cpu_; }
+	sd_mm *mm() const { return mm_; }
+	Single(const Single &) = delete;
+	Single &operator=(const Single &) = delete;
+
+private:
+	sd_machine *m_ = nullptr;
+	sd_cpu *cpu_ = nullptr;
+	sd_mm *mm_ = nullptr;
+	int err_ = 0;
+	const char *what_ = "";
+};
+
+// A TLB geometry for sd_machine_config; 0 is the default (256 x 8, L1 64).
+struct TlbGeometry {
+	unsigned sets = 0, ways = 0, l1_entries = 0;
+};
+
+// The TLB of the switch-heavy workloads (context_switch, forked_worker):
+// 16 sets x 8 ways with a 16-entry L1. Their tasks use 4 pages at the same
+// addresses, so with the default's associativity (8 ways) every hit and
+// miss is as with the default geometry, but the emulated CR3 load with
+// flush, a scan of every entry of the TLB, costs a thirteenth (160 entries
+// against 2128). With the default geometry that scan, a few microseconds,
+// makes up most of a switch and sits inside the LOADED_MM_SWITCHING window;
+// on hardware the PCID flush does not grow with the TLB.
+constexpr TlbGeometry kSwitchTlb = { 16, 8, 16 };
+
+// What a RunMachine is built with besides its size.
+struct MachineSpec {
+	const char *strategy = "broadcast";
+	TlbGeometry tlb = {};
+	unsigned lru = SD_LRU_PERCPU;   // sd_machine_config.lru
+};
+
+// Machines whose CPUs run a function under sd_machine_run(), with @nr_mms
+// address spaces of @pages pages each, mapped from this thread as CPU 0.
+// --sd_oracle=checked overrides @oracle.
+class RunMachine {
+public:
+	RunMachine(unsigned cpus, sd_oracle_mode oracle, unsigned nr_mms, uint64_t pages,
+		   const MachineSpec &spec = {});
+	~RunMachine();
+	bool ok(State &st) const;
+	sd_machine *m() const { return m_; }
+	sd_mm *mm(unsigned i) const { return mms_[i % mms_.size()]; }
+	RunMachine(const RunMachine &) = delete;
+	RunMachine &operator=(const RunMachine &) = delete;
+
+private:
+	sd_machine *m_ = nullptr;
+	std::vector<sd_mm *> mms_;
+	int err_ = 0;
+	const char *what_ = "";
+};
+
+inline MachineSpec spec_of(const char *strategy)
+{
+	MachineSpec s;
+	s.strategy = strategy;
+	return s;
+}
+
+// The argument of a sd_machine_run() body; workloads that need more derive.
+struct RunArg {
+	const RunMachine *rm = nullptr;
+	uint64_t count = 0;             // per-CPU operations for this run
+	std::atomic<int> err{0};
+	sd_cpu_fn body = nullptr;       // run_batches(): the body it wraps
+	std::atomic<uint64_t> thread_cpu_ns{0};   // CPU time of the CPUs' threads in body
+	std::atomic<uint64_t> thread_wall_ns{0};  // their wall time in body
+};
+
+// Keep the first error a CPU of the run hit.
+void note_error(RunArg *r, int err);
+
+// What run_batches() measured besides the counters.
+struct RunTimes {
+	double wall_s = 0;      // wall-clock seconds of all the runs
+	double pu_share = 0;    // the CPUs' threads: CPU time / wall time in their bodies
+};
+
+// Time batches of @batch iterations, each one sd_machine_run of @body in
+// which every CPU does @batch operations. Returns the counters' delta, or
+// false after reporting an error. @arg: the body's argument, for bodies
+// that need more than RunArg (its rm and count are set here); @times: wall
+// time, and the share of a PU the CPUs' threads got while running the body:
+// near 1 pinned, near PUs/CPUs oversubscribed, less when they slept or other
+// processes took their PUs.
+bool run_batches(State &st, RunMachine &rm, sd_cpu_fn body, uint64_t batch, const char *what,
+		 sd_stats *d, RunArg *arg = nullptr, RunTimes *times = nullptr);
+
+} // namespace sdbench
+
+#endif

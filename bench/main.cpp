@@ -1,0 +1,187 @@
+// SPDX-License-Identifier: MIT
+//
+// shootdown-bench: every libshootdown workload in one Google Benchmark
+// executable; its names are a contract the scripts rely on (README,
+// "Benchmarks"). Public API only (<shootdown/...>), linked against the
+// shared library.
+//
+// Names are <workload>/<strategy>/cpus:<N>[/<arg>:<value>], and
+// <workload>/<strategy>/lru:<global|percpu>/cpus:<N> for the workloads that
+// vary the machine's LRU setting (tlb_flush2_*); the machine's own limits
+// are baseline/<what>. All times are wall-clock: real time, except
+// remote:refilled and trap_dispatch, which time themselves (manual time);
+// counters are snake_case. Every benchmark that builds a machine reports
+// `oversubscribed` (1 when it has more emulated CPUs than PUs).
+//
+// The machines these run on move their vCPUs between a near and a far
+// placement, so absolute times drift up to 5x between runs: compare the
+// benchmarks of one run with each other (scripts/bench-ratios does that,
+// repeats, and takes medians), never absolute times across runs.
+//
+// The workload families, one file each, in the order they run (each file's
+// head lists its benchmarks; bench/README.md is the same index):
+//   baseline.cpp           baseline/{cacheline_roundtrip,signal_roundtrip,membarrier}
+//   flush_page.cpp         flush_page/*, mprotect_page/*: one page, two CPUs
+//   tlb_lookup.cpp         baseline/array_probe, tlb_lookup/*: a TLB hit
+//   memory_per_cpu.cpp     memory/per_cpu
+//   trap_dispatch.cpp      trap_dispatch/*: arm64 EL0 MRS emulation without the hook lock
+//   mprotect_threaded.cpp  mprotect_threaded/*: arm64 "skip tlbi broadcast"
+//   process_churn.cpp      process_churn/*: the same patch's short-lived processes
+//   range_flush.cpp        range_flush/*: arm64 range TLBI decomposition
+//   scale.cpp              scale/*: oversubscribed, oracle checked
+//   context_switch.cpp     context_switch/*: x86/mm lazy mm_cpumask (hackbench shape)
+//   forked_worker.cpp      forked_worker/*: the same patch, a migrating worker
+//   tlb_flush2.cpp         tlb_flush2_{threads,processes}/*: the AMD INVLPGB series
+//   native.cpp             the `native` twins on this machine's kernel
+// Shared helpers and the registration mechanism (SD_BENCH_FAMILY) are in
+// common.hpp.
+//
+// --sd_set=main registers instead the comparison run's matrix (scripts/compare):
+// every workload against every strategy that applies at --sd_cpus (default
+// 1, 2, PUs, 2x and 4x PUs), natives and baselines included. --sd_oracle=checked
+// makes every workload machine check for stale translations (`violations`).
+// `shootdown-bench --sd_help` lists these flags.
+#include "common.hpp"
+
+#include <sys/utsname.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+namespace sdbench {
+namespace {
+
+// The machine, for the top of a report: hwloc's view, the CPU model, the
+// kernel, and whether this process may pin threads.
+void print_machine()
+{
+	sd_machine *m = nullptr;
+	struct sd_machine_info info;
+	sd_machine_config c = SD_MACHINE_CONFIG_INIT;
+	char model[256] = "?";
+
+	c.nr_cpus = 1;
+	if (FILE *f = fopen("/proc/cpuinfo", "r")) {
+		char line[512];
+		while (fgets(line, sizeof(line), f))
+			if (!strncmp(line, "model name", 10) && strchr(line, ':')) {
+				snprintf(model, sizeof(model), "%s", strchr(line, ':') + 2);
+				model[strcspn(model, "\n")] = 0;
+				break;
+			}
+		fclose(f);
+	}
+	struct utsname u;
+	uname(&u);
+	if (sd_machine_create(&c, &m) || sd_machine_info(m, &info)) {
+		printf("machine: %s\n", sd_last_error());
+		return;
+	}
+	// Pinning works if a CPU attaches pinned.
+	sd_cpu *cpu = nullptr;
+	int pinned = !sd_cpu_attach(m, 0, &cpu) && sd_machine_info(m, &info) == 0 && info.all_pinned;
+	if (cpu)
+		sd_cpu_detach(cpu);
+	printf("machine: %u package(s), %u core(s), %u PU(s), %u NUMA node(s) (hwloc%s)\n",
+	       info.nr_packages, info.nr_cores, info.nr_pus, info.nr_numa_nodes,
+	       info.synthetic ? ", synthetic SD_TOPOLOGY" : "");
+	printf("cpu: %s\n", model);
+	printf("kernel: %s %s %s\n", u.sysname, u.release, u.machine);
+	printf("pinning: %s\n", pinned ? "yes (emulated CPUs are pinned to PUs)"
+				     : "NO (CPUs float; results are noisier)");
+	sd_machine_destroy(m);
+}
+
+// 1, 2, every PU, 2x and 4x PUs oversubscribed; sorted, once each.
+std::vector<unsigned> default_cpus()
+{
+	unsigned p = native::nr_pus();
+	std::vector<unsigned> v = { 1, 2, p, 2 * p, 4 * p };
+	std::sort(v.begin(), v.end());
+	v.erase(std::unique(v.begin(), v.end()), v.end());
+	return v;
+}
+
+void usage()
+{
+	fprintf(stderr,
+		"shootdown-bench's own flags (the rest go to Google Benchmark):\n"
+		"  --sd_set=all|main       all: every workload and variant (default);\n"
+		"                          main: the comparison run's matrix (scripts/compare)\n"
+		"  --sd_cpus=N,N,...       CPU counts of the main set (default 1,2,PUs,2xPUs,4xPUs)\n"
+		"  --sd_oracle=checked     run every workload machine with the oracle checking;\n"
+		"                          each then reports `violations`\n"
+		"  --sd_trap_reads=N       ID register reads per thread in trap_dispatch (10^6)\n"
+		"  --sd_machine            print the machine (hwloc, CPU, kernel, pinning) and exit\n");
+}
+
+// Take our flags out of argv; false on a bad one.
+bool parse_options(int *argc, char **argv)
+{
+	int out = 1;
+	g_opt.cpus = default_cpus();
+	for (int i = 1; i < *argc; i++) {
+		const char *a = argv[i];
+		if (!strcmp(a, "--sd_set=main")) {
+			g_opt.main_set = true;
+		} else if (!strcmp(a, "--sd_set=all")) {
+			g_opt.main_set = false;
+		} else if (!strncmp(a, "--sd_cpus=", 10)) {
+			g_opt.cpus.clear();
+			for (const char *p = a + 10; *p;) {
+				char *end;
+				unsigned long n = strtoul(p, &end, 10);
+				if (end == p || n == 0 || n > 4096 || (*end && *end != ','))
+					return false;
+				g_opt.cpus.push_back((unsigned)n);
+				p = *end ? end + 1 : end;
+			}
+			if (g_opt.cpus.empty())
+				return false;
+		} else if (!strcmp(a, "--sd_oracle=checked")) {
+			g_opt.oracle = true;
+		} else if (!strcmp(a, "--sd_oracle=off")) {
+			g_opt.oracle = false;
+		} else if (!strncmp(a, "--sd_trap_reads=", 16)) {
+			char *end;
+			g_opt.trap_reads = strtoull(a + 16, &end, 10);
+			if (*end || !g_opt.trap_reads)
+				return false;
+		} else if (!strcmp(a, "--sd_machine")) {
+			g_opt.print_machine = true;
+		} else if (!strncmp(a, "--sd_", 5)) {
+			return false;       // --sd_help included: usage() follows
+		} else {
+			argv[out++] = argv[i];
+		}
+	}
+	*argc = out;
+	argv[out] = nullptr;
+	return true;
+}
+
+} // namespace
+} // namespace sdbench
+
+int main(int argc, char **argv)
+{
+	using namespace sdbench;
+
+	if (!parse_options(&argc, argv)) {
+		usage();
+		return 2;
+	}
+	if (g_opt.print_machine) {
+		print_machine();
+		return 0;
+	}
+	register_families(g_opt.main_set ? Set::main : Set::all);
+	benchmark::Initialize(&argc, argv);
+	if (benchmark::ReportUnrecognizedArguments(argc, argv))
+		return 1;
+	benchmark::RunSpecifiedBenchmarks();
+	benchmark::Shutdown();
+	return 0;
+}
