@@ -325,6 +325,20 @@ static void note_batched_pending(struct sd_mm *mm, struct gather *g)
 	g->owed = atomic_load_explicit(&mm->batch_pending, memory_order_acquire) != 0;
 }
 
+/* Under mm->lock, before a change's PTE edits (@c checked already): its
+ * oracle version, whether a TLB batch still owes the mm a flush, and the
+ * change counted in flush_pending (inc_tlb_flush_pending()). */
+static uint32_t change_begin(struct sd_cpu *c, struct sd_mm *mm, struct gather *g)
+{
+	uint32_t version = sd_mm_change_version(mm);
+
+	g->checked = c->checked;
+
+	note_batched_pending(mm, g);
+	flush_pending_inc(mm);
+	return version;
+}
+
 /* A present PTE changed; @pfn != 0 if its frame goes too. */
 static void gather_page(struct gather *g, uint64_t pfn)
 {
@@ -497,11 +511,8 @@ int sd_munmap(struct sd_cpu *c, struct sd_mm *mm, uint64_t va, uint64_t len)
 
 	if (err)
 		return err;
-	g.checked = c->checked;         /* only now is @c known to be valid */
 	pthread_mutex_lock(&mm->lock);
-	version = sd_mm_change_version(mm);
-	note_batched_pending(mm, &g);
-	flush_pending_inc(mm);
+	version = change_begin(c, mm, &g);
 	for_each_pte(mm, vpn, nr, leaf, slot) {
 		uint64_t old = atomic_load_explicit(slot, memory_order_relaxed);
 		if (!old)
@@ -558,11 +569,8 @@ int sd_madvise_dontneed(struct sd_cpu *c, struct sd_mm *mm, uint64_t va, uint64_
 
 	if (err)
 		return err;
-	g.checked = c->checked;         /* only now is @c known to be valid */
 	pthread_mutex_lock(&mm->lock);
-	version = sd_mm_change_version(mm);
-	note_batched_pending(mm, &g);
-	flush_pending_inc(mm);
+	version = change_begin(c, mm, &g);
 	sd_mm_zap_present(mm, vpn, nr, version, gather_zapped, &g);
 	g.nested = flush_nested(mm);
 	pthread_mutex_unlock(&mm->lock);
@@ -582,7 +590,6 @@ int sd_mprotect(struct sd_cpu *c, struct sd_mm *mm, uint64_t va, uint64_t len, u
 
 	if (err)
 		return err;
-	g.checked = c->checked;         /* only now is @c known to be valid */
 	if (prot & ~(unsigned)(SD_PROT_READ | SD_PROT_WRITE))
 		return sd_fail(-EINVAL, "sd_mprotect: unknown prot bits 0x%x", prot);
 	pthread_mutex_lock(&mm->lock);
@@ -593,9 +600,7 @@ int sd_mprotect(struct sd_cpu *c, struct sd_mm *mm, uint64_t va, uint64_t len, u
 		return sd_fail(-ENOMEM, "sd_mprotect: %llu of %llu pages are not mapped",
 			       (unsigned long long)(nr - mapped), (unsigned long long)nr);
 	}
-	version = sd_mm_change_version(mm);
-	note_batched_pending(mm, &g);
-	flush_pending_inc(mm);
+	version = change_begin(c, mm, &g);
 	for_each_pte(mm, vpn, nr, leaf, slot) {
 		uint64_t old = atomic_load_explicit(slot, memory_order_relaxed);
 		uint64_t keep = old & (SD_PTE_VMA | SD_PTE_PRESENT);
