@@ -121,17 +121,17 @@ SD_EXPORT void sd_cpu_quiescent(struct sd_cpu *cpu);
 typedef void (*sd_smp_call_fn)(struct sd_cpu *target, void *arg);
 
 /**
- * sd_smp_call_single() - run @fn(@target, @arg) on CPU @target and wait for it.
+ * sd_smp_call_single() - run @fn(@target, @arg) on CPU @target and wait for it
+ * (the kernel's smp_call_function_single() with wait set).
  *
  * The request goes on the target's lock-free request queue and a real signal
- * (tgkill) interrupts its thread; the handler runs every queued request. If
- * the target runs with interrupts off, the request waits until they are on
- * again. The caller spins briefly, then yields, then sleeps until the ack.
+ * (rt_tgsigqueueinfo(), tagged as the library's) interrupts its thread; the
+ * handler runs every queued request. If the target runs with interrupts off,
+ * the request waits until they are on again. The caller spins briefly, then yields, then sleeps until the ack.
  * @fn must be async-signal-safe and must not wait on other CPUs.
  *
- * The wait has no deadline but is watched: every SD_SMP_CALL_RESEND_MS parked the
- * signal is sent again (a lost signal costs a delay), and every
- * ipi_timeout_ms the stuck target is reported on stderr with its state and
+ * The wait has no deadline but is watched: every 20 ms parked the signal is
+ * sent again (a lost signal costs a delay), and every ipi_timeout_ms the stuck target is reported on stderr with its state and
  * counted (ipi_stuck_reports), including when the program replaced the
  * library's signal handler. The call returns once the target answers.
  *
@@ -142,7 +142,8 @@ typedef void (*sd_smp_call_fn)(struct sd_cpu *target, void *arg);
  * running thread-exit destructors): @fn did not run, and the target counts as
  * offline from then on (ipi_targets_gone). Attached thread only.
  */
-SD_EXPORT int sd_smp_call_single(struct sd_cpu *from, unsigned target, sd_smp_call_fn fn, void *arg);
+SD_EXPORT int sd_smp_call_single(struct sd_cpu *from, unsigned target, sd_smp_call_fn fn,
+				 void *arg);
 
 /** @} */
 
