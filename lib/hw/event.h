@@ -112,12 +112,13 @@ struct sd_event_desc {
 	uint8_t add_arg;        /* the counter adds @arg, not 1 */
 };
 
-/* Static and const, so that for a constant event (every call but a few)
+/* In SD_EVENT_LIST order (positional: C++ includes this too). Static
+ * and const, so that for a constant event (every call but a few)
  * the compiler folds the lookup away: the hit path's sd_event() is the
  * counter bump it replaced, and no trace check at all (UNTRACED). */
 static const struct sd_event_desc sd_event_desc[SD_EV_NR] = {
 #define SD_EVENT_DESC(ev, stat, tr, add) \
-	[SD_EV_##ev] = { SD_STAT_##stat, SD_EVT_##tr, SD_EVENT_ADD_##add },
+	{ SD_STAT_##stat, SD_EVT_##tr, SD_EVENT_ADD_##add },
 #define SD_EVENT_ADD_ONE 0
 #define SD_EVENT_ADD_ARG 1
 	SD_EVENT_LIST(SD_EVENT_DESC)

@@ -144,6 +144,7 @@ int sd_trace_setup(struct sd_machine *m)
 			return -ENOMEM;
 		}
 		r->cap = m->trace.per_cpu;
+		r->rec = (struct sd_trace_rec *)(r + 1);
 		m->cpus[i]->trace = r;
 	}
 	m->cfg.trace_path = m->trace.path;
@@ -255,12 +256,25 @@ static double ts_us(const struct trace_out *o, uint64_t ns)
 	return ns > o->m->trace.t0_ns ? (double)(ns - o->m->trace.t0_ns) / 1000.0 : 0.0;
 }
 
-/* Open one event object: the fields every event has. */
+/*
+ * The track ids. Viewers hide thread id 0 (the idle task) and call the
+ * thread whose id equals its process's "main thread", so CPU n is thread
+ * n + 1 and the machine is process SD_TRACE_PID_BASE + its number, above
+ * every CPU's thread id. The names say "CPU n" and the machine's number.
+ */
+#define SD_TRACE_PID_BASE 10000u
+
+static unsigned trace_pid(const struct trace_out *o)
+{
+	return SD_TRACE_PID_BASE + o->m->trace.serial;
+}
+
+/* Open one event object: the fields every event has. @cpu is the track. */
 static void ev_head(struct trace_out *o, const char *ph, const char *name, const char *cat,
-		    unsigned tid, uint64_t ns)
+		    unsigned cpu, uint64_t ns)
 {
 	fprintf(o->f, "%s\n{\"ph\":\"%s\",\"name\":\"%s\",\"cat\":\"%s\",\"pid\":%u,\"tid\":%u,"
-		"\"ts\":%.3f", o->first ? "" : ",", ph, name, cat, o->m->trace.serial, tid,
+		"\"ts\":%.3f", o->first ? "" : ",", ph, name, cat, trace_pid(o), cpu + 1,
 		ts_us(o, ns));
 	o->first = false;
 }

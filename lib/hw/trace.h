@@ -38,7 +38,7 @@ struct sd_trace_ring {
 	SD_ATOMIC(uint64_t) claimed;   /* slots handed out, drops included */
 	unsigned nesting;              /* records in progress on this thread */
 	SD_ATOMIC(uint64_t) published; /* filled slots: release, by the owner */
-	struct sd_trace_rec rec[];
+	struct sd_trace_rec *rec;      /* right after the ring, same allocation */
 };
 
 /* Machine-wide trace settings, fixed at creation. */
