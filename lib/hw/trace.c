@@ -22,6 +22,11 @@
 #define SD_TRACE_MAX_PER_CPU (1u << 26)   /* 2 GiB a CPU: surely a mistake */
 #define SD_TRACE_MAX_NESTING 64
 
+/* Flow ends sit this far inside the slice they bind to: timestamps are
+ * microseconds with three decimals, which a viewer reads as a double and
+ * may round by a nanosecond. */
+#define SD_TRACE_FLOW_NUDGE_NS 20
+
 /* Ack flows get their own ids: a flow's id names both of its ends. */
 #define SD_TRACE_ACK_FLOW (UINT64_C(1) << 48)
 
@@ -300,11 +305,14 @@ static void write_begin(struct trace_out *o, unsigned cpu, const struct sd_trace
 		fprintf(o->f, ",\"args\":{\"from_cpu\":%lld}}",
 			r->arg ? (long long)(r->arg >> 32) - 1 : -1LL);
 		/* The arrow from the send ends here; the one to the ack
-		 * starts here, both bound to this slice. */
+		 * starts here, both bound to this slice: just inside it, so
+		 * a viewer that sorts by time never meets them before the
+		 * slice has begun. */
 		if (sender_has(o, r->arg))
-			flow(o, "f", "ipi", cpu, r->ts_ns, r->arg);
+			flow(o, "f", "ipi", cpu, r->ts_ns + SD_TRACE_FLOW_NUDGE_NS, r->arg);
 		if (sender_has(o, r->arg) && has_id(o->acked, o->nr_acked, r->arg))
-			flow(o, "s", "ack", cpu, r->ts_ns, r->arg + SD_TRACE_ACK_FLOW);
+			flow(o, "s", "ack", cpu, r->ts_ns + SD_TRACE_FLOW_NUDGE_NS,
+			     r->arg + SD_TRACE_ACK_FLOW);
 		break;
 	case SD_EV_SWITCH_BEGIN:
 		ev_head(o, "B", "switch_mm", "switch", cpu, r->ts_ns);
@@ -342,6 +350,9 @@ static void write_instant(struct trace_out *o, unsigned cpu, const struct sd_tra
 	ev_head(o, "i", name, "event", cpu, r->ts_ns);
 	fprintf(o->f, ",\"s\":\"t\",\"args\":{\"arg\":%llu,\"aux\":%llu}}",
 		(unsigned long long)r->arg, (unsigned long long)r->aux);
+	/* The sender's ends follow their instant at its time: a viewer
+	 * binds them to the newest slice on the track, which is that
+	 * instant (ipi_sent, ipi_acked), inside the flush. */
 	if (r->ev == SD_EV_IPI_SENT && has_id(o->handled, o->nr_handled, r->aux))
 		flow(o, "s", "ipi", cpu, r->ts_ns, r->aux);
 	if (r->ev == SD_EV_IPI_ACKED && sender_has(o, r->arg) &&
