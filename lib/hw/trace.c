@@ -49,7 +49,10 @@ void sd_event_flush_latency(struct sd_cpu *c, uint64_t ns)
  * load and store of it and take the same slot. @nesting needs no RMW: a
  * handler that interrupts its update puts it back as it found it.
  */
-static int64_t trace_put(struct sd_cpu *c, enum sd_event ev, uint64_t arg, uint64_t aux)
+static uint64_t flow_id(unsigned cpu, uint64_t slot);
+
+static int64_t trace_put(struct sd_cpu *c, enum sd_event ev, uint64_t arg, uint64_t aux,
+			 bool aux_is_flow)
 {
 	struct sd_trace_ring *r = c->trace;
 	uint64_t slot;
@@ -63,7 +66,7 @@ static int64_t trace_put(struct sd_cpu *c, enum sd_event ev, uint64_t arg, uint6
 
 		rec->ts_ns = sd_now_ns();
 		rec->arg = arg;
-		rec->aux = aux;
+		rec->aux = aux_is_flow ? flow_id(c->id, slot) : aux;
 		rec->ev = (uint32_t)ev;
 		ret = (int64_t)slot;
 	} else {
@@ -86,7 +89,7 @@ static int64_t trace_put(struct sd_cpu *c, enum sd_event ev, uint64_t arg, uint6
 
 void sd_trace_record(struct sd_cpu *c, enum sd_event ev, uint64_t arg, uint64_t aux)
 {
-	(void)trace_put(c, ev, arg, aux);
+	(void)trace_put(c, ev, arg, aux, false);
 }
 
 /* A flow id names the IPI_SENT record itself: CPU and slot, unique for the
@@ -97,18 +100,13 @@ static uint64_t flow_id(unsigned cpu, uint64_t slot)
 	return (uint64_t)(cpu + 1) << 32 | (slot + 1);
 }
 
+/* The id is the slot's, known only once claimed, so trace_put() writes it
+ * into the record before the record is published. */
 uint64_t sd_trace_record_flow(struct sd_cpu *c, enum sd_event ev, uint64_t arg)
 {
-	struct sd_trace_ring *r = c->trace;
-	int64_t slot = trace_put(c, ev, arg, 0);
+	int64_t slot = trace_put(c, ev, arg, 0, true);
 
-	if (slot < 0)
-		return 0;
-	/* The id is the slot's, known only once claimed. Our thread alone
-	 * writes it; a reader that copies the record before this store may
-	 * see aux 0, and then draws no arrow, which is the truth it saw. */
-	r->rec[slot].aux = flow_id(c->id, (uint64_t)slot);
-	return r->rec[slot].aux;
+	return slot < 0 ? 0 : flow_id(c->id, (uint64_t)slot);
 }
 
 /* ---- setup and teardown ---- */

@@ -5,6 +5,7 @@
 // slices left open at the write; the configuration and its errors.
 #include "common.hpp"
 
+#include <atomic>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -129,6 +130,32 @@ TEST(Trace, IpiWorkloadWritesACheckedTimeline)
 	EXPECT_EQ(0, check_trace(at_exit, "--cpus 3 --flows --dropped 0"));
 	unlink(at_exit.c_str());
 	unlink(now.c_str());
+}
+
+// The file may be written while the CPUs record (a written slot never
+// changes; the count is published with release): each snapshot checks out.
+TEST(Trace, WriteWhileCpusRun)
+{
+	std::string path = tmp_path("live");
+	Machine mc(traced(2, "ipi", path));
+	Shared s;
+	s.rounds = 300;
+	ASSERT_EQ(0, sd_mm_create(mc.m, &s.mm));
+	std::atomic<bool> done{ false };
+	std::thread runner([&] {
+		EXPECT_EQ(0, sd_machine_run(mc.m, ipi_body, &s)) << sd_last_error();
+		done = true;
+	});
+	sdtest::Watchdog wd("the ipi workload while its trace is written", 60);
+	int writes = 0;
+	while (!done && writes < 20) {
+		ASSERT_EQ(0, sd_machine_trace_write(mc.m, path.c_str())) << sd_last_error();
+		EXPECT_EQ(0, check_trace(path, "--cpus 2")) << "snapshot " << writes;
+		writes++;
+	}
+	runner.join();
+	EXPECT_EQ(0, sd_mm_destroy(s.mm));
+	unlink(path.c_str());
 }
 
 // One CPU, no IPIs: the same records every run, so a tiny ring must keep
