@@ -245,7 +245,8 @@ TEST(Trace, Errors)
 		EXPECT_NE(nullptr, std::strstr(sd_last_error(), "not tracing"));
 	}
 	sd_machine *m = nullptr;
-	sd_machine_config bad = traced(1, "broadcast", "");
+	const std::string empty;        /* outlives the config that points at it */
+	sd_machine_config bad = traced(1, "broadcast", empty);
 	EXPECT_EQ(-EINVAL, sd_machine_create(&bad, &m));
 	bad = traced(1, "broadcast", path, 1u << 30);
 	EXPECT_EQ(-EINVAL, sd_machine_create(&bad, &m));
