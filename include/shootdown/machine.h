@@ -254,8 +254,9 @@ struct sd_machine_info {
 	 * TLB) as mapped, in whole pages, plus its share of what the strategy
 	 * allocated at creation (per-CPU arrays, request rings, ASID maps).
 	 * All of it is resident from sd_machine_create() on and no flush adds
-	 * to it. Not counted: per-mm state, the CPU threads of sd_machine_run()
-	 * and what a user strategy allocates itself.
+	 * to it. Not counted: per-mm state, the CPU threads of sd_machine_run(),
+	 * what a user strategy allocates itself, and a tracing machine's ring
+	 * (trace_events_per_cpu records of 32 bytes a CPU).
 	 */
 	size_t bytes_per_cpu;
 	char strategy[64];      /**< strategy spec as parsed, e.g. "broadcast" */

@@ -76,13 +76,20 @@ static int64_t trace_put(struct sd_cpu *c, enum sd_event ev, uint64_t arg, uint6
 	 * decrement is seen by it. */
 	atomic_signal_fence(memory_order_seq_cst);
 	if (--r->nesting == 0) {
-		uint64_t done = atomic_load_explicit(&r->claimed, memory_order_relaxed);
+		uint64_t done;
 
 		/* Release: the records below @done are filled (every claim
 		 * below it belongs to a record that has returned, as nesting
-		 * is 0). Pairs with the acquire in trace_snapshot(). */
-		atomic_store_explicit(&r->published, done < r->cap ? done : r->cap,
-				      memory_order_release);
+		 * is 0). Pairs with the acquire in trace_snapshot(). A
+		 * handler that records between our load and our store
+		 * publishes more, which our store would take back: look
+		 * again, so the last store is never behind the last claim. */
+		do {
+			done = atomic_load_explicit(&r->claimed, memory_order_relaxed);
+			atomic_store_explicit(&r->published, done < r->cap ? done : r->cap,
+					      memory_order_release);
+			atomic_signal_fence(memory_order_seq_cst);
+		} while (atomic_load_explicit(&r->claimed, memory_order_relaxed) != done);
 	}
 	return ret;
 }
