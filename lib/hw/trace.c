@@ -14,6 +14,7 @@
 #include <shootdown/machine.h>
 
 #include "../core/error.h"
+#include "../core/ordering.h"
 #include "event.h"
 #include "machine.h"
 #include "trace.h"
@@ -61,6 +62,8 @@ static int64_t trace_put(struct sd_cpu *c, enum sd_event ev, uint64_t arg, uint6
 	r->nesting++;
 	atomic_signal_fence(memory_order_seq_cst);
 	slot = atomic_fetch_add_explicit(&r->claimed, 1, memory_order_relaxed);
+	/* Test instrumentation: where a nested record lands (ordering.h). */
+	sd_order_point(SD_ORDER_TRACE_CLAIMED, c->id);
 	if (slot < r->cap) {
 		struct sd_trace_rec *rec = &r->rec[slot];
 

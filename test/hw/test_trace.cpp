@@ -13,6 +13,12 @@
 #include <unistd.h>
 #include <sys/stat.h>
 
+extern "C" {
+#include "core/ordering.h"
+#include "hw/event.h"
+#include "hw/trace.h"
+}
+
 namespace {
 
 using sdtest::Attached;
@@ -130,6 +136,42 @@ TEST(Trace, IpiWorkloadWritesACheckedTimeline)
 	EXPECT_EQ(0, check_trace(at_exit, "--cpus 3 --flows --dropped 0"));
 	unlink(at_exit.c_str());
 	unlink(now.c_str());
+}
+
+// A record interrupted between its claim and its fill by another record on
+// the same thread (the CPU's own IPI handler, as a signal): forced at the
+// order point, both records must be there, in claim order, and published.
+std::atomic<sd_cpu *> nest_cpu{ nullptr };
+std::atomic<bool> nest_fired{ false };
+
+void nest_hook(enum sd_order_point point, unsigned cpu)
+{
+	sd_cpu *c = nest_cpu.load();
+	if (point != SD_ORDER_TRACE_CLAIMED || !c || cpu != sd_cpu_id(c) || nest_fired.exchange(true))
+		return;
+	sd_event(c, SD_EV_IPI_DEFERRED, 77, 0);   /* what the handler would record */
+}
+
+TEST(Trace, RecordInterruptedByItsOwnHandler)
+{
+	std::string path = tmp_path("nest");
+	Machine mc(traced(1, "broadcast", path));
+	Attached a(mc.m, 0);
+	sd_trace_ring *r = a.c->trace;
+	ASSERT_NE(nullptr, r);
+	uint64_t before = r->published.load();
+	nest_cpu = a.c;
+	nest_fired = false;
+	sd_order_set_hook(nest_hook);
+	sd_event(a.c, SD_EV_PAGE_FAULT, 55, 0);
+	sd_order_set_hook(nullptr);
+	nest_cpu = nullptr;
+	ASSERT_TRUE(nest_fired.load());
+	ASSERT_EQ(before + 2, r->published.load()) << "a record was lost or not published";
+	EXPECT_EQ((uint32_t)SD_EV_PAGE_FAULT, r->rec[before].ev);
+	EXPECT_EQ(55u, r->rec[before].arg);
+	EXPECT_EQ((uint32_t)SD_EV_IPI_DEFERRED, r->rec[before + 1].ev) << "the nested record was overwritten";
+	EXPECT_EQ(77u, r->rec[before + 1].arg);
 }
 
 // The file may be written while the CPUs record (a written slot never
