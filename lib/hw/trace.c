@@ -233,6 +233,23 @@ static const char *lock_name(uint64_t k)
 	return k < SD_LOCK_KIND_NR ? lock_names[k] : "unknown";
 }
 
+/* The tlb_flush tracepoint's reason for the instants that have one: the
+ * flush an IPI ran (flush_tlb_func()), one done at switch-in, the send. */
+static unsigned instant_reason(uint32_t ev)
+{
+	switch (ev) {
+	case SD_EV_REMOTE_INVAL_RECV:
+		return SD_FLUSH_REMOTE_SHOOTDOWN;
+	case SD_EV_SWITCH_FLUSH:
+	case SD_EV_STALE_SWITCH_FLUSH:
+		return SD_FLUSH_ON_TASK_SWITCH;
+	case SD_EV_IPI_SENT:
+		return SD_FLUSH_REMOTE_SEND_IPI;
+	default:
+		return SD_FLUSH_REASON_NR;
+	}
+}
+
 static int cmp_u64(const void *a, const void *b)
 {
 	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
@@ -352,12 +369,18 @@ static void write_instant(struct trace_out *o, unsigned cpu, const struct sd_tra
 	char name[32];
 	size_t i;
 
-	for (i = 0; event_names[r->ev][i] && i + 1 < sizeof(name); i++)
-		name[i] = (char)(event_names[r->ev][i] | 0x20);    /* lower case; '_' stays */
+	for (i = 0; event_names[r->ev][i] && i + 1 < sizeof(name); i++) {
+		char ch = event_names[r->ev][i];
+
+		name[i] = ch >= 'A' && ch <= 'Z' ? (char)(ch - 'A' + 'a') : ch;
+	}
 	name[i] = 0;
 	ev_head(o, "i", name, "event", cpu, r->ts_ns);
-	fprintf(o->f, ",\"s\":\"t\",\"args\":{\"arg\":%llu,\"aux\":%llu}}",
+	fprintf(o->f, ",\"s\":\"t\",\"args\":{\"arg\":%llu,\"aux\":%llu",
 		(unsigned long long)r->arg, (unsigned long long)r->aux);
+	if (instant_reason(r->ev) < SD_FLUSH_REASON_NR)
+		fprintf(o->f, ",\"reason\":\"%s\"", reason_name(instant_reason(r->ev)));
+	fputs("}}", o->f);
 	/* The sender's ends follow their instant at its time: a viewer
 	 * binds them to the newest slice on the track, which is that
 	 * instant (ipi_sent, ipi_acked), inside the flush. */
