@@ -135,13 +135,21 @@ struct sd_machine_config {
 	/** Page reclaim's LRU lock, enum sd_lru_mode; SD_LRU_PERCPU (0) by
 	 *  default. Any other value is -EINVAL. */
 	unsigned lru;
+	/** Chrome trace-event JSON file written at sd_machine_destroy() (see
+	 *  sd_machine_trace_write()); NULL = the environment variable SD_TRACE
+	 *  if set and not empty, else no tracing. The string is copied. This
+	 *  field wins over SD_TRACE. "" is -EINVAL. */
+	const char *trace_path;
+	/** Records kept per CPU when tracing (32 bytes each); 0 = 65536. The
+	 *  first ones are kept, later ones counted as trace_records_dropped. */
+	unsigned trace_events_per_cpu;
 };
 
 /** How long (ms) a parked IPI waiter waits before sending the signal again. */
 #define SD_SMP_CALL_RESEND_MS 20
 
 /** Initialiser for struct sd_machine_config: all defaults. */
-#define SD_MACHINE_CONFIG_INIT { sizeof(struct sd_machine_config), SD_NR_CPUS_ALL_PUS, SD_PLACE_COMPACT, 0, 0, 0, 0, 0, 0, 0, 0, 0, SD_ORACLE_DEFAULT, 0, SD_TRAP_DIRECT, 0, SD_LRU_PERCPU }
+#define SD_MACHINE_CONFIG_INIT { sizeof(struct sd_machine_config), SD_NR_CPUS_ALL_PUS, SD_PLACE_COMPACT, 0, 0, 0, 0, 0, 0, 0, 0, 0, SD_ORACLE_DEFAULT, 0, SD_TRAP_DIRECT, 0, SD_LRU_PERCPU, 0, 0 }
 
 /**
  * sd_machine_config_init() - fill @cfg with defaults (same as SD_MACHINE_CONFIG_INIT).
@@ -185,6 +193,10 @@ SD_EXPORT int sd_machine_create(const struct sd_machine_config *cfg,
 
 /**
  * sd_machine_destroy() - free a machine.
+ *
+ * A tracing machine first writes its trace (sd_machine_trace_write()) to
+ * its trace path; if that fails the machine is still destroyed, and the
+ * failure is reported on stderr and in sd_last_error().
  *
  * The last machine using a signal gives the program back the action it had
  * before sd_machine_create(), unless the program installed another one
@@ -261,8 +273,9 @@ struct sd_machine_info {
 	 * TLB) as mapped, in whole pages, plus its share of what the strategy
 	 * allocated at creation (per-CPU arrays, request rings, ASID maps).
 	 * All of it is resident from sd_machine_create() on and no flush adds
-	 * to it. Not counted: per-mm state, the CPU threads of sd_machine_run()
-	 * and what a user strategy allocates itself.
+	 * to it. Not counted: per-mm state, the CPU threads of sd_machine_run(),
+	 * what a user strategy allocates itself, and a tracing machine's ring
+	 * (trace_events_per_cpu records of 32 bytes a CPU).
 	 */
 	size_t bytes_per_cpu;
 	char strategy[64];      /**< strategy spec as parsed, e.g. "broadcast" */
@@ -291,6 +304,27 @@ SD_EXPORT int sd_machine_cpu_info(const struct sd_machine *m, unsigned cpu,
  * Never waits for another CPU: may be called with interrupts off.
  */
 SD_EXPORT void sd_machine_print_info(const struct sd_machine *m, FILE *f);
+
+/**
+ * sd_machine_trace_write() - write what the CPUs traced so far to @path as
+ * a Chrome trace-event JSON file (the JSON Object Format that Perfetto's UI
+ * and chrome://tracing open): one track per CPU with its flushes, IPI
+ * handlers, switches, traps and lock waits as slices, arrows from each IPI
+ * sent to its handler and from the handler to the sender's ack, and counter
+ * tracks. Slices still open are closed at the write's time and marked
+ * "unfinished". CPUs may keep running: what they record after the call
+ * began is not in the file. The file is written under a temporary name and
+ * renamed, so @path is either the whole trace or untouched.
+ * Tracing must be on (sd_machine_config.trace_path or SD_TRACE).
+ *
+ * Return: 0; -EINVAL for a NULL or empty argument; -ENODATA if the machine
+ * is not tracing; -EDEADLK from an attached CPU with interrupts off; the
+ * -errno of a failed open, write or rename (nothing left at @path or under
+ * the temporary name). Any thread; from an attached CPU only with
+ * interrupts on (it writes a file: -EDEADLK otherwise). Never waits for
+ * another CPU.
+ */
+SD_EXPORT int sd_machine_trace_write(struct sd_machine *m, const char *path);
 
 /**
  * sd_machine_nr_cpus() - number of emulated CPUs; 0 for NULL. Any thread.

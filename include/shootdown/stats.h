@@ -87,7 +87,9 @@ SD_BEGIN_DECLS
 	X(TRAP, "traps")                        /* sd_trap() calls */           \
 	X(TRAP_UNDEF, "traps_undefined")        /* no hook matched (SIGILL) */  \
 	X(VIOLATION, "violations")              /* oracle: stale or foreign hits */ \
-	X(LRU_LOCK_PAGES, "lru_lock_pages")     /* frames freed under the global LRU lock */
+	X(LRU_LOCK_PAGES, "lru_lock_pages")     /* frames freed under the global LRU lock */ \
+	X(LOCK_WAIT, "lock_waits")              /* contended DVM, LRU, global ASID locks */ \
+	X(TRACE_DROPPED, "trace_records_dropped") /* trace ring full (guide: Tracing) */
 
 /** Counter ids. */
 enum sd_stat {

@@ -9,6 +9,7 @@
 
 #include "../core/compiler.h"
 #include "../core/spinlock.h"
+#include "../hw/event.h"
 
 /*
  * The x86 global ASID space of INVLPGB (arch/x86/mm/tlb.c:
@@ -48,6 +49,12 @@ size_t sd_global_asid_bytes(const struct sd_global_asid *g);
 static inline void sd_global_asid_lock(struct sd_global_asid *g)
 {
 	sd_spin_lock(&g->lock);
+}
+
+/* The same from CPU @cpu, whose wait for it (if any) is an event. */
+static inline void sd_global_asid_lock_cpu(struct sd_global_asid *g, struct sd_cpu *cpu)
+{
+	sd_event_spin_lock(cpu, &g->lock, SD_LOCK_GLOBAL_ASID);
 }
 
 static inline void sd_global_asid_unlock(struct sd_global_asid *g)

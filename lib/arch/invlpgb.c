@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "../core/error.h"
+#include "../hw/event.h"
 #include "../hw/machine.h"
 #include "invlpgb.h"
 
@@ -44,7 +45,7 @@ void sd_invlpgb(struct sd_cpu *cpu, struct sd_invlpgb *ib, const struct sd_tlb_i
 	me->pending[me->nr_pending++] = *op;
 	unsynced_issuer = cpu->id + 1;
 	unsynced_ib = ib;
-	sd_stat_inc(cpu, SD_STAT_INVLPGB);
+	sd_event(cpu, SD_EV_INVLPGB, op->vpn, op->nr);
 }
 
 int sd_tlbsync(struct sd_cpu *cpu, struct sd_invlpgb *ib)
@@ -57,15 +58,17 @@ int sd_tlbsync(struct sd_cpu *cpu, struct sd_invlpgb *ib)
 	if (unsynced_issuer && unsynced_issuer != cpu->id + 1)
 		return sd_fail(-EPERM, "TLBSYNC on CPU %u for INVLPGBs issued on CPU %u",
 			       cpu->id, unsynced_issuer - 1);
+	unsigned synced = me->nr_pending;
+
 	for (unsigned i = 0; i < me->nr_pending; i++) {
 		for (unsigned t = 0; t < ib->nr_cpus; t++)
 			sd_tlb_invalidate(&m->cpus[t]->tlb, &me->pending[i]);
-		sd_stat_add(cpu, SD_STAT_REMOTE_INVAL, ib->nr_cpus - 1);
+		sd_event(cpu, SD_EV_REMOTE_INVAL, ib->nr_cpus - 1, 0);
 	}
 	me->nr_pending = 0;
 	unsynced_issuer = 0;
 	unsynced_ib = NULL;
-	sd_stat_inc(cpu, SD_STAT_TLBSYNC);
+	sd_event(cpu, SD_EV_TLBSYNC, synced, 0);
 	return 0;
 }
 

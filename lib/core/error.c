@@ -55,7 +55,8 @@ const char *sd_strerror(int err)
 		return "invalid argument (NULL object, bad configuration, range, alignment or "
 		       "option, or called with interrupts off)";
 	case -ENOENT:
-		return "no such strategy, option, trap hook or recorded violation";
+		return "no such strategy, option, trap hook, recorded violation or trace "
+		       "file directory";
 	case -ENOMEM:
 		/* mprotect(2) says ENOMEM for a range with unmapped pages too. */
 		return "out of memory, frames or ASIDs, or the range is not (fully) mapped";
@@ -71,7 +72,8 @@ const char *sd_strerror(int err)
 	case -EFAULT:
 		return "address not mapped";
 	case -EACCES:
-		return "access forbidden by the mapping's protection";
+		return "access forbidden by the mapping's protection (or by the file system, "
+		       "for a trace file)";
 	case -ESRCH:
 		return "no address space loaded on this CPU (none, or it is idle)";
 	case -ENOSYS:
@@ -83,9 +85,12 @@ const char *sd_strerror(int err)
 	case -EOPNOTSUPP:
 		return "not supported: the machine does not run a user strategy";
 	case -ENOSPC:
-		return "no room left: every user strategy slot is taken";
+		return "no room left: every user strategy slot is taken, or the disk is full "
+		       "(a trace file)";
 	case -EILSEQ:
 		return "undefined instruction: no trap hook matches";
+	case -EIO:
+		return "I/O error writing a trace file";
 	default:
 		return err < 0 ? "unknown error" : "not an error code";
 	}

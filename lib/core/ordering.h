@@ -40,6 +40,9 @@ enum sd_order_point {
 	SD_ORDER_CHANGE_FLUSH,   /* mm layer: a mapping change (PTEs edited,
 				  * unlocked) or a TLB batch flush is about to
 				  * call the strategy's flush */
+	SD_ORDER_TRACE_CLAIMED,  /* trace ring: a slot claimed, not yet filled
+				  * (test_trace records from here, as the
+				  * CPU's own IPI handler may) */
 	SD_ORDER_NR_POINTS,
 };
 

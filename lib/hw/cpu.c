@@ -206,13 +206,3 @@ void sd_cpu_quiescent(struct sd_cpu *c)
 	else
 		sd_cpu_qs(c);
 }
-
-void sd_stat_flush_latency(struct sd_cpu *c, uint64_t ns)
-{
-	unsigned b = ns ? sd_ilog2(ns) : 0;
-
-	if (b >= SD_STAT_HIST_BUCKETS)
-		b = SD_STAT_HIST_BUCKETS - 1;
-	sd_counter_add(&c->stats.flush_ns_hist[b], 1);
-	sd_counter_add(&c->stats.flush_ns_total, ns);
-}

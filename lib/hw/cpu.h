@@ -20,6 +20,7 @@
 #include "topology.h"
 
 struct sd_mm;
+struct sd_trace_ring;
 
 /* Counters of one CPU: written by it alone (plain relaxed stores), read by
  * snapshots. Their own lines, away from anything another CPU writes. */
@@ -60,6 +61,7 @@ struct sd_cpu {
 	uint16_t asid;                 /* the ASID register */
 	uint64_t regs[31];             /* X0..X30: what trap emulation writes */
 	bool checked;                  /* copy of the machine's oracle mode */
+	struct sd_trace_ring *trace;   /* NULL unless tracing (event.h reads it) */
 	int pinned;                    /* -1 never attached, 0 unpinned, 1 pinned */
 	unsigned ops_since_qs;         /* accesses since the last quiescent state */
 	struct sd_topology_binding binding;
@@ -73,17 +75,7 @@ struct sd_cpu {
  * call through the PLT, even from the shared library. */
 extern SD_THREAD_LOCAL struct sd_cpu *sd_this_cpu __attribute__((tls_model("initial-exec")));
 
-static inline void sd_stat_add(struct sd_cpu *c, enum sd_stat id, uint64_t n)
-{
-	sd_counter_add(&c->stats.counter[id], n);
-}
-
-static inline void sd_stat_inc(struct sd_cpu *c, enum sd_stat id)
-{
-	sd_stat_add(c, id, 1);
-}
-
-void sd_stat_flush_latency(struct sd_cpu *c, uint64_t ns);
+/* Counters and the trace are written through sd_event() (event.h) alone. */
 
 /* Emulated interrupts, inline for the access path. */
 static inline void sd_irq_off(struct sd_cpu *c)

@@ -17,6 +17,7 @@
 #include "frame.h"
 #include "oracle.h"
 #include "topology.h"
+#include "trace.h"
 #include "trap.h"
 
 /* Declared by the mm layer (mm/flush_ops.h), filled by a strategy. */
@@ -45,6 +46,7 @@ struct sd_machine {
 	struct sd_frame_pool frames;
 	struct sd_traps traps;
 	struct sd_oracle oracle;
+	struct sd_trace trace;         /* the file and ring size; off if no path */
 
 	/* sd_machine_config.lru == SD_LRU_GLOBAL: freeing pages takes one machine-wide
 	 * lock and touches the shared LRU line, as release_pages() and

@@ -23,6 +23,7 @@
 #include <sys/syscall.h>
 
 #include "../core/backoff.h"
+#include "event.h"
 #include "../core/error.h"
 #include "../core/futex.h"
 #include "../core/ordering.h"
@@ -55,8 +56,12 @@ static void ipi_run_batch(struct sd_cpu *c)
 		 * DONE. */
 		struct cds_lfs_node *next = node->next;
 
+		/* Read before the run: after the ack the request may be gone. */
+		uint64_t flow = req->flow;
+
+		sd_event(c, SD_EV_IPI_RUN_BEGIN, flow, 0);
 		req->fn(c, req->arg);
-		sd_stat_inc(c, SD_STAT_IPI_RECV);
+		sd_event(c, SD_EV_IPI_RUN_END, flow, 0);
 		/* Only a parked sender needs the wake-up system call. A wake
 		 * that lands after the sender left is harmless: the word is
 		 * still mapped, and every futex wait loops. */
@@ -190,7 +195,7 @@ static void ipi_handler(int sig, siginfo_t *si, void *uctx)
 	if (c) {
 		if (c->irq_depth) {
 			c->ipi_pending = 1;
-			sd_stat_inc(c, SD_STAT_IPI_DEFERRED);
+			sd_event(c, SD_EV_IPI_DEFERRED, 0, 0);
 		} else {
 			ipi_run_queue(c);
 		}
@@ -346,6 +351,10 @@ bool sd_smp_call_post(struct sd_cpu *from, struct sd_cpu *t, struct sd_smp_call_
 		atomic_fetch_sub(&t->ipi_senders, 1);
 		return false;
 	}
+	/* Counted (and traced) before the push: the flow id travels in the
+	 * request. @from is NULL for a plain thread (sd_mm_destroy() shooting
+	 * lazy CPUs): there is no sending CPU to count it on. */
+	req->flow = from ? sd_event_ipi_sent(from, t->id) : 0;
 	/* The push's barrier is inside liburcu, where TSan cannot see it. */
 	sd_tsan_release(req);
 	cds_lfs_push(&t->ipi_queue, &req->node);
@@ -359,10 +368,6 @@ bool sd_smp_call_post(struct sd_cpu *from, struct sd_cpu *t, struct sd_smp_call_
 			atomic_store_explicit(&t->ipi_send_err, err, memory_order_relaxed);
 	}
 	atomic_fetch_sub_explicit(&t->ipi_senders, 1, memory_order_release);
-	/* @from is NULL for a plain thread (sd_mm_destroy() shooting lazy
-	 * CPUs): there is no sending CPU to count it on. */
-	if (from)
-		sd_stat_inc(from, SD_STAT_IPI_SENT);
 	return true;
 }
 
@@ -370,10 +375,10 @@ bool sd_smp_call_post(struct sd_cpu *from, struct sd_cpu *t, struct sd_smp_call_
 
 /* The waiter is a CPU, or NULL for a plain thread (sd_mm_destroy() shooting
  * lazy CPUs): count on it if there is one, and name it in reports. */
-static void count_on(struct sd_cpu *from, enum sd_stat id)
+static void count_on(struct sd_cpu *from, enum sd_event ev, unsigned target)
 {
 	if (from)
-		sd_stat_inc(from, id);
+		sd_event(from, ev, target, 0);
 }
 
 static void name_waiter(const struct sd_cpu *from, char *buf, size_t len)
@@ -408,7 +413,7 @@ static void ipi_reap_dead(struct sd_cpu *from, struct sd_cpu *t, int tid)
 
 	if (!atomic_compare_exchange_strong(&t->tid, &tid, 0))
 		return;         /* detached meanwhile, or another waiter reaps */
-	count_on(from, SD_STAT_IPI_TARGET_GONE);
+	count_on(from, SD_EV_IPI_TARGET_GONE, t->id);
 	name_waiter(from, who, sizeof(who));
 	fprintf(stderr, "libshootdown: %s: the thread of CPU %u (tid %d) exited while "
 		"attached; its IPIs are not waited for, it counts as offline\n",
@@ -514,7 +519,7 @@ static void ipi_report_stuck(struct sd_cpu *from, struct sd_cpu *t, uint64_t wai
 	char state[512], who[32];
 
 	sd_smp_call_describe(t, state, sizeof(state));
-	count_on(from, SD_STAT_IPI_STUCK);
+	count_on(from, SD_EV_IPI_STUCK, t->id);
 	name_waiter(from, who, sizeof(who));
 	fprintf(stderr, "libshootdown: %s has waited %llu ms for an IPI to %s\n", who,
 		(unsigned long long)(waited_ns / 1000000), state);
@@ -540,7 +545,7 @@ static void ipi_resend(struct sd_cpu *from, struct sd_cpu *t, int tid)
 	}
 	if (err)
 		atomic_store_explicit(&t->ipi_send_err, err, memory_order_relaxed);
-	count_on(from, SD_STAT_IPI_RESENT);
+	count_on(from, SD_EV_IPI_RESENT, t->id);
 }
 
 static bool req_finished(struct sd_smp_call_req *req)
@@ -603,6 +608,8 @@ int sd_smp_call_wait(struct sd_cpu *from, struct sd_smp_call_req *req)
 	if (atomic_compare_exchange_strong(&req->state, &expected, SD_SMP_CALL_PARKED))
 		ipi_wait_parked(from, req);
 done:
+	if (from && req->flow)
+		sd_event(from, SD_EV_IPI_ACKED, req->flow, req->target->id);
 	if (atomic_load_explicit(&req->state, memory_order_acquire) == SD_SMP_CALL_GONE)
 		return sd_fail(-ESRCH, "CPU %u's thread exited while attached: its IPI was not run",
 			       req->target->id);

@@ -36,6 +36,7 @@ struct sd_smp_call_req {
 	void *arg;
 	SD_ATOMIC(int) state;          /* SD_IPI_*: the sender parks on it */
 	struct sd_cpu *target;         /* for the watchdog: whom to re-signal */
+	uint64_t flow;                 /* trace flow id from the sender, or 0 */
 };
 
 /*

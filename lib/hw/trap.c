@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "../core/error.h"
+#include "event.h"
 #include "machine.h"
 #include "trap.h"
 
@@ -239,6 +240,25 @@ static int dispatch_rcu(struct sd_cpu *cpu, struct sd_traps *t, uint32_t insn)
 	return -EILSEQ;
 }
 
+/* do_el0_undef(): find the instruction's hook, in the machine's mode. */
+static int trap_dispatch(struct sd_cpu *cpu, struct sd_traps *t, uint32_t insn)
+{
+	int err;
+
+	switch (t->mode) {
+	case SD_TRAP_DIRECT:
+		/* do_el0_undef() after the seed: MRS first, no list. */
+		err = emulate_mrs(cpu, insn, t);
+		if (err == -EILSEQ && (insn & SD_INSN_MRS_MASK) != SD_INSN_MRS_VALUE)
+			err = dispatch_rcu(cpu, t, insn);
+		return err;
+	case SD_TRAP_RCU:
+		return dispatch_rcu(cpu, t, insn);
+	default:
+		return dispatch_locked(cpu, t, insn);
+	}
+}
+
 int sd_trap(struct sd_cpu *cpu, uint32_t insn)
 {
 	struct sd_traps *t;
@@ -252,25 +272,13 @@ int sd_trap(struct sd_cpu *cpu, uint32_t insn)
 	/* An idle CPU is an RCU extended quiescent state: come back online. */
 	if (!sd_rcu_online())
 		sd_rcu_thread_online();
-	sd_stat_inc(cpu, SD_STAT_TRAP);
-	switch (t->mode) {
-	case SD_TRAP_DIRECT:
-		/* do_el0_undef() after the seed: MRS first, no list. */
-		err = emulate_mrs(cpu, insn, t);
-		if (err == -EILSEQ && (insn & SD_INSN_MRS_MASK) != SD_INSN_MRS_VALUE)
-			err = dispatch_rcu(cpu, t, insn);
-		break;
-	case SD_TRAP_RCU:
-		err = dispatch_rcu(cpu, t, insn);
-		break;
-	default:
-		err = dispatch_locked(cpu, t, insn);
-		break;
-	}
+	sd_event(cpu, SD_EV_TRAP_BEGIN, insn, 0);
+	err = trap_dispatch(cpu, t, insn);
+	sd_event(cpu, SD_EV_TRAP_END, insn, 0);
 	if (++cpu->ops_since_qs >= 64)
 		sd_cpu_qs(cpu);
 	if (err == -EILSEQ) {
-		sd_stat_inc(cpu, SD_STAT_TRAP_UNDEF);
+		sd_event(cpu, SD_EV_TRAP_UNDEF, insn, 0);
 		return sd_fail_lazy(-EILSEQ, "sd_trap: undefined instruction 0x%08x", insn);
 	}
 	return err;

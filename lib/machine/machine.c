@@ -191,6 +191,8 @@ int sd_machine_create(const struct sd_machine_config *in, struct sd_machine **ou
 	m->cfg.nr_cpus = m->nr_cpus;
 	m->cfg.pu_list = NULL;         /* resolved into the placement; not ours to keep */
 	err = alloc_cpus(m);
+	if (!err)
+		err = sd_trace_setup(m);
 	if (err)
 		goto fail_cpus;
 	err = sd_frame_pool_init(&m->frames, m->cfg.nr_frames);
@@ -215,6 +217,7 @@ fail_traps:
 fail_frames:
 	sd_frame_pool_fini(&m->frames);
 fail_cpus:
+	sd_trace_teardown(m);
 	free_cpus(m);
 	sd_topology_fini(&m->topo);
 fail_topo:
@@ -223,6 +226,31 @@ fail_topo:
 	sd_strategy_put(m->ops);
 	free(m);
 	return err;
+}
+
+int sd_machine_trace_write(struct sd_machine *m, const char *path)
+{
+	if (!m || !path || !*path)
+		return sd_fail(-EINVAL, "sd_machine_trace_write: NULL machine or NULL/empty path");
+	if (!m->trace.path)
+		return sd_fail(-EINVAL, "sd_machine_trace_write: the machine is not tracing "
+			       "(set sd_machine_config.trace_path or SD_TRACE)");
+	/* File I/O: not with interrupts off, where IPIs to us would wait. */
+	if (sd_this_cpu && sd_this_cpu->irq_depth)
+		return sd_fail(-EDEADLK, "sd_machine_trace_write: interrupts are off on CPU %u",
+			       sd_this_cpu->id);
+	return sd_trace_write_file(m, path);
+}
+
+/* The machine's last act: its trace, whole or reported. A failure does not
+ * keep the machine alive (nothing a caller could do would make the write
+ * succeed later), so it is said on stderr and left in sd_last_error(). */
+static void write_trace_at_exit(struct sd_machine *m)
+{
+	if (!m->trace.path)
+		return;
+	if (sd_machine_trace_write(m, m->trace.path))
+		fprintf(stderr, "libshootdown: the trace was not written: %s\n", sd_last_error());
 }
 
 int sd_machine_destroy(struct sd_machine *m)
@@ -235,10 +263,12 @@ int sd_machine_destroy(struct sd_machine *m)
 		return sd_fail(-EBUSY, "%u address space(s) still exist", atomic_load(&m->nr_mms));
 	/* Deferred page-table frees may still be queued. */
 	urcu_qsbr_barrier();
+	write_trace_at_exit(m);
 	sd_smp_call_uninstall(m->cfg.ipi_signal);
 	m->ops->machine_fini(m, m->strategy);
 	sd_traps_fini(&m->traps);
 	sd_frame_pool_fini(&m->frames);
+	sd_trace_teardown(m);
 	free_cpus(m);
 	sd_topology_fini(&m->topo);
 	sd_oracle_fini(&m->oracle);

@@ -11,6 +11,7 @@
 #include <string.h>
 #include <time.h>
 #include "../core/rcu.h"
+#include "../hw/event.h"
 
 #include "../core/error.h"
 #include "../core/ordering.h"
@@ -355,9 +356,9 @@ void sd_mm_free_frames(struct sd_cpu *c, const uint64_t *pfns, size_t n)
 	if (!n)
 		return;
 	if (m->lru_global) {
-		sd_spin_lock(&m->lru_lock);
+		sd_event_spin_lock(c, &m->lru_lock, SD_LOCK_LRU);
 		m->lru_pages += n;
-		sd_stat_add(c, SD_STAT_LRU_LOCK_PAGES, n);
+		sd_event(c, SD_EV_LRU_LOCK_FREE, n, 0);
 	}
 	for (size_t i = 0; i < n; i++)
 		sd_frame_free(&m->frames, &c->frames, pfns[i]);
@@ -372,19 +373,21 @@ static void flush_change(struct sd_cpu *c, struct sd_mm *mm, uint64_t vpn, uint6
 	struct sd_flush_req req = {
 		.mm = mm, .vpn = vpn, .nr = nr, .freed_tables = freed_tables,
 	};
-	struct timespec t0, t1;
+	/* flush_tlb_mm_range()'s local half names its reason: a whole mm or
+	 * a range (the tlb_flush tracepoint's TLB_LOCAL_*SHOOTDOWN). */
+	enum sd_flush_reason reason = whole_mm ? SD_FLUSH_LOCAL_MM_SHOOTDOWN
+					       : SD_FLUSH_LOCAL_SHOOTDOWN;
+	uint64_t t0;
 
 	/* Test instrumentation: a change about to flush (see ordering.h). */
 	sd_order_point(SD_ORDER_CHANGE_FLUSH, c->id);
-	clock_gettime(CLOCK_MONOTONIC, &t0);
+	sd_event(c, SD_EV_FLUSH_BEGIN, vpn, sd_flush_aux(reason, whole_mm ? 0 : nr));
+	t0 = sd_now_ns();
 	if (whole_mm)
 		m->ops->flush_mm(c, mm);
 	else
 		m->ops->flush_range(c, &req);
-	clock_gettime(CLOCK_MONOTONIC, &t1);
-	sd_stat_inc(c, SD_STAT_FLUSH);
-	sd_stat_flush_latency(c, (uint64_t)(t1.tv_sec - t0.tv_sec) * 1000000000u +
-				     (uint64_t)(t1.tv_nsec - t0.tv_nsec));
+	sd_event(c, SD_EV_FLUSH_END, sd_now_ns() - t0, reason);
 }
 
 /*
@@ -635,7 +638,7 @@ int sd_flush_tlb_range(struct sd_cpu *c, struct sd_mm *mm, uint64_t va, uint64_t
 	if (err)
 		return err;
 	c->m->ops->flush_range(c, &req);
-	sd_stat_inc(c, SD_STAT_FLUSH);
+	sd_event(c, SD_EV_FLUSH_UNTIMED, req.vpn, req.nr);
 	if (++c->ops_since_qs >= SD_ACCESSES_PER_QS)
 		sd_cpu_qs(c);
 	return 0;
@@ -673,7 +676,7 @@ static int populate(struct sd_cpu *c, struct sd_mm *mm, uint64_t vpn)
 								 SD_PTE_PRESENT,
 							  sd_mm_change_version(mm)),
 					      memory_order_release);
-			sd_stat_inc(c, SD_STAT_PAGE_FAULT);
+			sd_event(c, SD_EV_PAGE_FAULT, vpn, 0);
 		} else {
 			err = sd_fail(-ENOMEM, "sd_access: out of frames");
 		}
@@ -696,7 +699,7 @@ static void report_violation(struct sd_cpu *c, struct sd_mm *mm, uint64_t vpn,
 		.floor_version = floor,
 	};
 
-	sd_stat_inc(c, SD_STAT_VIOLATION);
+	sd_event(c, SD_EV_VIOLATION, vpn, 0);
 	sd_oracle_record(&c->m->oracle, &v);
 }
 
@@ -712,10 +715,10 @@ static int walk_and_fill(struct sd_cpu *c, struct sd_mm *mm, uint64_t vpn,
 		struct sd_pt *leaf = sd_tlb_walk_cache_lookup_gen(&c->tlb, vpn, c->asid, table_gen);
 
 		if (leaf)
-			sd_stat_inc(c, SD_STAT_WALK_CACHE_HIT);
+			sd_event(c, SD_EV_WALK_CACHE_HIT, 0, 0);
 		else
 			leaf = sd_pt_walk_leaf(mm->pgd, vpn);
-		sd_stat_inc(c, SD_STAT_PAGE_WALK);
+		sd_event(c, SD_EV_PAGE_WALK, 0, 0);
 		uint64_t pte = leaf ? atomic_load_explicit(&leaf->e[vpn & (SD_PT_ENTRIES - 1)],
 							   memory_order_acquire)
 				    : 0;
@@ -731,9 +734,9 @@ static int walk_and_fill(struct sd_cpu *c, struct sd_mm *mm, uint64_t vpn,
 		if (pte & SD_PTE_PRESENT) {
 			if (sd_tlb_fill_commit_gen(&c->tlb, snap, vpn, c->asid, pte, (uint32_t)mm->id,
 						   leaf, table_gen))
-				sd_stat_inc(c, SD_STAT_TLB_FILL);
+				sd_event(c, SD_EV_TLB_FILL, vpn, 0);
 			else
-				sd_stat_inc(c, SD_STAT_TLB_FILL_RACED);
+				sd_event(c, SD_EV_TLB_FILL_RACED, vpn, 0);
 			sd_irq_on(c);
 			*pte_out = pte;
 			return 0;
@@ -774,7 +777,7 @@ static __attribute__((noinline)) int access_slow(struct sd_cpu *c, uint64_t va,
 	if (sd_tlb_lookup_l1(&c->tlb, vpn, c->asid, checked, &hit) ||
 	    sd_tlb_lookup_l2(&c->tlb, vpn, c->asid, checked, &hit)) {
 		if (pte_allows(hit.pte, kind)) {
-			sd_stat_inc(c, hit.l1 ? SD_STAT_TLB_L1_HIT : SD_STAT_TLB_L2_HIT);
+			sd_event(c, hit.l1 ? SD_EV_TLB_L1_HIT : SD_EV_TLB_L2_HIT, 0, 0);
 			if (checked && (sd_pte_version(hit.pte) < floor ||
 					hit.owner != (uint32_t)mm->id))
 				report_violation(c, mm, vpn, &hit, floor);
@@ -786,7 +789,7 @@ static __attribute__((noinline)) int access_slow(struct sd_cpu *c, uint64_t va,
 		 * PTE: drop it and walk, as the kernel handles a spurious fault. */
 		sd_tlb_drop(&c->tlb, vpn, c->asid);
 	}
-	sd_stat_inc(c, SD_STAT_TLB_MISS);
+	sd_event(c, SD_EV_TLB_MISS, 0, 0);
 	uint64_t pte;
 	int err = walk_and_fill(c, mm, vpn, kind, &pte);
 	if (!err && pfn)
@@ -838,7 +841,7 @@ int sd_access(struct sd_cpu *c, uint64_t va, enum sd_access_kind kind, uint64_t 
 		   ++c->ops_since_qs < SD_ACCESSES_PER_QS &&
 		   sd_tlb_lookup_l1(&c->tlb, vpn, c->asid, false, &hit) &&
 		   pte_allows(hit.pte, kind))) {
-		sd_stat_inc(c, SD_STAT_TLB_L1_HIT);
+		sd_event(c, SD_EV_TLB_L1_HIT, 0, 0);
 		if (pfn)
 			*pfn = sd_pte_pfn(hit.pte);
 		return 0;
@@ -866,6 +869,7 @@ int sd_switch_mm(struct sd_cpu *c, struct sd_mm *next)
 		return sd_fail(-EINVAL, "sd_switch_mm: mm belongs to another machine");
 	rcu_online(c);
 	sd_order_point(SD_ORDER_SWITCH_ENTER, c->id);
+	sd_event(c, SD_EV_SWITCH_BEGIN, next ? next->id : 0, 0);
 	sd_irq_off(c);
 	/* Read under interrupts off: an IPI from sd_mm_destroy() may switch
 	 * a lazy CPU away from its mm (drop_lazy_mm()), and a prev read
@@ -876,9 +880,12 @@ int sd_switch_mm(struct sd_cpu *c, struct sd_mm *next)
 	 * ordering other CPUs need (nr_active, cpumasks) is the strategy's,
 	 * with its own barriers, inside switch_mm above. */
 	atomic_store_explicit(&c->mm, next, memory_order_relaxed);
-	atomic_store_explicit(&c->lazy, 0, memory_order_relaxed);
+	if (atomic_load_explicit(&c->lazy, memory_order_relaxed)) {
+		atomic_store_explicit(&c->lazy, 0, memory_order_relaxed);
+		sd_event(c, SD_EV_LAZY_LEAVE, next ? next->id : 0, 0);
+	}
 	sd_irq_on(c);
-	sd_stat_inc(c, SD_STAT_CTX_SWITCH);
+	sd_event(c, SD_EV_SWITCH_END, 0, 0);
 	sd_cpu_qs(c);
 	return 0;
 }
@@ -892,8 +899,11 @@ int sd_cpu_idle(struct sd_cpu *c)
 	sd_irq_off(c);
 	/* Under interrupts off, as in sd_switch_mm(). */
 	mm = atomic_load_explicit(&c->mm, memory_order_relaxed);
-	if (mm && !atomic_load_explicit(&c->lazy, memory_order_relaxed) && c->m->ops->enter_lazy)
-		c->m->ops->enter_lazy(c, mm);
+	if (!atomic_load_explicit(&c->lazy, memory_order_relaxed)) {
+		if (mm && c->m->ops->enter_lazy)
+			c->m->ops->enter_lazy(c, mm);
+		sd_event(c, SD_EV_LAZY_ENTER, mm ? mm->id : 0, 0);
+	}
 	atomic_store_explicit(&c->lazy, 1, memory_order_relaxed);
 	sd_irq_on(c);
 	/* Idle is an extended quiescent state: grace periods need nothing

@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "../core/error.h"
+#include "../hw/event.h"
 #include "../core/ordering.h"
 #include "../hw/machine.h"
 #include "flush_ops.h"
@@ -134,21 +135,19 @@ int sd_tlbbatch_add(struct sd_cpu *cpu, struct sd_tlbbatch *b, struct sd_mm *mm)
 static void flush_batch(struct sd_cpu *cpu, struct sd_tlbbatch *b)
 {
 	const struct sd_strategy_ops *ops = cpu->m->ops;
-	struct timespec t0, t1;
+	uint64_t t0;
 
 	/* Test instrumentation: a flush about to start (see ordering.h). */
 	sd_order_point(SD_ORDER_CHANGE_FLUSH, cpu->id);
-	clock_gettime(CLOCK_MONOTONIC, &t0);
+	sd_event(cpu, SD_EV_FLUSH_BEGIN, 0, sd_flush_aux(SD_FLUSH_BATCH, 0));
+	t0 = sd_now_ns();
 	if (ops->batch_flush) {
 		ops->batch_flush(cpu, &b->cpus);
 	} else {
 		for (size_t i = 0; i < b->nr_mms; i++)
 			ops->flush_mm(cpu, b->mms[i]);
 	}
-	clock_gettime(CLOCK_MONOTONIC, &t1);
-	sd_stat_inc(cpu, SD_STAT_FLUSH);
-	sd_stat_flush_latency(cpu, (uint64_t)(t1.tv_sec - t0.tv_sec) * 1000000000u +
-				   (uint64_t)(t1.tv_nsec - t0.tv_nsec));
+	sd_event(cpu, SD_EV_FLUSH_END, sd_now_ns() - t0, SD_FLUSH_BATCH);
 }
 
 int sd_tlbbatch_flush(struct sd_cpu *cpu, struct sd_tlbbatch *b)

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "../core/error.h"
+#include "../hw/event.h"
 #include "../hw/machine.h"
 #include "../mm/mm.h"
 #include "broadcast.h"
@@ -130,14 +131,14 @@ void sd_broadcast_switch_context(struct sd_cpu *cpu, struct sd_mm *next,
 	sd_arm64_asid_switch(&b->asid, cpu->id, &bcast_mm_of(next)->ctx_id,
 			     sw);
 	if (sw->allocated)
-		sd_stat_inc(cpu, SD_STAT_ASID_ALLOC);
+		sd_event(cpu, SD_EV_ASID_ALLOC, 0, 0);
 	if (sw->rolled_over)
-		sd_stat_inc(cpu, SD_STAT_ASID_ROLLOVER);
+		sd_event(cpu, SD_EV_ASID_ROLLOVER, 0, 0);
 	if (sw->flush_local_all) {
 		/* local_flush_tlb_all(): vmalle1, non-shareable. */
 		struct sd_tlb_inval all = { .kind = SD_TLB_INVAL_ALL };
 		sd_tlb_invalidate(&cpu->tlb, &all);
-		sd_stat_inc(cpu, SD_STAT_LOCAL_FLUSH_ALL);
+		sd_event(cpu, SD_EV_LOCAL_FLUSH_ALL, 0, 0);
 	}
 	cpu->asid = sw->asid;
 }
@@ -159,14 +160,14 @@ void sd_broadcast_tlbi(struct sd_cpu *cpu, const struct sd_tlb_inval *op)
 	struct sd_machine *m = cpu->m;
 	struct sd_broadcast *b = bcast_of(m);
 
-	sd_spin_lock(&b->dvm);
+	sd_event_spin_lock(cpu, &b->dvm, SD_LOCK_DVM);
 	for (unsigned i = 0; i < m->nr_cpus; i++)
 		sd_tlb_invalidate(&m->cpus[i]->tlb, op);
 	sd_spin_unlock(&b->dvm);
-	sd_stat_inc(cpu, SD_STAT_TLBI_OP);
+	sd_event(cpu, SD_EV_TLBI_OP, m->nr_cpus - 1, 0);
 	if (op->kind != SD_TLB_INVAL_RANGE)
-		sd_stat_inc(cpu, SD_STAT_TLBI_ASID_OP);
-	sd_stat_add(cpu, SD_STAT_REMOTE_INVAL, m->nr_cpus - 1);
+		sd_event(cpu, SD_EV_TLBI_ASID_OP, 0, 0);
+	sd_event(cpu, SD_EV_REMOTE_INVAL, m->nr_cpus - 1, 0);
 }
 
 bool sd_broadcast_mm_asid(struct sd_cpu *cpu, struct sd_mm *mm, uint16_t *asid)
@@ -206,17 +207,17 @@ static void issue_tlbi(const struct sd_tlbi_op *op, void *arg)
 	struct sd_cpu *cpu = t->cpu;
 
 	if (op->kind == SD_TLBI_OP_RANGE)
-		sd_stat_inc(cpu, (enum sd_stat)(SD_STAT_TLBI_RANGE_S0 + op->scale));
+		sd_event(cpu, (enum sd_event)(SD_EV_TLBI_RANGE_S0 + op->scale), 0, 0);
 	else if (op->kind == SD_TLBI_OP_PAGE)
-		sd_stat_inc(cpu, SD_STAT_TLBI_PAGE_OP);
+		sd_event(cpu, SD_EV_TLBI_PAGE_OP, 0, 0);
 	if (!t->local_only) {
 		sd_broadcast_tlbi(cpu, &inv);
 		return;
 	}
 	sd_tlb_invalidate(&cpu->tlb, &inv);
-	sd_stat_inc(cpu, inv.kind == SD_TLB_INVAL_ASID ? SD_STAT_LOCAL_FLUSH_ASID
-		    : op->kind == SD_TLBI_OP_PAGE ? SD_STAT_LOCAL_FLUSH_ONE
-						  : SD_STAT_LOCAL_FLUSH_RANGE);
+	sd_event(cpu, inv.kind == SD_TLB_INVAL_ASID ? SD_EV_LOCAL_FLUSH_ASID
+		 : op->kind == SD_TLBI_OP_PAGE ? SD_EV_LOCAL_FLUSH_ONE
+					       : SD_EV_LOCAL_FLUSH_RANGE, op->vpn, op->pages);
 }
 
 void sd_broadcast_flush(struct sd_cpu *cpu, struct sd_mm *mm, uint64_t vpn, uint64_t nr,
@@ -236,7 +237,7 @@ void sd_broadcast_flush(struct sd_cpu *cpu, struct sd_mm *mm, uint64_t vpn, uint
 		sd_tlbi_split(&b->split, vpn, nr, issue_tlbi, &t);
 	}
 	if (!local_only)
-		sd_stat_inc(cpu, SD_STAT_REMOTE_FLUSH);
+		sd_event(cpu, SD_EV_REMOTE_FLUSH, 0, 0);
 }
 
 static void bcast_flush_mm(struct sd_cpu *cpu, struct sd_mm *mm)

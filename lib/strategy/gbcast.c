@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "../core/backoff.h"
+#include "../hw/event.h"
 #include "../core/error.h"
 #include "../core/ordering.h"
 #include "builtin.h"
@@ -87,7 +88,7 @@ static void flush_all_nonglobals_cb(void *arg)
 {
 	(void)arg;
 	flush_all_nonglobals(sd_this_cpu);     /* the allocating CPU */
-	sd_stat_inc(sd_this_cpu, SD_STAT_GLOBAL_ASID_RESET);
+	sd_event(sd_this_cpu, SD_EV_GLOBAL_ASID_RESET, 0, 0);
 }
 
 /* INVLPGB queues and the global ASID pool, once the options are known. */
@@ -164,7 +165,7 @@ static void gbcast_mm_fini(struct sd_machine *m, struct sd_mm *mm, void *mm_priv
 		/* No CPU of this machine is attached here necessarily: count
 		 * on the CPU that destroys, if any. */
 		if (sd_this_cpu && sd_this_cpu->m == m)
-			sd_stat_inc(sd_this_cpu, SD_STAT_GLOBAL_ASID_FREE);
+			sd_event(sd_this_cpu, SD_EV_GLOBAL_ASID_FREE, 0, 0);
 	}
 	sd_ipi_mm_fini(m, mm, mm_priv);
 }
@@ -220,13 +221,13 @@ static void use_global_asid(struct sd_cpu *cpu, struct sd_gbcast *g, struct sd_m
 	struct sd_ipi_mm *im = sd_ipi_mm_of(mm);
 	uint16_t asid = 0;
 
-	sd_global_asid_lock(&g->gasid);
+	sd_global_asid_lock_cpu(&g->gasid, cpu);
 	if (!sd_ipi_mm_global_asid(mm))
 		asid = sd_global_asid_alloc_locked(&g->gasid);   /* 0: ran out */
 	if (asid) {
 		atomic_store_explicit(&im->asid_transition, true, memory_order_relaxed);
 		atomic_store_explicit(&im->global_asid, asid, memory_order_release);
-		sd_stat_inc(cpu, SD_STAT_GLOBAL_ASID_ALLOC);
+		sd_event(cpu, SD_EV_GLOBAL_ASID_ALLOC, 0, 0);
 	}
 	sd_global_asid_unlock(&g->gasid);
 }
@@ -276,7 +277,7 @@ static void finish_asid_transition(struct sd_cpu *cpu, struct sd_gbcast *g,
 		if (atomic_load_explicit(&pc->loaded_asid, memory_order_relaxed) != gasid) {
 			if (g->ipi.broken & SD_IPI_BREAK_NO_TRANSITION)
 				return;
-			sd_stat_inc(cpu, SD_STAT_TRANSITION_IPI);
+			sd_event(cpu, SD_EV_TRANSITION_IPI, 0, 0);
 			sd_ipi_flush_tlb_multi(cpu, &im->cpumask, f);
 			return;
 		}
@@ -322,7 +323,7 @@ static void gbcast_flush(struct sd_cpu *cpu, struct sd_mm *mm, uint64_t vpn, uin
 		return;
 	}
 	if (sd_ipi_flush_send(cpu, f)) {
-		sd_stat_inc(cpu, SD_STAT_FALLBACK_IPI_FLUSH);
+		sd_event(cpu, SD_EV_FALLBACK_IPI_FLUSH, 0, 0);
 		consider_global_asid(cpu, g, mm);
 	}
 }

@@ -33,6 +33,7 @@
 #include <time.h>
 
 #include "../core/backoff.h"
+#include "../hw/event.h"
 #include "../core/error.h"
 #include "../core/ordering.h"
 #include "../hw/machine.h"
@@ -238,7 +239,7 @@ static void flush_slot_full(struct sd_cpu *cpu, unsigned slot)
 	struct sd_tlb_inval inv = { .kind = SD_TLB_INVAL_ASID, .asid = sd_ipi_slot_tag(slot) };
 
 	sd_tlb_invalidate(&cpu->tlb, &inv);
-	sd_stat_inc(cpu, SD_STAT_FLUSH_FULL);
+	sd_event(cpu, SD_EV_FLUSH_FULL, 0, 0);
 }
 
 static void cpumask_write(struct sd_cpu *cpu, struct sd_mm *mm, bool set)
@@ -247,7 +248,7 @@ static void cpumask_write(struct sd_cpu *cpu, struct sd_mm *mm, bool set)
 		sd_sb_cpumask_set(&sd_ipi_mm_of(mm)->cpumask, cpu->id);
 	else
 		sd_sb_cpumask_clear(&sd_ipi_mm_of(mm)->cpumask, cpu->id);
-	sd_stat_inc(cpu, SD_STAT_CPUMASK_WRITE);
+	sd_event(cpu, SD_EV_CPUMASK_WRITE, 0, 0);
 }
 
 /* ---- context switch ---- */
@@ -293,7 +294,7 @@ static uint16_t choose_new_asid(struct sd_cpu *cpu, struct sd_ipi_cpu *me, struc
 	}
 	unsigned s = me->next_asid;
 	me->next_asid = (uint16_t)((s + 1) % SD_IPI_NR_DYN_ASIDS);
-	sd_stat_inc(cpu, SD_STAT_ASID_ALLOC);
+	sd_event(cpu, SD_EV_ASID_ALLOC, 0, 0);
 	*need_flush = true;
 	return (uint16_t)s;
 }
@@ -341,7 +342,7 @@ static void load_asid(struct sd_cpu *cpu, struct sd_ipi_cpu *me, struct sd_mm *n
 	sd_sb_drain();
 	if (need_flush) {
 		flush_slot_full(cpu, asid);
-		sd_stat_inc(cpu, SD_STAT_SWITCH_FLUSH);
+		sd_event(cpu, SD_EV_SWITCH_FLUSH, 0, 0);
 	}
 }
 
@@ -379,7 +380,7 @@ static void switch_same(struct sd_cpu *cpu, struct sd_ipi_cpu *me, struct sd_mm 
 	if (ctx->tlb_gen == gen)
 		return;
 	flush_slot_full(cpu, loaded_asid(me));
-	sd_stat_inc(cpu, SD_STAT_SWITCH_FLUSH);
+	sd_event(cpu, SD_EV_SWITCH_FLUSH, 0, 0);
 	ctx->tlb_gen = gen;
 }
 
@@ -449,12 +450,12 @@ static void flush_tlb_func(struct sd_cpu *cpu, const struct sd_ipi_flush_info *f
 								    memory_order_relaxed);
 
 	if (!local)
-		sd_stat_inc(cpu, SD_STAT_REMOTE_INVAL_RECV);
+		sd_event(cpu, SD_EV_REMOTE_INVAL_RECV, 0, 0);
 	/* The CPU was left in the mm's mask (lazy mode): leave it now. */
 	if (f->mm && f->mm != loaded) {
 		cpumask_write(cpu, f->mm, false);
 		if (!local)
-			sd_stat_inc(cpu, SD_STAT_IPI_UNNEEDED);
+			sd_event(cpu, SD_EV_IPI_UNNEEDED, 0, 0);
 		return;
 	}
 	if (!loaded)
@@ -478,7 +479,7 @@ static void flush_tlb_func(struct sd_cpu *cpu, const struct sd_ipi_flush_info *f
 
 	/* Already caught up: no touch of the contended mm line at all. */
 	if (f->new_tlb_gen != SD_IPI_GEN_INVALID && f->new_tlb_gen <= local_gen) {
-		sd_stat_inc(cpu, SD_STAT_FLUSH_GEN_SKIP);
+		sd_event(cpu, SD_EV_FLUSH_GEN_SKIP, 0, 0);
 		return;
 	}
 	/* Acquire: the walks after this flush see the PTE stores that came
@@ -486,7 +487,7 @@ static void flush_tlb_func(struct sd_cpu *cpu, const struct sd_ipi_flush_info *f
 	uint64_t mm_gen = atomic_load_explicit(&sd_ipi_mm_of(loaded)->tlb_gen, memory_order_acquire);
 
 	if (local_gen == mm_gen) {
-		sd_stat_inc(cpu, SD_STAT_FLUSH_GEN_SKIP);
+		sd_event(cpu, SD_EV_FLUSH_GEN_SKIP, 0, 0);
 		return;
 	}
 	/*
@@ -500,7 +501,7 @@ static void flush_tlb_func(struct sd_cpu *cpu, const struct sd_ipi_flush_info *f
 			.leaf_only = !f->freed_tables, .vpn = f->vpn, .nr = f->nr,
 		};
 		sd_tlb_invalidate(&cpu->tlb, &inv);
-		sd_stat_inc(cpu, SD_STAT_FLUSH_PARTIAL);
+		sd_event(cpu, SD_EV_FLUSH_PARTIAL, 0, 0);
 	} else {
 		flush_slot_full(cpu, slot);
 	}
@@ -528,7 +529,7 @@ static bool should_flush_tlb(struct sd_cpu *from, struct sd_ipi *ipi, unsigned t
 
 	atomic_thread_fence(memory_order_acquire);   /* smp_rmb() */
 	if (atomic_load_explicit(&pc->is_lazy, memory_order_relaxed)) {
-		sd_stat_inc(from, SD_STAT_LAZY_SKIP);
+		sd_event(from, SD_EV_LAZY_SKIP, 0, 0);
 		return false;
 	}
 	if (!f->mm)
@@ -639,7 +640,7 @@ void sd_ipi_flush_tlb_multi(struct sd_cpu *cpu, const struct sd_cpumask *mask,
 	}
 	sd_order_point(SD_ORDER_FLUSH_LOADED, cpu->id);
 	if (ring.nr_posted)
-		sd_stat_inc(cpu, SD_STAT_REMOTE_FLUSH);
+		sd_event(cpu, SD_EV_REMOTE_FLUSH, 0, 0);
 	if (run_local) {
 		sd_irq_off(cpu);
 		flush_tlb_func(cpu, f, true);
@@ -680,7 +681,7 @@ bool sd_ipi_flush_send(struct sd_cpu *cpu, struct sd_ipi_flush_info *f)
 	if (cpumask_any_but(&im->cpumask, cpu->id)) {
 		f->trim_cpumask = should_trim_cpumask(ipi, mm);
 		if (f->trim_cpumask)
-			sd_stat_inc(cpu, SD_STAT_CPUMASK_TRIM);
+			sd_event(cpu, SD_EV_CPUMASK_TRIM, 0, 0);
 		sd_ipi_flush_tlb_multi(cpu, &im->cpumask, f);
 		return true;
 	}

@@ -33,6 +33,7 @@
 #include <urcu/compiler.h>
 
 #include "../core/ordering.h"
+#include "../hw/event.h"
 #include "../hw/machine.h"
 #include "../mm/mm.h"
 #include "broadcast.h"
@@ -168,8 +169,8 @@ static void local_switch_in(struct sd_cpu *cpu, struct sd_mm *next)
 		struct sd_tlb_inval inv = { .kind = SD_TLB_INVAL_ASID, .asid = cpu->asid };
 		sd_cpumask_clear(&lm->stale, cpu->id);
 		sd_tlb_invalidate(&cpu->tlb, &inv);
-		sd_stat_inc(cpu, SD_STAT_LOCAL_FLUSH_ASID);
-		sd_stat_inc(cpu, SD_STAT_STALE_SWITCH_FLUSH);
+		sd_event(cpu, SD_EV_LOCAL_FLUSH_ASID, 0, 0);
+		sd_event(cpu, SD_EV_STALE_SWITCH_FLUSH, 0, 0);
 	}
 }
 
@@ -270,10 +271,10 @@ static void local_flush(struct sd_cpu *cpu, struct sd_mm *mm, uint64_t vpn, uint
 {
 	switch (local_flush_check(cpu, mm)) {
 	case FLUSH_NO:
-		sd_stat_inc(cpu, SD_STAT_FLUSH_SKIPPED);
+		sd_event(cpu, SD_EV_FLUSH_SKIPPED, 0, 0);
 		break;
 	case FLUSH_LOCAL:
-		sd_stat_inc(cpu, SD_STAT_LOCAL_ONLY_FLUSH);
+		sd_event(cpu, SD_EV_LOCAL_ONLY_FLUSH, 0, 0);
 		sd_broadcast_flush(cpu, mm, vpn, nr, freed_tables, true);
 		break;
 	case FLUSH_BROADCAST:

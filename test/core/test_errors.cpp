@@ -1217,6 +1217,7 @@ TEST(Errors, EveryReturnedCodeHasAFittingMessage)
 		{"EBUSY", EBUSY},   {"EEXIST", EEXIST},   {"EFAULT", EFAULT},     {"EACCES", EACCES},
 		{"ESRCH", ESRCH},   {"ENOSYS", ENOSYS},   {"EAGAIN", EAGAIN},     {"EDEADLK", EDEADLK},
 		{"ENOSPC", ENOSPC}, {"EILSEQ", EILSEQ},   {"EOPNOTSUPP", EOPNOTSUPP},
+		{"EIO", EIO},
 	};
 	namespace fs = std::filesystem;
 	std::set<std::string> found;

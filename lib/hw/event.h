@@ -1,0 +1,223 @@
+/* SPDX-License-Identifier: MIT */
+#ifndef SD_HW_EVENT_H
+#define SD_HW_EVENT_H
+
+#include "../core/layer.h"
+#if SD_LAYER < SD_LAYER_HW
+#error "hw/event.h is in a higher layer than the file including it (core/layer.h)"
+#endif
+
+#include <time.h>
+
+#include "../core/spinlock.h"
+#include "cpu.h"
+
+/*
+ * The event funnel: every hardware event of an emulated CPU goes through
+ * sd_event(), and only there is a counter, the flush-latency histogram or
+ * the trace ring written (test/layers/check-layers refuses a counter write
+ * anywhere else). One place to hang a cost model on later: each call says
+ * which CPU, which event, and an argument (pages, targets, a duration).
+ *
+ * X(event, counter it bumps or NONE, how the trace shows it, what the
+ * counter adds: ONE, or ARG for the event's argument). Trace kinds:
+ *   UNTRACED  counted only: the per-access events (hits, misses, walks),
+ *             whose trace check would sit on the hit path;
+ *   INSTANT   a point on the CPU's track;
+ *   BEGIN/END a slice on the CPU's track (they nest, as the code does).
+ * Counter names are the kernel's vm events where one exists (include/
+ * shootdown/stats.h); flush reasons are the tlb_flush tracepoint's.
+ */
+#define SD_EVENT_LIST(X)                                                        \
+	X(TLB_L1_HIT,         TLB_L1_HIT,         UNTRACED, ONE)                \
+	X(TLB_L2_HIT,         TLB_L2_HIT,         UNTRACED, ONE)                \
+	X(TLB_MISS,           TLB_MISS,           UNTRACED, ONE)                \
+	X(PAGE_WALK,          PAGE_WALK,          UNTRACED, ONE)                \
+	X(WALK_CACHE_HIT,     WALK_CACHE_HIT,     UNTRACED, ONE)                \
+	X(TLB_FILL,           TLB_FILL,           INSTANT,  ONE) /* arg vpn */  \
+	X(TLB_FILL_RACED,     TLB_FILL_RACED,     INSTANT,  ONE) /* arg vpn */  \
+	X(PAGE_FAULT,         PAGE_FAULT,         INSTANT,  ONE) /* arg vpn */  \
+	X(VIOLATION,          VIOLATION,          INSTANT,  ONE) /* arg vpn */  \
+	/* arg vpn, aux sd_flush_aux(reason, pages) */                         \
+	X(FLUSH_BEGIN,        NONE,               BEGIN,    ONE)                \
+	/* arg ns (the histogram's sample), aux reason */                      \
+	X(FLUSH_END,          FLUSH,              END,      ONE)                \
+	/* sd_flush_tlb_range(): a flush counted, not timed (no clock reads) */ \
+	X(FLUSH_UNTIMED,      FLUSH,              INSTANT,  ONE) /* arg vpn */  \
+	/* frames freed under the global LRU lock (sd_machine_config.lru) */    \
+	X(LRU_LOCK_FREE,      LRU_LOCK_PAGES,     INSTANT,  ARG) /* arg pages */ \
+	X(LOCAL_FLUSH_ALL,    LOCAL_FLUSH_ALL,    INSTANT,  ONE)                \
+	X(LOCAL_FLUSH_ASID,   LOCAL_FLUSH_ASID,   INSTANT,  ONE)                \
+	X(LOCAL_FLUSH_ONE,    LOCAL_FLUSH_ONE,    INSTANT,  ONE) /* arg vpn */  \
+	X(LOCAL_FLUSH_RANGE,  LOCAL_FLUSH_RANGE,  INSTANT,  ONE) /* arg vpn, aux pages */ \
+	X(REMOTE_FLUSH,       REMOTE_FLUSH,       INSTANT,  ONE)                \
+	X(REMOTE_INVAL,       REMOTE_INVAL,       UNTRACED, ARG) /* arg target TLBs */ \
+	X(REMOTE_INVAL_RECV,  REMOTE_INVAL_RECV,  INSTANT,  ONE)                \
+	X(TLBI_OP,            TLBI_OP,            INSTANT,  ONE) /* arg targets */ \
+	X(TLBI_ASID_OP,       TLBI_ASID_OP,       UNTRACED, ONE)                \
+	X(TLBI_PAGE_OP,       TLBI_PAGE_OP,       UNTRACED, ONE)                \
+	X(TLBI_RANGE_S0,      TLBI_RANGE_S0,      UNTRACED, ONE)                \
+	X(TLBI_RANGE_S1,      TLBI_RANGE_S1,      UNTRACED, ONE)                \
+	X(TLBI_RANGE_S2,      TLBI_RANGE_S2,      UNTRACED, ONE)                \
+	X(TLBI_RANGE_S3,      TLBI_RANGE_S3,      UNTRACED, ONE)                \
+	X(LOCAL_ONLY_FLUSH,   LOCAL_ONLY_FLUSH,   INSTANT,  ONE)                \
+	X(FLUSH_SKIPPED,      FLUSH_SKIPPED,      INSTANT,  ONE)                \
+	X(STALE_SWITCH_FLUSH, STALE_SWITCH_FLUSH, INSTANT,  ONE)                \
+	/* arg target CPU, aux flow id (sd_event_ipi_sent()) */                \
+	X(IPI_SENT,           IPI_SENT,           INSTANT,  ONE)                \
+	X(IPI_RUN_BEGIN,      NONE,               BEGIN,    ONE) /* arg flow id */ \
+	X(IPI_RUN_END,        IPI_RECV,           END,      ONE) /* arg flow id */ \
+	X(IPI_DEFERRED,       IPI_DEFERRED,       INSTANT,  ONE)                \
+	X(IPI_ACKED,          NONE,               INSTANT,  ONE) /* arg flow id, aux target */ \
+	X(IPI_UNNEEDED,       IPI_UNNEEDED,       INSTANT,  ONE)                \
+	X(IPI_RESENT,         IPI_RESENT,         INSTANT,  ONE) /* arg target */ \
+	X(IPI_STUCK,          IPI_STUCK,          INSTANT,  ONE) /* arg target */ \
+	X(IPI_TARGET_GONE,    IPI_TARGET_GONE,    INSTANT,  ONE) /* arg target */ \
+	X(CPUMASK_WRITE,      CPUMASK_WRITE,      UNTRACED, ONE)                \
+	X(FLUSH_FULL,         FLUSH_FULL,         INSTANT,  ONE)                \
+	X(FLUSH_PARTIAL,      FLUSH_PARTIAL,      INSTANT,  ONE)                \
+	X(FLUSH_GEN_SKIP,     FLUSH_GEN_SKIP,     INSTANT,  ONE)                \
+	X(LAZY_SKIP,          LAZY_SKIP,          UNTRACED, ONE)                \
+	X(CPUMASK_TRIM,       CPUMASK_TRIM,       UNTRACED, ONE)                \
+	X(SWITCH_FLUSH,       SWITCH_FLUSH,       INSTANT,  ONE)                \
+	X(INVLPGB,            INVLPGB,            INSTANT,  ONE)                \
+	X(TLBSYNC,            TLBSYNC,            INSTANT,  ONE) /* arg ops synced */ \
+	X(GLOBAL_ASID_ALLOC,  GLOBAL_ASID_ALLOC,  INSTANT,  ONE)                \
+	X(GLOBAL_ASID_FREE,   GLOBAL_ASID_FREE,   INSTANT,  ONE)                \
+	X(GLOBAL_ASID_RESET,  GLOBAL_ASID_RESET,  INSTANT,  ONE)                \
+	X(TRANSITION_IPI,     TRANSITION_IPI,     INSTANT,  ONE)                \
+	X(FALLBACK_IPI_FLUSH, FALLBACK_IPI_FLUSH, INSTANT,  ONE)                \
+	X(ASID_ALLOC,         ASID_ALLOC,         INSTANT,  ONE)                \
+	X(ASID_ROLLOVER,      ASID_ROLLOVER,      INSTANT,  ONE)                \
+	X(SWITCH_BEGIN,       NONE,               BEGIN,    ONE) /* arg next mm id */ \
+	X(SWITCH_END,         CTX_SWITCH,         END,      ONE)                \
+	X(LAZY_ENTER,         NONE,               INSTANT,  ONE)                \
+	X(LAZY_LEAVE,         NONE,               INSTANT,  ONE)                \
+	X(TRAP_BEGIN,         TRAP,               BEGIN,    ONE) /* arg insn */ \
+	X(TRAP_END,           NONE,               END,      ONE)                \
+	X(TRAP_UNDEF,         TRAP_UNDEF,         INSTANT,  ONE) /* arg insn */ \
+	X(LOCK_WAIT_BEGIN,    LOCK_WAIT,          BEGIN,    ONE) /* arg enum sd_lock_kind */ \
+	X(LOCK_WAIT_END,      NONE,               END,      ONE)
+
+enum sd_event {
+#define SD_EVENT_ENUM(ev, stat, trace, add) SD_EV_##ev,
+	SD_EVENT_LIST(SD_EVENT_ENUM)
+#undef SD_EVENT_ENUM
+	SD_EV_NR
+};
+
+enum sd_event_trace { SD_EVT_UNTRACED, SD_EVT_INSTANT, SD_EVT_BEGIN, SD_EVT_END };
+
+#define SD_STAT_NONE SD_STAT_NR
+
+struct sd_event_desc {
+	uint16_t stat;          /* enum sd_stat, or SD_STAT_NONE */
+	uint8_t trace;          /* enum sd_event_trace */
+	uint8_t add_arg;        /* the counter adds @arg, not 1 */
+};
+
+/* In SD_EVENT_LIST order (positional: C++ includes this too). Static
+ * and const, so that for a constant event (every call but a few)
+ * the compiler folds the lookup away: the hit path's sd_event() is the
+ * counter bump it replaced, and no trace check at all (UNTRACED). */
+static const struct sd_event_desc sd_event_desc[SD_EV_NR] = {
+#define SD_EVENT_DESC(ev, stat, tr, add) \
+	{ SD_STAT_##stat, SD_EVT_##tr, SD_EVENT_ADD_##add },
+#define SD_EVENT_ADD_ONE 0
+#define SD_EVENT_ADD_ARG 1
+	SD_EVENT_LIST(SD_EVENT_DESC)
+#undef SD_EVENT_ADD_ARG
+#undef SD_EVENT_ADD_ONE
+#undef SD_EVENT_DESC
+};
+
+/* Why a flush ran: the kernel's tlb_flush tracepoint reasons
+ * (enum tlb_flush_reason), plus the batch of try_to_unmap_flush(). */
+enum sd_flush_reason {
+	SD_FLUSH_ON_TASK_SWITCH,        /* TLB_FLUSH_ON_TASK_SWITCH */
+	SD_FLUSH_REMOTE_SHOOTDOWN,      /* TLB_REMOTE_SHOOTDOWN */
+	SD_FLUSH_LOCAL_SHOOTDOWN,       /* TLB_LOCAL_SHOOTDOWN: a range */
+	SD_FLUSH_LOCAL_MM_SHOOTDOWN,    /* TLB_LOCAL_MM_SHOOTDOWN: a whole mm */
+	SD_FLUSH_REMOTE_SEND_IPI,       /* TLB_REMOTE_SEND_IPI */
+	SD_FLUSH_BATCH,                 /* arch_tlbbatch_flush() */
+	SD_FLUSH_REASON_NR
+};
+
+/* The locks whose waits are events (LOCK_WAIT_BEGIN's argument). */
+enum sd_lock_kind {
+	SD_LOCK_DVM,            /* broadcast: the interconnect's TLBI serialisation */
+	SD_LOCK_LRU,            /* lru=global: the lruvec lock of release_pages() */
+	SD_LOCK_GLOBAL_ASID,    /* gbcast: global_asid_lock */
+	SD_LOCK_KIND_NR
+};
+
+/* FLUSH_BEGIN's aux: the reason and the pages (0: the whole mm). */
+static inline uint64_t sd_flush_aux(enum sd_flush_reason reason, uint64_t pages)
+{
+	return (uint64_t)reason | pages << 8;
+}
+
+/* The trace's write side (hw/trace.c): out of line, reached only when the
+ * CPU has a ring. */
+void sd_trace_record(struct sd_cpu *c, enum sd_event ev, uint64_t arg, uint64_t aux);
+uint64_t sd_trace_record_flow(struct sd_cpu *c, enum sd_event ev, uint64_t arg);
+void sd_event_flush_latency(struct sd_cpu *c, uint64_t ns);
+
+/* What FLUSH_END's duration is measured with (and the trace's clock). */
+static inline uint64_t sd_now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static inline void sd_event_count(struct sd_cpu *c, enum sd_stat id, uint64_t n)
+{
+	sd_counter_add(&c->stats.counter[id], n);
+}
+
+/*
+ * The funnel. @c is the CPU the event happened on, and its owner thread is
+ * the caller (the counters and the ring are written by it alone, so no
+ * shared atomics). With tracing off a traced event costs one predictable
+ * branch on c->trace, which shares the owner-private line with irq_depth.
+ */
+static inline void sd_event(struct sd_cpu *c, enum sd_event ev, uint64_t arg, uint64_t aux)
+{
+	const struct sd_event_desc *d = &sd_event_desc[ev];
+
+	if (d->stat != SD_STAT_NONE)
+		sd_event_count(c, (enum sd_stat)d->stat, d->add_arg ? arg : 1);
+	if (ev == SD_EV_FLUSH_END)
+		sd_event_flush_latency(c, arg);
+	if (d->trace != SD_EVT_UNTRACED && unlikely(c->trace != NULL))
+		sd_trace_record(c, ev, arg, aux);
+}
+
+/*
+ * An IPI leaves @c for @target: counted, and traced with a flow id that
+ * the request carries to the handler (IPI_RUN_BEGIN) and back to the ack
+ * (IPI_ACKED), so the timeline can draw the arrows. 0: not traced.
+ */
+static inline uint64_t sd_event_ipi_sent(struct sd_cpu *c, unsigned target)
+{
+	sd_event_count(c, SD_STAT_IPI_SENT, 1);
+	if (unlikely(c->trace != NULL))
+		return sd_trace_record_flow(c, SD_EV_IPI_SENT, target);
+	return 0;
+}
+
+/* A spinlock acquisition whose wait, if any, is an event: the uncontended
+ * case is the plain trylock it always was. */
+static inline void sd_event_spin_lock(struct sd_cpu *c, struct sd_spinlock *l,
+				      enum sd_lock_kind kind)
+{
+	if (likely(sd_spin_trylock(l)))
+		return;
+	sd_event(c, SD_EV_LOCK_WAIT_BEGIN, kind, 0);
+	sd_spin_lock_slow(l);
+	sd_event(c, SD_EV_LOCK_WAIT_END, kind, 0);
+}
+
+#endif

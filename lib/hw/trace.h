@@ -1,0 +1,62 @@
+/* SPDX-License-Identifier: MIT */
+#ifndef SD_HW_TRACE_H
+#define SD_HW_TRACE_H
+
+#include "../core/layer.h"
+#if SD_LAYER < SD_LAYER_HW
+#error "hw/trace.h is in a higher layer than the file including it (core/layer.h)"
+#endif
+
+#include "../core/compiler.h"
+
+struct sd_cpu;
+struct sd_machine;
+
+/* One traced event: 32 bytes, what a timeline needs and nothing more. */
+struct sd_trace_rec {
+	uint64_t ts_ns;                /* CLOCK_MONOTONIC */
+	uint64_t arg;
+	uint64_t aux;
+	uint32_t ev;                   /* enum sd_event */
+	uint32_t reserved;
+};
+
+/*
+ * A CPU's ring. Written by the owner thread alone, which includes its IPI
+ * handler: a signal may land in the middle of a record, so the slot is
+ * claimed with one RMW on a word no other thread writes (a signal-safe
+ * claim, never a shared line), and @published, the count a reader may
+ * trust, is stored only when the outermost record is complete.
+ *
+ * When full it keeps the FIRST records and counts the rest (the counter
+ * trace_records_dropped, and the file's metadata): a slot once written is
+ * never rewritten, so a reader may copy while the CPU runs, every slice end
+ * in the file has its beginning, and a full ring costs one compare.
+ */
+struct sd_trace_ring {
+	uint64_t cap;
+	SD_ATOMIC(uint64_t) claimed;   /* slots handed out, drops included */
+	unsigned nesting;              /* records in progress on this thread */
+	SD_ATOMIC(uint64_t) published; /* filled slots: release, by the owner */
+	struct sd_trace_rec *rec;      /* right after the ring, same allocation */
+};
+
+/* Machine-wide trace settings, fixed at creation. */
+struct sd_trace {
+	char *path;                    /* NULL: tracing off */
+	unsigned per_cpu;              /* records per CPU ring */
+	unsigned serial;               /* the machine's number: its trace pid */
+	uint64_t t0_ns;                /* creation: the file's time zero */
+};
+
+/* The machine's halves (machine/machine.c). Setup: resolve the config and
+ * SD_TRACE into @m->trace and give each CPU its ring (-ENOMEM, -EINVAL,
+ * nothing left on failure). Teardown frees what setup made. */
+int sd_trace_setup(struct sd_machine *m);
+void sd_trace_teardown(struct sd_machine *m);
+
+/* sd_machine_trace_write() once its arguments are checked (a tracing
+ * machine, a path): 0 or -errno, with sd_last_error() set. */
+int sd_trace_write_file(struct sd_machine *m, const char *path);
+
+#endif
