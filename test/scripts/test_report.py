@@ -5,6 +5,7 @@
 aggregates: name parsing, compare's table and guard, bench-ratios' ratios,
 the reference data, and plot's exit status without matplotlib."""
 import copy
+import io
 import os
 import subprocess
 import sys
@@ -15,7 +16,7 @@ SCRIPTS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__)))), "scripts")
 sys.path.insert(0, SCRIPTS)
 
-from shootdown_report import compare, names, ratios, reference, results  # noqa: E402
+from shootdown_report import ab, compare, names, ratios, reference, results  # noqa: E402
 
 
 def bench(name, reps, time_unit="ns", **counters):
@@ -167,6 +168,37 @@ class Ratios(unittest.TestCase):
         goal = [g for g in ratios.goals_of(report, {}, {}, med)
                 if g["key"] == "tf2_gbcast_percpu_t0_vs_ipi_global_cpus2"][0]
         self.assertTrue(goal["met"])
+
+
+class Ab(unittest.TestCase):
+    """bench-ab: OLD then NEW each round, medians per side, their ratio."""
+
+    def test_rounds_alternate_and_ratios_are_of_medians(self):
+        calls = []
+        fake = {"old": {"tlb_lookup/sd_access/cpus:1": [4.0, 5.0, 4.0]},
+                "new": {"tlb_lookup/sd_access/cpus:1": [2.0, 3.0, 2.0]}}
+
+        def run(binary, wanted, min_time):
+            calls.append(binary)
+            v = fake[binary]["tlb_lookup/sd_access/cpus:1"][calls.count(binary) - 1]
+            return {"tlb_lookup/sd_access/cpus:1": (v, False)}
+
+        saved, ab.run = ab.run, run
+        try:
+            pair = ("tlb_lookup/sd_access/cpus:1",) * 2
+            seen = ab.measure("old", "new", [pair], 3, 0.1)
+        finally:
+            ab.run = saved
+        self.assertEqual(["old", "new"] * 3, calls)
+        self.assertEqual(([4.0, 5.0, 4.0], [2.0, 3.0, 2.0], False), seen[pair])
+        out = io.StringIO()
+        ab.report(seen, out)
+        self.assertIn("0.500", out.getvalue())     # median 2 over median 4
+
+    def test_a_benchmark_missing_on_one_side_is_said(self):
+        out = io.StringIO()
+        ab.report({("a/b/cpus:1",) * 2: ([], [1.0], False)}, out)
+        self.assertIn("no result", out.getvalue())
 
 
 class Reference(unittest.TestCase):
