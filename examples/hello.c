@@ -8,6 +8,7 @@
  * The oracle (on by default) counts any access served by a stale entry.
  *
  *     cc hello.c $(pkg-config --cflags --libs shootdown) -o hello
+ *     ./hello [strategy]        # broadcast by default; try ipi, local, gbcast
  */
 #include <sched.h>
 #include <stdatomic.h>
@@ -56,7 +57,7 @@ static void body(struct sd_cpu *cpu, void *arg)
 	sd_switch_mm(cpu, NULL);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
 	struct sd_machine_config cfg = SD_MACHINE_CONFIG_INIT;
 	struct sd_machine *m;
@@ -66,7 +67,7 @@ int main(void)
 	int err;
 
 	cfg.nr_cpus = 4;
-	cfg.strategy = "broadcast";
+	cfg.strategy = argc > 1 ? argv[1] : "broadcast";
 	cfg.oracle = SD_ORACLE_CHECKED;        /* count any stale translation used */
 	if ((err = sd_machine_create(&cfg, &m))) {
 		fprintf(stderr, "sd_machine_create: %s (%s)\n", sd_strerror(err), sd_last_error());
