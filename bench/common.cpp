@@ -153,8 +153,7 @@ sd_stats delta(const sd_stats &after, const sd_stats &before)
 
 double flush_ns_mean(const sd_stats &s)
 {
-	uint64_t n = s.counter[SD_STAT_FLUSH];
-	return n ? (double)s.flush_ns_total / (double)n : 0.0;
+	return ratio(s.flush_ns_total, s.counter[SD_STAT_FLUSH]);
 }
 
 void report_ipi_common(State &st, const sd_stats &d)

@@ -48,10 +48,10 @@ void BM_mprotect_threaded(State &st, const char *strategy, unsigned cpus)
 	uint64_t flushes = d.counter[SD_STAT_FLUSH];
 	st.counters["flush_ns"] = flush_ns_mean(d);
 	st.counters["remote_invalidations_per_flush"] =
-		flushes ? (double)d.counter[SD_STAT_REMOTE_INVAL] / (double)flushes : 0;
+		ratio(d.counter[SD_STAT_REMOTE_INVAL], flushes);
 	st.counters["flushes"] = Counter((double)flushes, Counter::kAvgIterations);
 	st.counters["local_only_flushes_per_flush"] =
-		flushes ? (double)d.counter[SD_STAT_LOCAL_ONLY_FLUSH] / (double)flushes : 0;
+		ratio(d.counter[SD_STAT_LOCAL_ONLY_FLUSH], flushes);
 	st.counters["stale_switch_flushes"] = (double)d.counter[SD_STAT_STALE_SWITCH_FLUSH];
 	report_machine(st, rm.m());
 }

@@ -53,7 +53,7 @@ void BM_process_churn(State &st, const char *strategy, unsigned cpus)
 	uint64_t flushes = d.counter[SD_STAT_FLUSH];
 	st.counters["flush_ns"] = flush_ns_mean(d);
 	st.counters["remote_invalidations_per_flush"] =
-		flushes ? (double)d.counter[SD_STAT_REMOTE_INVAL] / (double)flushes : 0;
+		ratio(d.counter[SD_STAT_REMOTE_INVAL], flushes);
 	st.counters["asid_allocations"] = (double)d.counter[SD_STAT_ASID_ALLOC];
 	st.counters["asid_rollovers"] = (double)d.counter[SD_STAT_ASID_ROLLOVER];
 	report_machine(st, rm.m());
