@@ -48,10 +48,11 @@ struct sd_machine {
 	struct sd_oracle oracle;
 	struct sd_trace trace;         /* the file and ring size; off if no path */
 
-	/* sd_machine_config.lru == SD_LRU_GLOBAL: freeing pages takes one machine-wide
-	 * lock and touches the shared LRU line, as release_pages() and
-	 * lru_add_drain() do under the lruvec lock. */
-	bool lru_global;
+	/* cfg.lru == SD_LRU_GLOBAL: freeing pages takes one machine-wide lock
+	 * and writes the shared LRU line, as release_pages() and
+	 * lru_add_drain() do under the lruvec lock. lru_pages is that write:
+	 * nobody reads it, it is there so the line really moves between CPUs
+	 * (lru_lock_pages counts the pages). */
 	sd_cacheline_aligned struct sd_spinlock lru_lock;
 	uint64_t lru_pages;            /* under lru_lock */
 

@@ -182,7 +182,6 @@ int sd_machine_create(const struct sd_machine_config *in, struct sd_machine **ou
 	m->cfg.oracle = m->checked ? SD_ORACLE_CHECKED : SD_ORACLE_OFF;
 	pthread_mutex_init(&m->pin_note_lock, NULL);
 	sd_spin_init(&m->lru_lock);
-	m->lru_global = m->cfg.lru == SD_LRU_GLOBAL;
 	sd_oracle_init(&m->oracle);
 
 	err = sd_topology_init(&m->topo, &m->cfg, &m->nr_cpus);

@@ -352,17 +352,18 @@ static void gather_page(struct gather *g, uint64_t pfn)
 void sd_mm_free_frames(struct sd_cpu *c, const uint64_t *pfns, size_t n)
 {
 	struct sd_machine *m = c->m;
+	bool global = m->cfg.lru == SD_LRU_GLOBAL;
 
 	if (!n)
 		return;
-	if (m->lru_global) {
+	if (global) {
 		sd_event_spin_lock(c, &m->lru_lock, SD_LOCK_LRU);
 		m->lru_pages += n;
 		sd_event(c, SD_EV_LRU_LOCK_FREE, n, 0);
 	}
 	for (size_t i = 0; i < n; i++)
 		sd_frame_free(&m->frames, &c->frames, pfns[i]);
-	if (m->lru_global)
+	if (global)
 		sd_spin_unlock(&m->lru_lock);
 }
 
