@@ -877,10 +877,13 @@ int sd_switch_mm(struct sd_cpu *c, struct sd_mm *next)
 	 * before it would hand the strategy a stale, soon freed, mm. */
 	prev = atomic_load_explicit(&c->mm, memory_order_relaxed);
 	c->m->ops->switch_mm(c, prev, next);
-	/* Relaxed: the access path that reads these runs on this thread; any
-	 * ordering other CPUs need (nr_active, cpumasks) is the strategy's,
-	 * with its own barriers, inside switch_mm above. */
-	atomic_store_explicit(&c->mm, next, memory_order_relaxed);
+	/* Release, pairing with the acquire in sd_mm_destroy()'s scans
+	 * (loaded_anywhere(), running_anywhere()): a destroyer that sees
+	 * this CPU gone from @prev frees it without an IPI, so everything
+	 * this CPU did with @prev (switch_mm above, sd_cpu_idle()'s read of
+	 * its id) must happen before. Any ordering other CPUs need for the
+	 * flush (nr_active, cpumasks) is the strategy's, inside switch_mm. */
+	atomic_store_explicit(&c->mm, next, memory_order_release);
 	if (atomic_load_explicit(&c->lazy, memory_order_relaxed)) {
 		atomic_store_explicit(&c->lazy, 0, memory_order_relaxed);
 		sd_event(c, SD_EV_LAZY_LEAVE, next ? next->id : 0, 0);

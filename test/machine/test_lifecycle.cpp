@@ -247,6 +247,48 @@ TEST_P(LazyMm, LazyCpuShotInItsBodyThenRunsAnotherMm)
 	}
 }
 
+// A CPU that idled on A (sd_cpu_idle() reads A) and then switched to B is
+// done with A: a destroyer that sees it on B frees A without an IPI, so
+// the switch's store of its loaded mm must publish (release) everything it
+// did with A to the destroyer's scan (acquire). CPU 0 learns of the switch
+// only through the library's own view (sd_cpu_current_mm()), no test
+// flag, so no other synchronisation hides a missing release: under TSan,
+// a relaxed store there is reported as a race between CPU 1's last use of
+// A and the free (strategy_stress found it 2 runs in 6).
+struct SwitchedAway {
+	sd_mm *a = nullptr, *b = nullptr;
+	std::atomic<int> destroy_err{1};
+	std::atomic<int> destroyed{0};   // CPU 0 to CPU 1 only
+};
+
+TEST_P(LazyMm, CpuThatSwitchedAwayIsDoneWithTheMmItLeft)
+{
+	Machine mach(sdtest::config(2, GetParam()));
+	ASSERT_NE(nullptr, mach.m);
+	SwitchedAway s;
+	ASSERT_EQ(0, sd_mm_create(mach.m, &s.a));
+	ASSERT_EQ(0, sd_mm_create(mach.m, &s.b));
+	Watchdog w("LazyMm.CpuThatSwitchedAwayIsDoneWithTheMmItLeft: a CPU stuck", kBound);
+	ASSERT_EQ(0, sd_machine_run(mach.m, [](sd_cpu *c, void *p) {
+		auto *s = static_cast<SwitchedAway *>(p);
+		if (sd_cpu_id(c) == 1) {
+			EXPECT_EQ(0, sd_switch_mm(c, s->a));
+			EXPECT_EQ(0, sd_cpu_idle(c));
+			EXPECT_EQ(0, sd_switch_mm(c, s->b));
+			wait_flag(s->destroyed);
+			EXPECT_EQ(0, sd_switch_mm(c, nullptr));
+			return;
+		}
+		sd_cpu *c1 = sd_machine_cpu(sd_cpu_machine(c), 1);
+		while (sd_cpu_current_mm(c1) != s->b)
+			std::this_thread::sleep_for(std::chrono::microseconds(20));
+		s->destroy_err.store(sd_mm_destroy(s->a));
+		s->destroyed.store(1);
+	}, &s)) << sd_last_error();
+	EXPECT_EQ(0, s.destroy_err.load()) << sd_last_error();
+	EXPECT_EQ(0, sd_mm_destroy(s.b)) << sd_last_error();
+}
+
 INSTANTIATE_TEST_SUITE_P(Strategies, LazyMm,
 			 ::testing::Values("broadcast", "local", "ipi", "ipi:cpumask=eager", "ipi:cpumask=lazy",
 					   "gbcast", "lifecycle"),
