@@ -1,0 +1,164 @@
+/* SPDX-License-Identifier: MIT */
+/**
+ * @file model.h
+ * @brief Modelled time: each emulated CPU keeps a clock of what its work
+ * would cost on a described machine.
+ * @ingroup model
+ *
+ * With a machine profile (sd_machine_config.profile), every emulated CPU
+ * carries a clock in modelled nanoseconds. Every hardware event the CPU
+ * takes part in (a TLB hit, a walk, a local or broadcast invalidation, an
+ * IPI sent, delivered, handled and acknowledged, an INVLPGB and its
+ * TLBSYNC, a context switch, a system call, a fault, a trap, a lock or a
+ * hot cache line changing hands) is charged the cost the profile gives it.
+ * Shared resources (the broadcast interconnect, the modelled locks, the hot
+ * cache lines the algorithms fight over) serialise their users in modelled
+ * time, so contention shows up in the clocks however the host interleaved
+ * the threads. Running CPUs are kept within a window of each other in
+ * modelled time (lax synchronisation, as in the Graphite simulator), so 64
+ * emulated CPUs time-sharing 2 host cores still interleave as 64 CPUs
+ * would. The real execution is unchanged: real threads, real races, the
+ * oracle; modelled time is computed beside it.
+ *
+ * A profile is a JSON file (format in the guide, "Modelled time"): the
+ * modelled machine's topology as a hwloc synthetic string, and the cost in
+ * ns of every event class, each with its source. Emulated CPU i sits on
+ * the profile topology's PU i (logical order); the distance class of two
+ * CPUs (same core, same last-level cache, same package, across packages)
+ * picks the cache-line transfer and lock handoff costs between them.
+ *
+ * Without a profile nothing is modelled, every clock reads 0, and the hot
+ * paths cost what they cost before modelled time existed.
+ */
+#ifndef SHOOTDOWN_MODEL_H
+#define SHOOTDOWN_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "export.h"
+#include "machine.h"
+
+SD_BEGIN_DECLS
+
+/**
+ * @defgroup model Modelled time
+ * Per-CPU modelled clocks charged from a machine profile.
+ * @{
+ */
+
+/** Default lax-synchronisation window (sd_machine_config.model_window_ns). */
+#define SD_MODEL_WINDOW_DEFAULT_NS 2000u
+
+/** Distance classes between two emulated CPUs of a modelled machine. */
+enum sd_model_distance {
+	SD_DIST_CORE = 0,     /**< the same core (SMT siblings) */
+	SD_DIST_LLC = 1,      /**< different cores sharing the last-level cache */
+	SD_DIST_PACKAGE = 2,  /**< the same package, different LLCs */
+	SD_DIST_SYSTEM = 3,   /**< different packages */
+	SD_DIST_NR
+};
+
+/** What sd_machine_model_info() reports. */
+struct sd_model_info {
+	/** sizeof(struct sd_model_info) as the caller compiled it. */
+	size_t size;
+	/** 1 if the machine models time (a profile was given), else 0. */
+	int modelled;
+	/** The profile's "name" field, "" if not modelled. */
+	char profile[64];
+	/** The file the profile was read from, "" if not modelled. */
+	char profile_path[256];
+	/** The modelled topology as a hwloc synthetic string. */
+	char topology[128];
+	/** PUs in the modelled topology (at least the machine's CPUs). */
+	unsigned nr_pus;
+	/** Lax-synchronisation window in modelled ns. */
+	uint64_t window_ns;
+	/** Smallest and largest CPU clock now, in modelled ns. */
+	uint64_t clock_min_ns;
+	/** See clock_min_ns. */
+	uint64_t clock_max_ns;
+	/** Times a CPU waited because it was a window ahead of the slowest. */
+	uint64_t window_waits;
+	/** Largest lead of a CPU over the slowest running CPU at the moment
+	 *  it went on (never more than window_ns plus the event that took it
+	 *  past: the bound test/hw/test_model checks). */
+	uint64_t max_lead_ns;
+	/** CPUs that came back from idle, a wait or a stall outside the
+	 *  library and were moved up to the running CPUs' time. */
+	uint64_t rejoins;
+};
+
+/** Initialiser for struct sd_model_info. */
+#define SD_MODEL_INFO_INIT { sizeof(struct sd_model_info), 0, "", "", "", 0, 0, 0, 0, 0, 0, 0 }
+
+/**
+ * sd_cpu_clock_ns() - @cpu's modelled clock, in ns.
+ *
+ * From the CPU's own thread: exact. From any other thread: the value the
+ * CPU last published, which trails the exact clock by at most the events
+ * since its last synchronisation point (a few hundred ns). 0 for a machine
+ * that does not model time, and for NULL (error.h's getter rule). Any
+ * thread. Never waits: may be called with interrupts off.
+ */
+SD_EXPORT uint64_t sd_cpu_clock_ns(const struct sd_cpu *cpu);
+
+/**
+ * sd_cpu_work() - charge @ns of modelled compute to @cpu, the calling CPU.
+ *
+ * For a workload to model its own work between the library's events (the
+ * loop body of a benchmark, a task's compute). Does nothing on a machine
+ * that does not model time, so workloads may call it unconditionally. May
+ * wait, with interrupts on, if it takes the CPU a window ahead of the
+ * slowest running CPU; with interrupts off it never waits (the check is
+ * made at the next event with them on).
+ *
+ * Return: 0; -EPERM if the caller is not attached as @cpu (NULL included).
+ * Called by the attached thread.
+ */
+SD_EXPORT int sd_cpu_work(struct sd_cpu *cpu, uint64_t ns);
+
+/**
+ * sd_machine_model_info() - what @m models and how its clocks stand.
+ *
+ * @info->size must be set (SD_MODEL_INFO_INIT); at most that many bytes are
+ * written. Safe while CPUs run (the clocks are then a sample).
+ *
+ * Return: 0; -EINVAL for a NULL argument or an unknown size. Any thread.
+ * Never waits for another CPU: may be called with interrupts off.
+ */
+SD_EXPORT int sd_machine_model_info(const struct sd_machine *m, struct sd_model_info *info);
+
+/**
+ * sd_model_cost_ns() - the cost @m's profile gives parameter @param (its
+ * JSON key, e.g. "ipi_delivery", or "line_transfer.llc"), in ns.
+ *
+ * Return: the cost, or a negative value (-1.0) if @m does not model time,
+ * an argument is NULL or no parameter has that name; the detail is in
+ * sd_last_error(). Any thread. Never waits: may be called with interrupts
+ * off.
+ */
+SD_EXPORT double sd_model_cost_ns(const struct sd_machine *m, const char *param);
+
+/**
+ * sd_profile_locate() - find the profile file for @name.
+ *
+ * A @name containing '/' or ending in ".json" is a path and is used as it
+ * is. Any other name is looked up as NAME.json, in order, in the directories
+ * of the environment variable SD_PROFILE_PATH (':'-separated), then in the
+ * installed profiles directory (PREFIX/share/shootdown/profiles), then in
+ * the source tree's profiles/ directory when the library runs from its
+ * build directory.
+ *
+ * Return: 0 with the path in @path; -EINVAL for a NULL or empty argument
+ * or a @name with characters other than letters, digits, '-', '_' and '.';
+ * -ENOENT if no such file exists (the detail lists where it looked);
+ * -ENAMETOOLONG if the path does not fit in @len bytes. Any thread.
+ */
+SD_EXPORT int sd_profile_locate(const char *name, char *path, size_t len);
+
+/** @} */
+
+SD_END_DECLS
+
+#endif

@@ -1,0 +1,58 @@
+/* SPDX-License-Identifier: MIT */
+#ifndef SD_HW_MODEL_PARAMS_H
+#define SD_HW_MODEL_PARAMS_H
+
+/*
+ * The cost parameters of a machine profile: X(enum suffix, JSON key, what
+ * one charge of it is). Every profile gives every one of them, in ns, with
+ * its source (docs/guide.md, "Modelled time", has the file format; the
+ * calibrator tools/calibrate writes them all). The distance-class tables
+ * (line_transfer, lock_handoff) are separate: SD_MODEL_DIST_PARAMS.
+ *
+ * Kept free of every other header so the calibrator and the docs check
+ * read the same list.
+ */
+#define SD_MODEL_PARAM_LIST(X)                                                   \
+	X(TLB_L1_HIT,        "tlb_l1_hit",        "an access served by the L1 TLB, the load included") \
+	X(TLB_L2_HIT,        "tlb_l2_hit",        "an access served by the L2 TLB, the load included") \
+	X(TLB_MISS,          "tlb_miss",          "a lookup that missed both TLB levels, before the walk") \
+	X(WALK_LEVEL,        "walk_level",        "one page-table level read by a walk (4 per full walk)") \
+	X(TLB_FILL,          "tlb_fill",          "inserting a walked translation into the TLB") \
+	X(PTE_UPDATE,        "pte_update",        "one PTE written by a mapping change (set, clear, protect)") \
+	X(PAGE_FREE,         "page_free",         "one frame freed by unmap, madvise or reclaim") \
+	X(LOCAL_FLUSH_ALL,   "local_flush_all",   "a local invalidation of every entry") \
+	X(LOCAL_FLUSH_ASID,  "local_flush_asid",  "a local invalidation of one ASID/PCID") \
+	X(LOCAL_FLUSH_PAGE,  "local_flush_page",  "a local invalidation of one page (INVLPG, TLBI VALE1)") \
+	X(LOCAL_FLUSH_RANGE, "local_flush_range", "a local range invalidation, fixed part") \
+	X(LOCAL_FLUSH_RANGE_PAGE, "local_flush_range_page", "a local range invalidation, per page") \
+	X(TLBI_ISSUE,        "tlbi_issue",        "issuing one broadcast TLBI on the issuing CPU") \
+	X(DVM_MESSAGE,       "dvm_message",       "interconnect occupancy of one broadcast message, fixed part") \
+	X(DVM_TARGET,        "dvm_target",        "interconnect occupancy of one broadcast message, per target CPU") \
+	X(DVM_COMPLETION,    "dvm_completion",    "from the end of a message's occupancy until every target has done it") \
+	X(DSB,               "dsb",               "a DSB that finds its broadcasts complete") \
+	X(IPI_SEND,          "ipi_send",          "sending an IPI: the first target of a shootdown") \
+	X(IPI_SEND_TARGET,   "ipi_send_target",   "each further target of the same shootdown (multicast)") \
+	X(IPI_DELIVERY,      "ipi_delivery",      "from the send until the target takes the interrupt") \
+	X(IRQ_ENTRY,         "irq_entry",         "interrupt entry on the target") \
+	X(IRQ_EXIT,          "irq_exit",          "interrupt exit on the target") \
+	X(IPI_HANDLER,       "ipi_handler",       "running one queued request, apart from the flush it does") \
+	X(INVLPGB_ISSUE,     "invlpgb_issue",     "issuing one INVLPGB on the issuing CPU") \
+	X(INVLPGB_COMPLETION, "invlpgb_completion", "from the end of an INVLPGB's occupancy until every target has done it") \
+	X(TLBSYNC,           "tlbsync",           "a TLBSYNC that finds its INVLPGBs complete") \
+	X(CONTEXT_SWITCH,    "context_switch",    "switching address spaces (switch_mm and the register write)") \
+	X(SYSCALL_ENTRY,     "syscall_entry",     "system call entry (mmap, munmap, mprotect, madvise)") \
+	X(SYSCALL_EXIT,      "syscall_exit",      "system call exit") \
+	X(PAGE_FAULT_ENTRY,  "page_fault_entry",  "a page fault's exception entry and exit") \
+	X(TRAP_ENTRY,        "trap_entry",        "an emulated instruction's exception entry") \
+	X(TRAP_EXIT,         "trap_exit",         "an emulated instruction's exception return")
+
+/* X(enum suffix, JSON key, what one charge is), each a table by distance
+ * class (enum sd_model_distance: core, llc, package, system). */
+#define SD_MODEL_DIST_PARAM_LIST(X)                                              \
+	X(LINE_TRANSFER, "line_transfer", "a cache line last written by another CPU, fetched") \
+	X(LOCK_HANDOFF,  "lock_handoff",  "a lock last released by another CPU, acquired")
+
+/* The distance classes' JSON keys, in enum sd_model_distance order. */
+#define SD_MODEL_DIST_KEYS { "core", "llc", "package", "system" }
+
+#endif
