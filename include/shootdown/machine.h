@@ -143,13 +143,26 @@ struct sd_machine_config {
 	/** Records kept per CPU when tracing (32 bytes each); 0 = 65536. The
 	 *  first ones are kept, later ones counted as trace_records_dropped. */
 	unsigned trace_events_per_cpu;
+	/** Machine profile for modelled time (model.h): a name found by
+	 *  sd_profile_locate(), or a path. NULL = the environment variable
+	 *  SD_PROFILE if set and not empty, else no modelling. The string is
+	 *  copied. This field wins over SD_PROFILE. "" is -EINVAL. */
+	const char *profile;
+	/** The modelled topology as a hwloc synthetic string, instead of the
+	 *  profile's own (the same costs on a bigger or differently shaped
+	 *  machine); NULL = the profile's. Needs a profile. */
+	const char *model_topology;
+	/** Lax-synchronisation window in modelled ns: no running CPU gets
+	 *  further than this ahead of the slowest; 0 = SD_MODEL_WINDOW_DEFAULT_NS
+	 *  (model.h). At most 1000000000. */
+	uint64_t model_window_ns;
 };
 
 /** How long (ms) a parked IPI waiter waits before sending the signal again. */
 #define SD_SMP_CALL_RESEND_MS 20
 
 /** Initialiser for struct sd_machine_config: all defaults. */
-#define SD_MACHINE_CONFIG_INIT { sizeof(struct sd_machine_config), SD_NR_CPUS_ALL_PUS, SD_PLACE_COMPACT, 0, 0, 0, 0, 0, 0, 0, 0, 0, SD_ORACLE_DEFAULT, 0, SD_TRAP_DIRECT, 0, SD_LRU_PERCPU, 0, 0 }
+#define SD_MACHINE_CONFIG_INIT { sizeof(struct sd_machine_config), SD_NR_CPUS_ALL_PUS, SD_PLACE_COMPACT, 0, 0, 0, 0, 0, 0, 0, 0, 0, SD_ORACLE_DEFAULT, 0, SD_TRAP_DIRECT, 0, SD_LRU_PERCPU, 0, 0, 0, 0, 0 }
 
 /**
  * sd_machine_config_init() - fill @cfg with defaults (same as SD_MACHINE_CONFIG_INIT).

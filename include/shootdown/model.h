@@ -130,15 +130,16 @@ SD_EXPORT int sd_cpu_work(struct sd_cpu *cpu, uint64_t ns);
 SD_EXPORT int sd_machine_model_info(const struct sd_machine *m, struct sd_model_info *info);
 
 /**
- * sd_model_cost_ns() - the cost @m's profile gives parameter @param (its
- * JSON key, e.g. "ipi_delivery", or "line_transfer.llc"), in ns.
+ * sd_model_cost_ns() - a cost from a machine's profile, in ns.
+ * @m: the machine.
+ * @key: the parameter's JSON key ("ipi_delivery", "line_transfer.llc").
  *
  * Return: the cost, or a negative value (-1.0) if @m does not model time,
- * an argument is NULL or no parameter has that name; the detail is in
+ * an argument is NULL or no parameter is named @key; the detail is in
  * sd_last_error(). Any thread. Never waits: may be called with interrupts
  * off.
  */
-SD_EXPORT double sd_model_cost_ns(const struct sd_machine *m, const char *param);
+SD_EXPORT double sd_model_cost_ns(const struct sd_machine *m, const char *key);
 
 /**
  * sd_profile_locate() - find the profile file for @name.
@@ -153,7 +154,8 @@ SD_EXPORT double sd_model_cost_ns(const struct sd_machine *m, const char *param)
  * Return: 0 with the path in @path; -EINVAL for a NULL or empty argument
  * or a @name with characters other than letters, digits, '-', '_' and '.';
  * -ENOENT if no such file exists (the detail lists where it looked);
- * -ENAMETOOLONG if the path does not fit in @len bytes. Any thread.
+ * -ENAMETOOLONG if the path does not fit in @len bytes. Any thread; from
+ * an attached CPU only with interrupts on (it looks at files).
  */
 SD_EXPORT int sd_profile_locate(const char *name, char *path, size_t len);
 

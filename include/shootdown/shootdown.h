@@ -19,5 +19,6 @@
 #include "trap.h"
 #include "stats.h"
 #include "oracle.h"
+#include "model.h"
 
 #endif

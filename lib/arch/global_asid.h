@@ -62,6 +62,12 @@ static inline void sd_global_asid_unlock(struct sd_global_asid *g)
 	sd_spin_unlock(&g->lock);
 }
 
+/* Partner of sd_global_asid_lock_cpu(): the release is an event too. */
+static inline void sd_global_asid_unlock_cpu(struct sd_global_asid *g, struct sd_cpu *cpu)
+{
+	sd_event_spin_unlock(cpu, &g->lock, SD_LOCK_GLOBAL_ASID);
+}
+
 /* Under the lock: a global ASID, or 0 if none is available. May run the
  * wrap-around flush. */
 uint16_t sd_global_asid_alloc_locked(struct sd_global_asid *g);

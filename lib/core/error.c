@@ -52,11 +52,11 @@ const char *sd_strerror(int err)
 	case 0:
 		return "success";
 	case -EINVAL:
-		return "invalid argument (NULL object, bad configuration, range, alignment or "
-		       "option, or called with interrupts off)";
+		return "invalid argument (NULL object, bad configuration, profile, range, "
+		       "alignment or option, or called with interrupts off)";
 	case -ENOENT:
-		return "no such strategy, option, trap hook, recorded violation or trace "
-		       "file directory";
+		return "no such strategy, option, trap hook, recorded violation, trace "
+		       "file directory or machine profile";
 	case -ENOMEM:
 		/* mprotect(2) says ENOMEM for a range with unmapped pages too. */
 		return "out of memory, frames or ASIDs, or the range is not (fully) mapped";
@@ -91,6 +91,8 @@ const char *sd_strerror(int err)
 		return "undefined instruction: no trap hook matches";
 	case -EIO:
 		return "I/O error writing a trace file";
+	case -ENAMETOOLONG:
+		return "a profile's path does not fit in the buffer given";
 	default:
 		return err < 0 ? "unknown error" : "not an error code";
 	}

@@ -8,6 +8,7 @@
 #include "../core/rcu.h"
 
 #include "../core/error.h"
+#include "event.h"
 #include "machine.h"
 #include "smp.h"
 
@@ -38,6 +39,7 @@ void sd_cpu_area_init(struct sd_cpu *c, struct sd_machine *m, unsigned id, size_
 	c->asid = 0;
 	c->pinned = -1;
 	c->checked = m->checked;
+	sd_model_cpu_init(c);
 	sd_tlb_init(&c->tlb, (char *)c + sizeof(*c), l1, sets, ways);
 }
 
@@ -104,6 +106,8 @@ int sd_cpu_online(struct sd_machine *m, unsigned id, struct sd_cpu **out)
 	sd_this_cpu = c;
 	atomic_store(&c->tid, (int)syscall(SYS_gettid));
 	sd_rcu_register();
+	/* Modelled time: the CPU joins the running ones at their time. */
+	sd_model_cpu_online(c);
 	atomic_fetch_add(&m->nr_attached, 1);
 	*out = c;
 	return 0;
@@ -117,6 +121,7 @@ void sd_cpu_offline(struct sd_cpu *c)
 	struct sd_machine *m = c->m;
 
 	sd_smp_call_offline(c);
+	sd_model_cpu_offline(c);
 	sd_frame_cache_drain(&m->frames, &c->frames);
 	sd_rcu_unregister();
 	sd_topology_unbind_self(&m->topo, &c->binding);
@@ -205,4 +210,27 @@ void sd_cpu_quiescent(struct sd_cpu *c)
 		sd_fail(-EINVAL, "sd_cpu_quiescent: interrupts are off");
 	else
 		sd_cpu_qs(c);
+}
+
+/* Modelled time's per-CPU calls (the model itself is model.c). */
+uint64_t sd_cpu_clock_ns(const struct sd_cpu *c)
+{
+	if (!c)
+		return (uint64_t)sd_fail(0, "sd_cpu_clock_ns: NULL CPU");
+	if (!c->model.ev_ps)
+		return 0;
+	if (c == sd_this_cpu)
+		return c->model.clock_ps / PS_PER_NS;
+	return atomic_load_explicit(&c->model_pub.clock_ps, memory_order_relaxed) / PS_PER_NS;
+}
+
+int sd_cpu_work(struct sd_cpu *c, uint64_t ns)
+{
+	if (sd_cpu_check_self(c))
+		return sd_fail(-EPERM, "sd_cpu_work: caller is not attached as this CPU");
+	if (ns > UINT64_MAX / PS_PER_NS / 4)
+		return sd_fail(-EINVAL, "sd_cpu_work: %llu ns is more than a modelled clock holds",
+			       (unsigned long long)ns);
+	sd_event(c, SD_EV_WORK, ns, 0);
+	return 0;
 }

@@ -16,6 +16,7 @@
 
 #include "../core/compiler.h"
 #include "frame.h"
+#include "model.h"
 #include "tlb.h"
 #include "topology.h"
 
@@ -48,6 +49,10 @@ struct sd_cpu {
 	SD_ATOMIC(int) tid;               /* kernel thread id, 0 while detached */
 	SD_ATOMIC(int) attached;
 	SD_ATOMIC(int) ipi_send_err;      /* last failed send (-errno), for the watchdog report */
+	struct sd_model_line ipi_line;    /* the queue head as a modelled hot line */
+
+	/* Modelled clock as others see it (lax synchronisation). */
+	struct sd_model_pub model_pub;
 
 	/* Loaded address space: owner writes, others may read. */
 	sd_cacheline_aligned SD_ATOMIC(struct sd_mm *) mm;
@@ -62,6 +67,7 @@ struct sd_cpu {
 	uint64_t regs[31];             /* X0..X30: what trap emulation writes */
 	bool checked;                  /* copy of the machine's oracle mode */
 	struct sd_trace_ring *trace;   /* NULL unless tracing (event.h reads it) */
+	struct sd_cpu_model model;     /* modelled time; model.ev_ps NULL: off */
 	int pinned;                    /* -1 never attached, 0 unpinned, 1 pinned */
 	unsigned ops_since_qs;         /* accesses since the last quiescent state */
 	struct sd_topology_binding binding;

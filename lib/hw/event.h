@@ -11,6 +11,7 @@
 
 #include "../core/spinlock.h"
 #include "cpu.h"
+#include "model.h"
 
 /*
  * The event funnel: every hardware event of an emulated CPU goes through
@@ -32,7 +33,7 @@
 	X(TLB_L1_HIT,         TLB_L1_HIT,         UNTRACED, ONE)                \
 	X(TLB_L2_HIT,         TLB_L2_HIT,         UNTRACED, ONE)                \
 	X(TLB_MISS,           TLB_MISS,           UNTRACED, ONE)                \
-	X(PAGE_WALK,          PAGE_WALK,          UNTRACED, ONE)                \
+	X(PAGE_WALK,          PAGE_WALK,          UNTRACED, ONE) /* arg levels read */ \
 	X(WALK_CACHE_HIT,     WALK_CACHE_HIT,     UNTRACED, ONE)                \
 	X(TLB_FILL,           TLB_FILL,           INSTANT,  ONE) /* arg vpn */  \
 	X(TLB_FILL_RACED,     TLB_FILL_RACED,     INSTANT,  ONE) /* arg vpn */  \
@@ -75,7 +76,7 @@
 	X(IPI_TARGET_GONE,    IPI_TARGET_GONE,    INSTANT,  ONE) /* arg target */ \
 	X(CPUMASK_WRITE,      CPUMASK_WRITE,      UNTRACED, ONE)                \
 	X(FLUSH_FULL,         FLUSH_FULL,         INSTANT,  ONE)                \
-	X(FLUSH_PARTIAL,      FLUSH_PARTIAL,      INSTANT,  ONE)                \
+	X(FLUSH_PARTIAL,      FLUSH_PARTIAL,      INSTANT,  ONE) /* arg pages */ \
 	X(FLUSH_GEN_SKIP,     FLUSH_GEN_SKIP,     INSTANT,  ONE)                \
 	X(LAZY_SKIP,          LAZY_SKIP,          UNTRACED, ONE)                \
 	X(CPUMASK_TRIM,       CPUMASK_TRIM,       UNTRACED, ONE)                \
@@ -97,7 +98,19 @@
 	X(TRAP_END,           NONE,               END,      ONE)                \
 	X(TRAP_UNDEF,         TRAP_UNDEF,         INSTANT,  ONE) /* arg insn */ \
 	X(LOCK_WAIT_BEGIN,    LOCK_WAIT,          BEGIN,    ONE) /* arg enum sd_lock_kind */ \
-	X(LOCK_WAIT_END,      NONE,               END,      ONE)
+	X(LOCK_WAIT_END,      NONE,               END,      ONE)                \
+	/* Events that exist for modelled time (model.h): counted nowhere. */  \
+	X(DSB,                NONE,               UNTRACED, ONE) /* the flush's barrier */ \
+	X(SYSCALL_ENTER,      NONE,               UNTRACED, ONE)                \
+	X(SYSCALL_EXIT,       NONE,               UNTRACED, ONE)                \
+	X(PTE_UPDATE,         NONE,               UNTRACED, ONE) /* arg PTEs */  \
+	X(PAGE_FREE,          NONE,               UNTRACED, ONE) /* arg frames */ \
+	/* arg enum sd_lock_kind, aux the struct sd_model_lock (0: the kind's) */ \
+	X(LOCK_ACQUIRE,       NONE,               UNTRACED, ONE)                \
+	X(LOCK_RELEASE,       NONE,               UNTRACED, ONE)                \
+	X(LINE_READ,          NONE,               UNTRACED, ONE) /* aux struct sd_model_line */ \
+	X(LINE_WRITE,         NONE,               UNTRACED, ONE) /* aux struct sd_model_line */ \
+	X(WORK,               NONE,               UNTRACED, ONE) /* arg ns: sd_cpu_work() */
 
 enum sd_event {
 #define SD_EVENT_ENUM(ev, stat, trace, add) SD_EV_##ev,
@@ -143,11 +156,15 @@ enum sd_flush_reason {
 	SD_FLUSH_REASON_NR
 };
 
-/* The locks whose waits are events (LOCK_WAIT_BEGIN's argument). */
+/* The locks whose waits are events (LOCK_WAIT_BEGIN's argument) and that
+ * modelled time serialises (LOCK_ACQUIRE). */
 enum sd_lock_kind {
 	SD_LOCK_DVM,            /* broadcast: the interconnect's TLBI serialisation */
 	SD_LOCK_LRU,            /* lru=global: the lruvec lock of release_pages() */
 	SD_LOCK_GLOBAL_ASID,    /* gbcast: global_asid_lock */
+	SD_LOCK_MM,             /* an mm's mmap_lock and page-table lock (per mm) */
+	SD_LOCK_TRAP,           /* trap dispatch, locked: the hook-list lock */
+	SD_LOCK_ASID,           /* arm64: cpu_asid_lock of the ASID allocator */
 	SD_LOCK_KIND_NR
 };
 
@@ -177,11 +194,53 @@ static inline void sd_event_count(struct sd_cpu *c, enum sd_stat id, uint64_t n)
 	sd_counter_add(&c->stats.counter[id], n);
 }
 
+/* Modelled time's side of the funnel (hw/model.c): out of line. */
+void sd_model_event(struct sd_cpu *c, enum sd_event ev, uint64_t arg, uint64_t aux);
+void sd_model_sync(struct sd_cpu *c);
+uint64_t sd_model_ipi_posted(struct sd_cpu *from, struct sd_cpu *t);
+void sd_model_ipi_run(struct sd_cpu *c, uint64_t sent_ps);
+void sd_model_ipi_acked(struct sd_cpu *from, struct sd_cpu *t, uint64_t acked_ps);
+void sd_model_irq_exit(struct sd_cpu *c);
+void sd_model_set_run(struct sd_cpu *c, int state);
+
+/* Events whose modelled cost is a fixed charge from the profile (ev_ps);
+ * the others (per page, per target, a shared resource, a wait) are charged
+ * out of line. A switch, not a table, so C++ can include this and a
+ * constant @ev folds to one branch. */
+static inline bool sd_model_fixed(enum sd_event ev)
+{
+	switch (ev) {
+	case SD_EV_PAGE_WALK: case SD_EV_LOCAL_FLUSH_RANGE: case SD_EV_FLUSH_PARTIAL:
+	case SD_EV_TLBI_OP: case SD_EV_INVLPGB: case SD_EV_TLBSYNC: case SD_EV_DSB:
+	case SD_EV_PTE_UPDATE: case SD_EV_PAGE_FREE: case SD_EV_LOCK_WAIT_BEGIN:
+	case SD_EV_LOCK_WAIT_END: case SD_EV_LOCK_ACQUIRE: case SD_EV_LOCK_RELEASE:
+	case SD_EV_LINE_READ: case SD_EV_LINE_WRITE: case SD_EV_WORK:
+		return false;
+	default:
+		return true;
+	}
+}
+
+/* Charge @ev to @c's modelled clock; at a synchronisation point, publish
+ * the clock and keep within the window (model.c). */
+static inline void sd_model_charge(struct sd_cpu *c, enum sd_event ev, uint64_t arg, uint64_t aux)
+{
+	if (!sd_model_fixed(ev)) {
+		sd_model_event(c, ev, arg, aux);
+		return;
+	}
+	c->model.clock_ps += c->model.ev_ps[ev];
+	if (unlikely(c->model.clock_ps >= c->model.sync_at_ps))
+		sd_model_sync(c);
+}
+
 /*
  * The funnel. @c is the CPU the event happened on, and its owner thread is
- * the caller (the counters and the ring are written by it alone, so no
- * shared atomics). With tracing off a traced event costs one predictable
- * branch on c->trace, which shares the owner-private line with irq_depth.
+ * the caller (the counters, the ring and the modelled clock are written by
+ * it alone, so no shared atomics). With tracing off a traced event costs
+ * one predictable branch on c->trace, which shares the owner-private line
+ * with irq_depth; with no profile, every event costs one more on
+ * c->model.ev_ps, on the same line.
  */
 static inline void sd_event(struct sd_cpu *c, enum sd_event ev, uint64_t arg, uint64_t aux)
 {
@@ -193,6 +252,8 @@ static inline void sd_event(struct sd_cpu *c, enum sd_event ev, uint64_t arg, ui
 		sd_event_flush_latency(c, arg);
 	if (d->trace != SD_EVT_UNTRACED && unlikely(c->trace != NULL))
 		sd_trace_record(c, ev, arg, aux);
+	if (unlikely(c->model.ev_ps != NULL))
+		sd_model_charge(c, ev, arg, aux);
 }
 
 /*
@@ -200,12 +261,48 @@ static inline void sd_event(struct sd_cpu *c, enum sd_event ev, uint64_t arg, ui
  * the request carries to the handler (IPI_RUN_BEGIN) and back to the ack
  * (IPI_ACKED), so the timeline can draw the arrows. 0: not traced.
  */
-static inline uint64_t sd_event_ipi_sent(struct sd_cpu *c, unsigned target)
+static inline uint64_t sd_event_ipi_sent(struct sd_cpu *c, struct sd_cpu *target,
+					 uint64_t *model_sent_ps)
 {
 	sd_event_count(c, SD_STAT_IPI_SENT, 1);
+	if (unlikely(c->model.ev_ps != NULL))
+		*model_sent_ps = sd_model_ipi_posted(c, target);
 	if (unlikely(c->trace != NULL))
-		return sd_trace_record_flow(c, SD_EV_IPI_SENT, target);
+		return sd_trace_record_flow(c, SD_EV_IPI_SENT, target->id);
 	return 0;
+}
+
+/* @c runs a request sent at modelled time @sent_ps (0: by a plain thread,
+ * or unmodelled): the handler starts at the later of its arrival and @c's
+ * own clock. Returns when the ack is written, in modelled time. */
+static inline void sd_event_ipi_run_begin(struct sd_cpu *c, uint64_t flow, uint64_t sent_ps)
+{
+	if (unlikely(c->model.ev_ps != NULL))
+		sd_model_ipi_run(c, sent_ps);
+	sd_event(c, SD_EV_IPI_RUN_BEGIN, flow, 0);
+}
+
+static inline uint64_t sd_event_ipi_run_end(struct sd_cpu *c, uint64_t flow)
+{
+	sd_event(c, SD_EV_IPI_RUN_END, flow, 0);
+	return c->model.clock_ps;
+}
+
+/* The end of a batch of requests run in one interrupt. */
+static inline void sd_event_irq_exit(struct sd_cpu *c)
+{
+	if (unlikely(c->model.ev_ps != NULL))
+		sd_model_irq_exit(c);
+}
+
+/* @c saw @t's ack of a request, written at modelled time @acked_ps. */
+static inline void sd_event_ipi_acked(struct sd_cpu *c, struct sd_cpu *t, uint64_t flow,
+				      uint64_t acked_ps)
+{
+	if (flow)
+		sd_event(c, SD_EV_IPI_ACKED, flow, t->id);
+	if (unlikely(c->model.ev_ps != NULL))
+		sd_model_ipi_acked(c, t, acked_ps);
 }
 
 /* A spinlock acquisition whose wait, if any, is an event: the uncontended
@@ -213,11 +310,29 @@ static inline uint64_t sd_event_ipi_sent(struct sd_cpu *c, unsigned target)
 static inline void sd_event_spin_lock(struct sd_cpu *c, struct sd_spinlock *l,
 				      enum sd_lock_kind kind)
 {
-	if (likely(sd_spin_trylock(l)))
-		return;
-	sd_event(c, SD_EV_LOCK_WAIT_BEGIN, kind, 0);
-	sd_spin_lock_slow(l);
-	sd_event(c, SD_EV_LOCK_WAIT_END, kind, 0);
+	if (unlikely(!sd_spin_trylock(l))) {
+		sd_event(c, SD_EV_LOCK_WAIT_BEGIN, kind, 0);
+		sd_spin_lock_slow(l);
+		sd_event(c, SD_EV_LOCK_WAIT_END, kind, 0);
+	}
+	sd_event(c, SD_EV_LOCK_ACQUIRE, kind, 0);
+}
+
+/* Its partner: the release is an event before the unlock, so the model's
+ * lock state is written while the real lock still orders it. */
+static inline void sd_event_spin_unlock(struct sd_cpu *c, struct sd_spinlock *l,
+					enum sd_lock_kind kind)
+{
+	sd_event(c, SD_EV_LOCK_RELEASE, kind, 0);
+	sd_spin_unlock(l);
+}
+
+/* A hot line read or written (mm_cpumask, tlb_gen, IPI queue heads). */
+static inline void sd_event_line(struct sd_cpu *c, struct sd_model_line *line, bool write)
+{
+	if (unlikely(c->model.ev_ps != NULL))
+		sd_model_event(c, write ? SD_EV_LINE_WRITE : SD_EV_LINE_READ, 0,
+			       (uint64_t)(uintptr_t)line);
 }
 
 #endif

@@ -15,6 +15,7 @@
 #include "../core/spinlock.h"
 #include "cpu.h"
 #include "frame.h"
+#include "model.h"
 #include "oracle.h"
 #include "topology.h"
 #include "trace.h"
@@ -47,6 +48,7 @@ struct sd_machine {
 	struct sd_traps traps;
 	struct sd_oracle oracle;
 	struct sd_trace trace;         /* the file and ring size; off if no path */
+	struct sd_model model;         /* modelled time; model.on false: none */
 
 	/* cfg.lru == SD_LRU_GLOBAL: freeing pages takes one machine-wide lock
 	 * and writes the shared LRU line, as release_pages() and

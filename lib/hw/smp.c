@@ -59,9 +59,10 @@ static void ipi_run_batch(struct sd_cpu *c)
 		/* Read before the run: after the ack the request may be gone. */
 		uint64_t flow = req->flow;
 
-		sd_event(c, SD_EV_IPI_RUN_BEGIN, flow, 0);
+		sd_event_ipi_run_begin(c, flow, req->model_sent_ps);
 		req->fn(c, req->arg);
-		sd_event(c, SD_EV_IPI_RUN_END, flow, 0);
+		/* Written before the ack publishes the request's end. */
+		req->model_acked_ps = sd_event_ipi_run_end(c, flow);
 		/* Only a parked sender needs the wake-up system call. A wake
 		 * that lands after the sender left is harmless: the word is
 		 * still mapped, and every futex wait loops. */
@@ -104,6 +105,7 @@ static void ipi_run_queue(struct sd_cpu *c)
 			atomic_signal_fence(memory_order_seq_cst);
 		} while (c->ipi_pending);
 		sd_order_point(SD_ORDER_IPI_DRAINED, c->id);
+		sd_event_irq_exit(c);
 		c->irq_depth--;
 		/* Pairs with the handler's irq_depth read and ipi_pending
 		 * store: a signal after the decrement runs the queue itself;
@@ -354,7 +356,9 @@ bool sd_smp_call_post(struct sd_cpu *from, struct sd_cpu *t, struct sd_smp_call_
 	/* Counted (and traced) before the push: the flow id travels in the
 	 * request. @from is NULL for a plain thread (sd_mm_destroy() shooting
 	 * lazy CPUs): there is no sending CPU to count it on. */
-	req->flow = from ? sd_event_ipi_sent(from, t->id) : 0;
+	req->model_sent_ps = 0;
+	req->model_acked_ps = 0;
+	req->flow = from ? sd_event_ipi_sent(from, t, &req->model_sent_ps) : 0;
 	/* The push's barrier is inside liburcu, where TSan cannot see it. */
 	sd_tsan_release(req);
 	cds_lfs_push(&t->ipi_queue, &req->node);
@@ -594,6 +598,15 @@ int sd_smp_call_wait(struct sd_cpu *from, struct sd_smp_call_req *req)
 {
 	unsigned n;
 	int expected = SD_SMP_CALL_PENDING;
+	/* Modelled time: a CPU waiting for an ack holds nobody back. */
+	bool blocked = from && from->model.ev_ps &&
+		       atomic_load_explicit(&from->model_pub.state, memory_order_relaxed) ==
+			       SD_MODEL_RUNNING;
+
+	if (blocked && !req_finished(req))
+		sd_model_set_run(from, SD_MODEL_BLOCKED);
+	else
+		blocked = false;
 
 	for (n = 0; n < SD_BACKOFF_SPINS + SD_BACKOFF_YIELDS; n++) {
 		if (req_finished(req))
@@ -608,8 +621,10 @@ int sd_smp_call_wait(struct sd_cpu *from, struct sd_smp_call_req *req)
 	if (atomic_compare_exchange_strong(&req->state, &expected, SD_SMP_CALL_PARKED))
 		ipi_wait_parked(from, req);
 done:
-	if (from && req->flow)
-		sd_event(from, SD_EV_IPI_ACKED, req->flow, req->target->id);
+	if (blocked)
+		sd_model_set_run(from, SD_MODEL_RUNNING);
+	if (from)
+		sd_event_ipi_acked(from, req->target, req->flow, req->model_acked_ps);
 	if (atomic_load_explicit(&req->state, memory_order_acquire) == SD_SMP_CALL_GONE)
 		return sd_fail(-ESRCH, "CPU %u's thread exited while attached: its IPI was not run",
 			       req->target->id);

@@ -37,6 +37,8 @@ struct sd_smp_call_req {
 	SD_ATOMIC(int) state;          /* SD_IPI_*: the sender parks on it */
 	struct sd_cpu *target;         /* for the watchdog: whom to re-signal */
 	uint64_t flow;                 /* trace flow id from the sender, or 0 */
+	uint64_t model_sent_ps;        /* modelled time it was sent, 0: none */
+	uint64_t model_acked_ps;       /* modelled time the target acked it */
 };
 
 /*

@@ -211,7 +211,7 @@ static int dispatch_locked(struct sd_cpu *cpu, struct sd_traps *t, uint32_t insn
 	void *arg = NULL;
 
 	sd_irq_off(cpu);
-	sd_spin_lock(&t->lock);
+	sd_event_spin_lock(cpu, &t->lock, SD_LOCK_TRAP);
 	for (h = atomic_load_explicit(&t->hooks, memory_order_relaxed); h;
 	     h = atomic_load_explicit(&h->next, memory_order_relaxed)) {
 		if ((insn & h->mask) == h->value) {
@@ -220,7 +220,7 @@ static int dispatch_locked(struct sd_cpu *cpu, struct sd_traps *t, uint32_t insn
 			break;
 		}
 	}
-	sd_spin_unlock(&t->lock);
+	sd_event_spin_unlock(cpu, &t->lock, SD_LOCK_TRAP);
 	sd_irq_on(cpu);
 	return fn ? fn(cpu, insn, arg) : -EILSEQ;
 }

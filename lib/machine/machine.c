@@ -105,6 +105,18 @@ static int normalise(const struct sd_machine_config *in, struct sd_machine_confi
 	if (cfg->lru > SD_LRU_GLOBAL)
 		return sd_fail(-EINVAL, "lru %u unknown: want SD_LRU_PERCPU or SD_LRU_GLOBAL",
 			       cfg->lru);
+	if (!cfg->profile) {
+		const char *env = getenv("SD_PROFILE");
+		cfg->profile = env && *env ? env : NULL;
+	} else if (!*cfg->profile) {
+		return sd_fail(-EINVAL, "profile is empty: NULL means no modelled time");
+	}
+	if (cfg->model_topology && !cfg->profile)
+		return sd_fail(-EINVAL, "model_topology '%s' without a profile: there is no "
+			       "modelled time to place it in", cfg->model_topology);
+	if (cfg->model_window_ns > 1000000000u)
+		return sd_fail(-EINVAL, "model_window_ns %llu: at most 1000000000 (1 s)",
+			       (unsigned long long)cfg->model_window_ns);
 	/* A flag from a newer header must not be dropped silently. */
 	if (cfg->flags & ~(unsigned)(SD_MACHINE_STRICT_PIN | SD_MACHINE_TAKE_SIGNAL))
 		return sd_fail(-EINVAL, "flags 0x%x: unknown bits 0x%x", cfg->flags,
@@ -189,6 +201,14 @@ int sd_machine_create(const struct sd_machine_config *in, struct sd_machine **ou
 		goto fail_topo;
 	m->cfg.nr_cpus = m->nr_cpus;
 	m->cfg.pu_list = NULL;         /* resolved into the placement; not ours to keep */
+	err = sd_model_init(&m->model, m->cfg.profile, m->cfg.model_topology,
+			    m->cfg.model_window_ns, m->nr_cpus);
+	if (err)
+		goto fail_model;
+	/* The caller's strings are not ours to keep: point at our copies. */
+	m->cfg.profile = m->model.on ? m->model.path : NULL;
+	m->cfg.model_topology = m->model.on ? m->model.topology : NULL;
+	m->cfg.model_window_ns = m->model.window_ps / 1000u;
 	err = alloc_cpus(m);
 	if (!err)
 		err = sd_trace_setup(m);
@@ -218,6 +238,8 @@ fail_frames:
 fail_cpus:
 	sd_trace_teardown(m);
 	free_cpus(m);
+fail_model:
+	sd_model_fini(&m->model);
 	sd_topology_fini(&m->topo);
 fail_topo:
 	sd_oracle_fini(&m->oracle);
@@ -269,6 +291,7 @@ int sd_machine_destroy(struct sd_machine *m)
 	sd_frame_pool_fini(&m->frames);
 	sd_trace_teardown(m);
 	free_cpus(m);
+	sd_model_fini(&m->model);
 	sd_topology_fini(&m->topo);
 	sd_oracle_fini(&m->oracle);
 	pthread_mutex_destroy(&m->pin_note_lock);

@@ -49,6 +49,7 @@ int sd_mm_create(struct sd_machine *m, struct sd_mm **out)
 		return err;
 	}
 	pthread_mutex_init(&mm->lock, NULL);
+	mm->lock_model = (struct sd_model_lock)SD_MODEL_LOCK_INIT;
 	atomic_init(&mm->batch_pending, 0);
 	atomic_init(&mm->flush_pending, 0);
 	mm->id = atomic_fetch_add(&m->next_mm_id, 1) + 1;
@@ -282,6 +283,7 @@ struct gather {
 	bool checked;
 	bool owed;              /* a TLB batch still owes this mm a flush */
 	bool nested;            /* another change's flush is still in flight */
+	uint64_t ptes;          /* present PTEs changed (modelled time) */
 };
 
 /*
@@ -344,6 +346,7 @@ static uint32_t change_begin(struct sd_cpu *c, struct sd_mm *mm, struct gather *
 static void gather_page(struct gather *g, uint64_t pfn)
 {
 	g->flush = true;
+	g->ptes++;
 	/* Out of memory: leak the frame rather than free it early. */
 	if (pfn)
 		(void)vec_push(&g->frames, pfn);
@@ -363,8 +366,9 @@ void sd_mm_free_frames(struct sd_cpu *c, const uint64_t *pfns, size_t n)
 	}
 	for (size_t i = 0; i < n; i++)
 		sd_frame_free(&m->frames, &c->frames, pfns[i]);
+	sd_event(c, SD_EV_PAGE_FREE, n, 0);
 	if (global)
-		sd_spin_unlock(&m->lru_lock);
+		sd_event_spin_unlock(c, &m->lru_lock, SD_LOCK_LRU);
 }
 
 static void flush_change(struct sd_cpu *c, struct sd_mm *mm, uint64_t vpn, uint64_t nr,
@@ -469,7 +473,7 @@ static int build_tables(struct sd_mm *mm, uint64_t vpn, uint64_t nr)
 	return 0;
 }
 
-int sd_mmap(struct sd_cpu *c, struct sd_mm *mm, uint64_t va, uint64_t len, unsigned prot)
+static int do_mmap(struct sd_cpu *c, struct sd_mm *mm, uint64_t va, uint64_t len, unsigned prot)
 {
 	uint64_t vpn = va >> SD_PAGE_SHIFT, nr = len >> SD_PAGE_SHIFT;
 	struct sd_pt *leaf;
@@ -480,30 +484,31 @@ int sd_mmap(struct sd_cpu *c, struct sd_mm *mm, uint64_t va, uint64_t len, unsig
 		return err;
 	if (prot & ~(unsigned)(SD_PROT_READ | SD_PROT_WRITE))
 		return sd_fail(-EINVAL, "sd_mmap: unknown prot bits 0x%x", prot);
-	pthread_mutex_lock(&mm->lock);
+	sd_mm_lock(c, mm);
 	for_each_pte(mm, vpn, nr, leaf, slot) {
 		if (atomic_load_explicit(slot, memory_order_relaxed)) {
-			pthread_mutex_unlock(&mm->lock);
+			sd_mm_unlock(c, mm);
 			return sd_fail(-EEXIST, "sd_mmap: page 0x%llx already mapped",
 				       (unsigned long long)(__i << SD_PAGE_SHIFT));
 		}
 	}
 	err = build_tables(mm, vpn, nr);
 	if (err) {
-		pthread_mutex_unlock(&mm->lock);
+		sd_mm_unlock(c, mm);
 		return err;
 	}
 	uint32_t version = sd_mm_change_version(mm);
 	uint64_t pte = sd_pte_make(0, SD_PTE_VMA | sd_pte_flags_from_prot(prot), version);
 	for_each_pte(mm, vpn, nr, leaf, slot)
 		atomic_store_explicit(slot, pte, memory_order_release);
+	sd_event(c, SD_EV_PTE_UPDATE, nr, 0);
 	bool unmap_in_flight = atomic_load_explicit(&mm->flush_pending, memory_order_acquire) != 0;
-	pthread_mutex_unlock(&mm->lock);
+	sd_mm_unlock(c, mm);
 	finish_mmap(c, mm, vpn, nr, version, unmap_in_flight);
 	return 0;
 }
 
-int sd_munmap(struct sd_cpu *c, struct sd_mm *mm, uint64_t va, uint64_t len)
+static int do_munmap(struct sd_cpu *c, struct sd_mm *mm, uint64_t va, uint64_t len)
 {
 	uint64_t vpn = va >> SD_PAGE_SHIFT, nr = len >> SD_PAGE_SHIFT;
 	struct sd_pt *leaf;
@@ -515,7 +520,7 @@ int sd_munmap(struct sd_cpu *c, struct sd_mm *mm, uint64_t va, uint64_t len)
 
 	if (err)
 		return err;
-	pthread_mutex_lock(&mm->lock);
+	sd_mm_lock(c, mm);
 	version = change_begin(c, mm, &g);
 	for_each_pte(mm, vpn, nr, leaf, slot) {
 		uint64_t old = atomic_load_explicit(slot, memory_order_relaxed);
@@ -532,7 +537,8 @@ int sd_munmap(struct sd_cpu *c, struct sd_mm *mm, uint64_t va, uint64_t len)
 	if (fl.n)
 		atomic_fetch_add_explicit(&mm->table_gen, 1, memory_order_release);
 	g.nested = flush_nested(mm);
-	pthread_mutex_unlock(&mm->lock);
+	sd_event(c, SD_EV_PTE_UPDATE, g.ptes, 0);
+	sd_mm_unlock(c, mm);
 	finish_change(c, mm, vpn, nr, version, &g, &fl);
 	return 0;
 }
@@ -564,7 +570,7 @@ static void gather_zapped(void *g, uint64_t vpn, uint64_t pfn)
 	gather_page(g, pfn);
 }
 
-int sd_madvise_dontneed(struct sd_cpu *c, struct sd_mm *mm, uint64_t va, uint64_t len)
+static int do_madvise_dontneed(struct sd_cpu *c, struct sd_mm *mm, uint64_t va, uint64_t len)
 {
 	uint64_t vpn = va >> SD_PAGE_SHIFT, nr = len >> SD_PAGE_SHIFT;
 	struct gather g = { 0 };
@@ -573,16 +579,17 @@ int sd_madvise_dontneed(struct sd_cpu *c, struct sd_mm *mm, uint64_t va, uint64_
 
 	if (err)
 		return err;
-	pthread_mutex_lock(&mm->lock);
+	sd_mm_lock(c, mm);
 	version = change_begin(c, mm, &g);
 	sd_mm_zap_present(mm, vpn, nr, version, gather_zapped, &g);
 	g.nested = flush_nested(mm);
-	pthread_mutex_unlock(&mm->lock);
+	sd_event(c, SD_EV_PTE_UPDATE, g.ptes, 0);
+	sd_mm_unlock(c, mm);
 	finish_change(c, mm, vpn, nr, version, &g, NULL);
 	return 0;
 }
 
-int sd_mprotect(struct sd_cpu *c, struct sd_mm *mm, uint64_t va, uint64_t len, unsigned prot)
+static int do_mprotect(struct sd_cpu *c, struct sd_mm *mm, uint64_t va, uint64_t len, unsigned prot)
 {
 	uint64_t vpn = va >> SD_PAGE_SHIFT, nr = len >> SD_PAGE_SHIFT;
 	struct sd_pt *leaf;
@@ -596,11 +603,11 @@ int sd_mprotect(struct sd_cpu *c, struct sd_mm *mm, uint64_t va, uint64_t len, u
 		return err;
 	if (prot & ~(unsigned)(SD_PROT_READ | SD_PROT_WRITE))
 		return sd_fail(-EINVAL, "sd_mprotect: unknown prot bits 0x%x", prot);
-	pthread_mutex_lock(&mm->lock);
+	sd_mm_lock(c, mm);
 	for_each_pte(mm, vpn, nr, leaf, slot)
 		mapped += !!(atomic_load_explicit(slot, memory_order_relaxed) & SD_PTE_VMA);
 	if (mapped != nr) {
-		pthread_mutex_unlock(&mm->lock);
+		sd_mm_unlock(c, mm);
 		return sd_fail(-ENOMEM, "sd_mprotect: %llu of %llu pages are not mapped",
 			       (unsigned long long)(nr - mapped), (unsigned long long)nr);
 	}
@@ -616,9 +623,59 @@ int sd_mprotect(struct sd_cpu *c, struct sd_mm *mm, uint64_t va, uint64_t len, u
 			gather_page(&g, 0);
 	}
 	g.nested = flush_nested(mm);
-	pthread_mutex_unlock(&mm->lock);
+	sd_event(c, SD_EV_PTE_UPDATE, g.ptes, 0);
+	sd_mm_unlock(c, mm);
 	finish_change(c, mm, vpn, nr, version, &g, NULL);
 	return 0;
+}
+
+
+/*
+ * The system calls: in modelled time a call pays the kernel's entry and
+ * exit, whatever it finds (a refused call entered the kernel too). A caller
+ * that is not the CPU pays nothing: there is no clock to charge.
+ */
+static inline bool syscall_enter(struct sd_cpu *c)
+{
+	if (sd_cpu_check_self(c))
+		return false;
+	sd_event(c, SD_EV_SYSCALL_ENTER, 0, 0);
+	return true;
+}
+
+static inline int syscall_exit(struct sd_cpu *c, bool entered, int ret)
+{
+	if (entered)
+		sd_event(c, SD_EV_SYSCALL_EXIT, 0, 0);
+	return ret;
+}
+
+int sd_mmap(struct sd_cpu *c, struct sd_mm *mm, uint64_t va, uint64_t len, unsigned prot)
+{
+	bool in = syscall_enter(c);
+
+	return syscall_exit(c, in, do_mmap(c, mm, va, len, prot));
+}
+
+int sd_munmap(struct sd_cpu *c, struct sd_mm *mm, uint64_t va, uint64_t len)
+{
+	bool in = syscall_enter(c);
+
+	return syscall_exit(c, in, do_munmap(c, mm, va, len));
+}
+
+int sd_madvise_dontneed(struct sd_cpu *c, struct sd_mm *mm, uint64_t va, uint64_t len)
+{
+	bool in = syscall_enter(c);
+
+	return syscall_exit(c, in, do_madvise_dontneed(c, mm, va, len));
+}
+
+int sd_mprotect(struct sd_cpu *c, struct sd_mm *mm, uint64_t va, uint64_t len, unsigned prot)
+{
+	bool in = syscall_enter(c);
+
+	return syscall_exit(c, in, do_mprotect(c, mm, va, len, prot));
 }
 
 /*
@@ -659,7 +716,7 @@ static int populate(struct sd_cpu *c, struct sd_mm *mm, uint64_t vpn)
 	struct sd_pt *leaf;
 	int err = 0;
 
-	pthread_mutex_lock(&mm->lock);
+	sd_mm_lock(c, mm);
 	leaf = sd_pt_walk_leaf(mm->pgd, vpn);
 	SD_ATOMIC(uint64_t) *slot = leaf ? &leaf->e[vpn & (SD_PT_ENTRIES - 1)] : NULL;
 	uint64_t pte = slot ? atomic_load_explicit(slot, memory_order_relaxed) : 0;
@@ -678,11 +735,12 @@ static int populate(struct sd_cpu *c, struct sd_mm *mm, uint64_t vpn)
 							  sd_mm_change_version(mm)),
 					      memory_order_release);
 			sd_event(c, SD_EV_PAGE_FAULT, vpn, 0);
+			sd_event(c, SD_EV_PTE_UPDATE, 1, 0);
 		} else {
 			err = sd_fail(-ENOMEM, "sd_access: out of frames");
 		}
 	}
-	pthread_mutex_unlock(&mm->lock);
+	sd_mm_unlock(c, mm);
 	return err;
 }
 
@@ -715,11 +773,16 @@ static int walk_and_fill(struct sd_cpu *c, struct sd_mm *mm, uint64_t vpn,
 		uint64_t table_gen = atomic_load_explicit(&mm->table_gen, memory_order_acquire);
 		struct sd_pt *leaf = sd_tlb_walk_cache_lookup_gen(&c->tlb, vpn, c->asid, table_gen);
 
-		if (leaf)
+		/* PAGE_WALK's argument: the table levels read (the walk cache
+		 * holds the leaf table, so a hit reads only the PTE). */
+		unsigned levels = 1;
+		if (leaf) {
 			sd_event(c, SD_EV_WALK_CACHE_HIT, 0, 0);
-		else
+		} else {
 			leaf = sd_pt_walk_leaf(mm->pgd, vpn);
-		sd_event(c, SD_EV_PAGE_WALK, 0, 0);
+			levels = SD_PT_LEVELS;
+		}
+		sd_event(c, SD_EV_PAGE_WALK, levels, 0);
 		uint64_t pte = leaf ? atomic_load_explicit(&leaf->e[vpn & (SD_PT_ENTRIES - 1)],
 							   memory_order_acquire)
 				    : 0;
@@ -870,6 +933,8 @@ int sd_switch_mm(struct sd_cpu *c, struct sd_mm *next)
 		return sd_fail(-EINVAL, "sd_switch_mm: mm belongs to another machine");
 	rcu_online(c);
 	sd_order_point(SD_ORDER_SWITCH_ENTER, c->id);
+	/* Modelled time: back from idle, at the running CPUs' time. */
+	sd_model_set_run(c, SD_MODEL_RUNNING);
 	sd_event(c, SD_EV_SWITCH_BEGIN, next ? next->id : 0, 0);
 	sd_irq_off(c);
 	/* Read under interrupts off: an IPI from sd_mm_destroy() may switch
@@ -910,6 +975,8 @@ int sd_cpu_idle(struct sd_cpu *c)
 	}
 	atomic_store_explicit(&c->lazy, 1, memory_order_relaxed);
 	sd_irq_on(c);
+	/* Modelled time: an idle CPU holds nobody back. */
+	sd_model_set_run(c, SD_MODEL_IDLE);
 	/* Idle is an extended quiescent state: grace periods need nothing
 	 * from this CPU until it switches to an mm again. */
 	if (sd_rcu_online())

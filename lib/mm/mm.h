@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "../core/compiler.h"
+#include "../hw/event.h"
 #include "../hw/oracle.h"
 #include "pgtable.h"
 
@@ -39,6 +40,7 @@ struct sd_mm {
 	 * Flushes run after it is dropped, so flushes of one mm overlap as
 	 * they do under the kernel's read-held mmap_lock. */
 	pthread_mutex_t lock;
+	struct sd_model_lock lock_model;  /* @lock in modelled time, under it */
 	void *strategy;                /* the strategy's per-mm state */
 	struct sd_oracle_floor floor;  /* checked mode only */
 	/* TLB batches that owe this mm a flush (mm->tlb_flush_batched). */
@@ -72,5 +74,27 @@ void sd_mm_zap_present(struct sd_mm *mm, uint64_t vpn, uint64_t nr, uint32_t ver
 /* Free reclaimed frames after their flush, through the LRU lock when the
  * machine models a global one (sd_machine_config.lru). */
 void sd_mm_free_frames(struct sd_cpu *c, const uint64_t *pfns, size_t n);
+
+/*
+ * The mm lock, as an event: a wait is a lock-wait slice (and, in modelled
+ * time, the waiter holds nobody back), an acquisition and a release are
+ * charged the lock's handoff and hold in modelled time. @c is the caller,
+ * attached as that CPU.
+ */
+static inline void sd_mm_lock(struct sd_cpu *c, struct sd_mm *mm)
+{
+	if (pthread_mutex_trylock(&mm->lock)) {
+		sd_event(c, SD_EV_LOCK_WAIT_BEGIN, SD_LOCK_MM, 0);
+		pthread_mutex_lock(&mm->lock);
+		sd_event(c, SD_EV_LOCK_WAIT_END, SD_LOCK_MM, 0);
+	}
+	sd_event(c, SD_EV_LOCK_ACQUIRE, SD_LOCK_MM, (uint64_t)(uintptr_t)&mm->lock_model);
+}
+
+static inline void sd_mm_unlock(struct sd_cpu *c, struct sd_mm *mm)
+{
+	sd_event(c, SD_EV_LOCK_RELEASE, SD_LOCK_MM, (uint64_t)(uintptr_t)&mm->lock_model);
+	pthread_mutex_unlock(&mm->lock);
+}
 
 #endif

@@ -46,7 +46,7 @@ int sd_reclaim(struct sd_cpu *c, struct sd_tlbbatch *b, struct sd_mm *mm, uint64
 	/* Room first, so that noting the mm after the zap cannot fail. */
 	if (sd_tlbbatch_reserve(b))
 		return sd_fail(-ENOMEM, "sd_reclaim: out of memory");
-	pthread_mutex_lock(&mm->lock);
+	sd_mm_lock(c, mm);
 	r.version = sd_mm_change_version(mm);
 	sd_mm_zap_present(mm, va >> SD_PAGE_SHIFT, len >> SD_PAGE_SHIFT, r.version, reclaim_zapped, &r);
 	/* Nested (mm_tlb_flush_nested(), and another batch's pending flush):
@@ -63,7 +63,7 @@ int sd_reclaim(struct sd_cpu *c, struct sd_tlbbatch *b, struct sd_mm *mm, uint64
 			(void)sd_tlbbatch_hold_floor(b, mm, va >> SD_PAGE_SHIFT,
 						     len >> SD_PAGE_SHIFT, r.version);
 	}
-	pthread_mutex_unlock(&mm->lock);
+	sd_mm_unlock(c, mm);
 	/* Nothing zapped, no flush in flight: our part is done already. */
 	if (!noted && r.checked)
 		sd_oracle_floor_raise_known(&mm->floor, va >> SD_PAGE_SHIFT, len >> SD_PAGE_SHIFT,

@@ -236,6 +236,9 @@ void sd_broadcast_flush(struct sd_cpu *cpu, struct sd_mm *mm, uint64_t vpn, uint
 	} else {
 		sd_tlbi_split(&b->split, vpn, nr, issue_tlbi, &t);
 	}
+	/* __flush_tlb_range()'s closing dsb(ish): the flush is over only
+	 * when every target has done every op (dsb(nsh) for a local one). */
+	sd_event(cpu, SD_EV_DSB, 0, 0);
 	if (!local_only)
 		sd_event(cpu, SD_EV_REMOTE_FLUSH, 0, 0);
 }

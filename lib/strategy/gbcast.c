@@ -229,7 +229,7 @@ static void use_global_asid(struct sd_cpu *cpu, struct sd_gbcast *g, struct sd_m
 		atomic_store_explicit(&im->global_asid, asid, memory_order_release);
 		sd_event(cpu, SD_EV_GLOBAL_ASID_ALLOC, 0, 0);
 	}
-	sd_global_asid_unlock(&g->gasid);
+	sd_global_asid_unlock_cpu(&g->gasid, cpu);
 }
 
 /* consider_global_asid(): after IPI flushes, sampled, by the threshold. */

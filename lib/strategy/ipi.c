@@ -501,7 +501,7 @@ static void flush_tlb_func(struct sd_cpu *cpu, const struct sd_ipi_flush_info *f
 			.leaf_only = !f->freed_tables, .vpn = f->vpn, .nr = f->nr,
 		};
 		sd_tlb_invalidate(&cpu->tlb, &inv);
-		sd_event(cpu, SD_EV_FLUSH_PARTIAL, 0, 0);
+		sd_event(cpu, SD_EV_FLUSH_PARTIAL, f->nr, 0);
 	} else {
 		flush_slot_full(cpu, slot);
 	}

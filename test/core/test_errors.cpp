@@ -1218,6 +1218,7 @@ TEST(Errors, EveryReturnedCodeHasAFittingMessage)
 		{"ESRCH", ESRCH},   {"ENOSYS", ENOSYS},   {"EAGAIN", EAGAIN},     {"EDEADLK", EDEADLK},
 		{"ENOSPC", ENOSPC}, {"EILSEQ", EILSEQ},   {"EOPNOTSUPP", EOPNOTSUPP},
 		{"EIO", EIO},
+		{"ENAMETOOLONG", ENAMETOOLONG},
 	};
 	namespace fs = std::filesystem;
 	std::set<std::string> found;

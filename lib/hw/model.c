@@ -1,0 +1,519 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Modelled time: the charges, the shared resources and lax synchronisation
+ * (include/shootdown/model.h for what, docs/design.md "Modelled time" for
+ * why it is built this way). The profile file is read by profile.c.
+ *
+ * The scheme is Graphite's (Miller et al., HPCA 2010): the real threads run
+ * as they will, each emulated CPU advances its own clock by the cost of
+ * what it did, shared resources keep a "free at" time that serialises
+ * their users in modelled time, and a CPU that gets more than a window
+ * ahead of the slowest running CPU waits for it in real time. Messages (an
+ * IPI, an ack) carry the sender's time; the receiver's clock moves up to
+ * the message's arrival if it is behind.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../core/backoff.h"
+#include "../core/error.h"
+#include "event.h"
+#include "machine.h"
+#include "model.h"
+
+_Static_assert(SD_LOCK_KIND_NR <= SD_MODEL_LOCK_KINDS, "model.h: too few lock kinds");
+_Static_assert(SD_EV_NR <= 256, "model.h: ev_ps is too small for the event list");
+
+
+
+/* A CPU that makes no modelled progress for this long in real time while
+ * its thread sleeps is taken to be blocked outside the library... */
+#define STALL_SLEEPING_NS (2u * 1000000u)
+/* ...and after this long even while it runs (a busy-wait on a flag). */
+#define STALL_RUNNING_NS (200u * 1000000u)
+
+static inline uint64_t max_u64(uint64_t a, uint64_t b)
+{
+	return a > b ? a : b;
+}
+
+static uint64_t real_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* ---- distances ---- */
+
+enum sd_model_distance sd_model_distance_of(const struct sd_model *mod, unsigned a, unsigned b)
+{
+	const struct sd_model_place *pa = &mod->place[a], *pb = &mod->place[b];
+
+	if (pa->core == pb->core)
+		return SD_DIST_CORE;
+	if (pa->llc == pb->llc)
+		return SD_DIST_LLC;
+	if (pa->package == pb->package)
+		return SD_DIST_PACKAGE;
+	return SD_DIST_SYSTEM;
+}
+
+static uint64_t dist_cost(const struct sd_model *mod, enum sd_model_dist_param p, unsigned a,
+			  unsigned b)
+{
+	return mod->dist_ps[p][sd_model_distance_of(mod, a, b)];
+}
+
+/*
+ * Reserve @occ ps of a shared resource for a user that wants it at @t:
+ * it starts at the later of @t and the resource's free time (a FIFO queue
+ * in modelled time; a user that reaches it later in real time but earlier
+ * in modelled time queues behind, Graphite's approximation, bounded by the
+ * window). Returns the start.
+ */
+static uint64_t reserve(SD_ATOMIC(uint64_t) *free_at, uint64_t t, uint64_t occ)
+{
+	uint64_t f = atomic_load_explicit(free_at, memory_order_relaxed), start;
+
+	do {
+		start = max_u64(f, t);
+	} while (!atomic_compare_exchange_weak_explicit(free_at, &f, start + occ,
+							memory_order_relaxed,
+							memory_order_relaxed));
+	return start;
+}
+
+/* ---- lax synchronisation ---- */
+
+static void publish(struct sd_cpu *c)
+{
+	/* Relaxed: a clock is a hint for others' waits, never data they
+	 * depend on (the IPIs carry their own times). */
+	atomic_store_explicit(&c->model_pub.clock_ps, c->model.clock_ps, memory_order_relaxed);
+}
+
+/* The slowest running CPU other than @c, its clock in @min (UINT64_MAX if
+ * none runs). Returns its id. */
+static unsigned slowest_running(const struct sd_cpu *c, uint64_t *min)
+{
+	const struct sd_machine *m = c->m;
+	unsigned who = UINT32_MAX;
+
+	*min = UINT64_MAX;
+	for (unsigned i = 0; i < m->nr_cpus; i++) {
+		const struct sd_cpu *t = m->cpus[i];
+		if (t == c || atomic_load_explicit(&t->model_pub.state, memory_order_relaxed) !=
+				      SD_MODEL_RUNNING)
+			continue;
+		uint64_t v = atomic_load_explicit(&t->model_pub.clock_ps, memory_order_relaxed);
+		if (v < *min) {
+			*min = v;
+			who = i;
+		}
+	}
+	return who;
+}
+
+/* Back in the running set after idle, a stall or attach: no CPU can fall
+ * behind the running ones by being away, so move up to the slowest. */
+static void rejoin(struct sd_cpu *c)
+{
+	struct sd_model *mod = &c->m->model;
+	uint64_t min;
+
+	slowest_running(c, &min);
+	if (min != UINT64_MAX && c->model.clock_ps < min)
+		c->model.clock_ps = min;
+	publish(c);
+	atomic_store_explicit(&c->model_pub.state, SD_MODEL_RUNNING, memory_order_relaxed);
+	atomic_fetch_add_explicit(&mod->rejoins, 1, memory_order_relaxed);
+}
+
+void sd_model_set_run(struct sd_cpu *c, int state)
+{
+	int old = atomic_load_explicit(&c->model_pub.state, memory_order_relaxed);
+
+	if (!c->model.ev_ps || old == state)
+		return;
+	publish(c);
+	if (state == SD_MODEL_RUNNING && old != SD_MODEL_BLOCKED) {
+		rejoin(c);
+		return;
+	}
+	atomic_store_explicit(&c->model_pub.state, state, memory_order_relaxed);
+	c->model.sync_at_ps = c->model.clock_ps;
+}
+
+/* Is @t's thread asleep (not runnable) right now? Read from /proc on the
+ * slow path of a wait that has already lasted milliseconds. */
+static bool thread_sleeping(const struct sd_cpu *t)
+{
+	char path[64], buf[256];
+	int tid = atomic_load_explicit(&t->tid, memory_order_relaxed), fd;
+	ssize_t n;
+
+	if (!tid)
+		return true;
+	snprintf(path, sizeof(path), "/proc/self/task/%d/stat", tid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return true;
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return true;
+	buf[n] = 0;
+	/* "tid (comm) S ...": the state follows the last ')'. */
+	const char *p = strrchr(buf, ')');
+	return !p || p[1] != ' ' || p[2] != 'R';
+}
+
+struct laggard {
+	unsigned who;
+	uint64_t clock_ps;
+	uint64_t since_ns;
+};
+
+/* The slowest CPU has not moved for a while: if its thread is blocked
+ * outside the library (or has spun for very long), it stops holding the
+ * others back until it comes back (rejoin()). */
+static void check_stall(struct sd_cpu *c, struct laggard *l, unsigned who, uint64_t min)
+{
+	uint64_t now = real_ns();
+	struct sd_cpu *t;
+	int running = SD_MODEL_RUNNING;
+
+	if (who != l->who || min != l->clock_ps) {
+		l->who = who;
+		l->clock_ps = min;
+		l->since_ns = now;
+		return;
+	}
+	if (now - l->since_ns < STALL_SLEEPING_NS)
+		return;
+	t = c->m->cpus[who];
+	if (now - l->since_ns < STALL_RUNNING_NS && !thread_sleeping(t))
+		return;
+	atomic_compare_exchange_strong_explicit(&t->model_pub.state, &running, SD_MODEL_STALLED,
+						memory_order_relaxed, memory_order_relaxed);
+	l->since_ns = now;
+}
+
+static void note_lead(struct sd_model *mod, uint64_t clock, uint64_t min)
+{
+	if (min == UINT64_MAX || clock <= min)
+		return;
+	uint64_t lead = clock - min, seen = atomic_load_explicit(&mod->max_lead_ps,
+								 memory_order_relaxed);
+	while (lead > seen && !atomic_compare_exchange_weak_explicit(&mod->max_lead_ps, &seen, lead,
+								      memory_order_relaxed,
+								      memory_order_relaxed))
+		;
+}
+
+/*
+ * Wait (interrupts on, no modelled lock held: see sd_model_sync()) until
+ * no running CPU is more than a window behind. Spin, yield, then sleep
+ * (sd_backoff, invariant 6); IPIs are answered meanwhile, since interrupts
+ * are on.
+ */
+static uint64_t window_wait(struct sd_cpu *c, uint64_t min)
+{
+	struct sd_model *mod = &c->m->model;
+	struct laggard l = { UINT32_MAX, 0, 0 };
+	struct sd_backoff b = SD_BACKOFF_INIT;
+	unsigned who;
+
+	atomic_fetch_add_explicit(&mod->window_waits, 1, memory_order_relaxed);
+	do {
+		sd_backoff_wait(&b);
+		who = slowest_running(c, &min);
+		if (who != UINT32_MAX)
+			check_stall(c, &l, who, min);
+	} while (min != UINT64_MAX && c->model.clock_ps > min + mod->window_ps);
+	return min;
+}
+
+void sd_model_sync(struct sd_cpu *c)
+{
+	struct sd_model *mod = &c->m->model;
+	int state = atomic_load_explicit(&c->model_pub.state, memory_order_relaxed);
+	uint64_t min;
+
+	publish(c);
+	if (state == SD_MODEL_STALLED) {
+		rejoin(c);
+		state = SD_MODEL_RUNNING;
+	}
+	/* Only a running CPU with interrupts on and no modelled lock may
+	 * wait: with interrupts off it could hold up a CPU that waits for
+	 * its ack, and a lock holder one that waits for the lock. */
+	if (state != SD_MODEL_RUNNING || c->irq_depth || c->model.locks_held) {
+		c->model.sync_at_ps = c->model.clock_ps + mod->quantum_ps;
+		return;
+	}
+	slowest_running(c, &min);
+	if (min != UINT64_MAX && c->model.clock_ps > min + mod->window_ps)
+		min = window_wait(c, min);
+	note_lead(mod, c->model.clock_ps, min);
+	c->model.sync_at_ps = c->model.clock_ps + mod->quantum_ps;
+	if (min != UINT64_MAX && min + mod->window_ps < c->model.sync_at_ps)
+		c->model.sync_at_ps = max_u64(min + mod->window_ps, c->model.clock_ps + 1);
+}
+
+/* ---- charges out of line ---- */
+
+static void charge_broadcast(struct sd_cpu *c, uint64_t issue_ps, uint64_t targets,
+			     uint64_t completion_ps, uint64_t *done_ps)
+{
+	struct sd_model *mod = &c->m->model;
+	uint64_t occ = mod->param_ps[SD_MP_DVM_MESSAGE] + mod->param_ps[SD_MP_DVM_TARGET] * targets;
+
+	c->model.clock_ps += issue_ps;
+	uint64_t start = reserve(&mod->interconnect_free_ps, c->model.clock_ps, occ);
+	*done_ps = max_u64(*done_ps, start + occ + completion_ps);
+}
+
+static void charge_lock(struct sd_cpu *c, uint64_t kind, uint64_t aux, bool acquire)
+{
+	struct sd_model *mod = &c->m->model;
+	struct sd_model_lock *l = aux ? (struct sd_model_lock *)(uintptr_t)aux : &mod->lock[kind];
+
+	/* The DVM lock is the interconnect, modelled as a resource. */
+	if (kind == SD_LOCK_DVM)
+		return;
+	if (!acquire) {
+		l->free_at_ps = c->model.clock_ps;
+		c->model.locks_held--;
+		return;
+	}
+	uint64_t t = max_u64(c->model.clock_ps, l->free_at_ps);
+	if (l->last_cpu != UINT32_MAX && l->last_cpu != c->id)
+		t += dist_cost(mod, SD_MDP_LOCK_HANDOFF, l->last_cpu, c->id);
+	c->model.clock_ps = t;
+	l->last_cpu = c->id;
+	c->model.locks_held++;
+}
+
+/*
+ * A hot line: fetching it costs a transfer at the distance from its last
+ * writer, unless this CPU already has it (it wrote it last and nobody read
+ * it since, or it read it since the last write). Writing it while others
+ * hold copies costs one transfer at LLC distance for the invalidations (the
+ * sharers are known only modulo 64). Transfers of one line serialise.
+ */
+static void charge_line(struct sd_cpu *c, struct sd_model_line *line, bool write)
+{
+	struct sd_model *mod = &c->m->model;
+	uint32_t w = atomic_load_explicit(&line->writer, memory_order_relaxed);
+	uint64_t me = 1ull << (c->id % 64);
+	uint64_t readers = atomic_load_explicit(&line->readers, memory_order_relaxed);
+	uint64_t cost = 0;
+
+	if (w && w - 1 != c->id && !(!write && (readers & me)))
+		cost = dist_cost(mod, SD_MDP_LINE_TRANSFER, w - 1, c->id);
+	else if (write && (readers & ~me))
+		cost = mod->dist_ps[SD_MDP_LINE_TRANSFER][SD_DIST_LLC];
+	if (cost)
+		c->model.clock_ps = reserve(&line->free_at_ps, c->model.clock_ps, cost) + cost;
+	if (write) {
+		if (w != c->id + 1)
+			atomic_store_explicit(&line->writer, c->id + 1, memory_order_relaxed);
+		if (readers)
+			atomic_store_explicit(&line->readers, 0, memory_order_relaxed);
+	} else if (!(readers & me)) {
+		atomic_fetch_or_explicit(&line->readers, me, memory_order_relaxed);
+	}
+}
+
+void sd_model_event(struct sd_cpu *c, enum sd_event ev, uint64_t arg, uint64_t aux)
+{
+	struct sd_model *mod = &c->m->model;
+	const uint64_t *p = mod->param_ps;
+
+	switch (ev) {
+	case SD_EV_PAGE_WALK:
+		c->model.clock_ps += p[SD_MP_WALK_LEVEL] * arg;
+		break;
+	case SD_EV_PTE_UPDATE:
+		c->model.clock_ps += p[SD_MP_PTE_UPDATE] * arg;
+		break;
+	case SD_EV_PAGE_FREE:
+		c->model.clock_ps += p[SD_MP_PAGE_FREE] * arg;
+		break;
+	case SD_EV_LOCAL_FLUSH_RANGE:
+		c->model.clock_ps += p[SD_MP_LOCAL_FLUSH_RANGE] + p[SD_MP_LOCAL_FLUSH_RANGE_PAGE] * aux;
+		break;
+	case SD_EV_FLUSH_PARTIAL:
+		c->model.clock_ps += p[SD_MP_LOCAL_FLUSH_PAGE] * arg;
+		break;
+	case SD_EV_TLBI_OP:
+		charge_broadcast(c, p[SD_MP_TLBI_ISSUE], arg, p[SD_MP_DVM_COMPLETION],
+				 &c->model.dvm_done_ps);
+		break;
+	case SD_EV_DSB:
+		c->model.clock_ps = max_u64(c->model.clock_ps, c->model.dvm_done_ps) + p[SD_MP_DSB];
+		break;
+	case SD_EV_INVLPGB:
+		charge_broadcast(c, p[SD_MP_INVLPGB_ISSUE], c->m->nr_cpus - 1,
+				 p[SD_MP_INVLPGB_COMPLETION], &c->model.invlpgb_done_ps);
+		break;
+	case SD_EV_TLBSYNC:
+		c->model.clock_ps = max_u64(c->model.clock_ps, c->model.invlpgb_done_ps) +
+				    p[SD_MP_TLBSYNC];
+		break;
+	case SD_EV_LOCK_WAIT_BEGIN:
+		if (atomic_load_explicit(&c->model_pub.state, memory_order_relaxed) ==
+		    SD_MODEL_RUNNING)
+			sd_model_set_run(c, SD_MODEL_BLOCKED);
+		return;
+	case SD_EV_LOCK_WAIT_END:
+		sd_model_set_run(c, SD_MODEL_RUNNING);
+		return;
+	case SD_EV_LOCK_ACQUIRE:
+	case SD_EV_LOCK_RELEASE:
+		charge_lock(c, arg, aux, ev == SD_EV_LOCK_ACQUIRE);
+		break;
+	case SD_EV_LINE_READ:
+	case SD_EV_LINE_WRITE:
+		charge_line(c, (struct sd_model_line *)(uintptr_t)aux, ev == SD_EV_LINE_WRITE);
+		break;
+	case SD_EV_WORK:
+		c->model.clock_ps += arg * PS_PER_NS;
+		break;
+	default:
+		c->model.clock_ps += c->model.ev_ps[ev];
+		break;
+	}
+	if (c->model.clock_ps >= c->model.sync_at_ps)
+		sd_model_sync(c);
+}
+
+/* ---- IPIs ---- */
+
+uint64_t sd_model_ipi_posted(struct sd_cpu *from, struct sd_cpu *t)
+{
+	const uint64_t *p = from->m->model.param_ps;
+
+	/* The first target of a shootdown pays the send, the others the
+	 * multicast's per-target part (until the initiator waits). */
+	from->model.clock_ps += from->model.ipi_posts++ ? p[SD_MP_IPI_SEND_TARGET]
+							: p[SD_MP_IPI_SEND];
+	charge_line(from, &t->ipi_line, true);
+	return from->model.clock_ps;
+}
+
+void sd_model_ipi_run(struct sd_cpu *c, uint64_t sent_ps)
+{
+	const uint64_t *p = c->m->model.param_ps;
+
+	/* The handler starts at the later of the IPI's arrival and this
+	 * CPU's own time: a CPU ahead of the sender takes it at its time. */
+	if (sent_ps)
+		c->model.clock_ps = max_u64(c->model.clock_ps, sent_ps + p[SD_MP_IPI_DELIVERY]);
+	if (!c->model.irq_batch) {
+		c->model.clock_ps += p[SD_MP_IRQ_ENTRY];
+		c->model.irq_batch = 1;
+	}
+	c->model.clock_ps += p[SD_MP_IPI_HANDLER];
+	charge_line(c, &c->ipi_line, true);
+}
+
+void sd_model_irq_exit(struct sd_cpu *c)
+{
+	if (!c->model.irq_batch)
+		return;
+	c->model.irq_batch = 0;
+	c->model.clock_ps += c->m->model.param_ps[SD_MP_IRQ_EXIT];
+	if (c->model.clock_ps >= c->model.sync_at_ps)
+		sd_model_sync(c);
+}
+
+void sd_model_ipi_acked(struct sd_cpu *from, struct sd_cpu *t, uint64_t acked_ps)
+{
+	struct sd_model *mod = &from->m->model;
+
+	from->model.ipi_posts = 0;
+	/* The wait ends when the ack's line reaches the initiator. */
+	if (acked_ps)
+		from->model.clock_ps = max_u64(from->model.clock_ps,
+					       acked_ps + dist_cost(mod, SD_MDP_LINE_TRANSFER,
+								    t->id, from->id));
+}
+
+/* ---- lifecycle ---- */
+
+void sd_model_cpu_init(struct sd_cpu *c)
+{
+	struct sd_model *mod = &c->m->model;
+
+	memset(&c->model, 0, sizeof(c->model));
+	c->model.ev_ps = mod->on ? mod->ev_ps : NULL;
+	atomic_init(&c->model_pub.clock_ps, 0);
+	atomic_init(&c->model_pub.state, SD_MODEL_OFF);
+	atomic_init(&c->ipi_line.free_at_ps, 0);
+	atomic_init(&c->ipi_line.writer, 0);
+	atomic_init(&c->ipi_line.readers, 0);
+}
+
+void sd_model_cpu_online(struct sd_cpu *c)
+{
+	if (!c->model.ev_ps)
+		return;
+	c->model.ipi_posts = 0;
+	c->model.locks_held = 0;
+	c->model.irq_batch = 0;
+	rejoin(c);
+	c->model.sync_at_ps = c->model.clock_ps;
+}
+
+void sd_model_cpu_offline(struct sd_cpu *c)
+{
+	if (!c->model.ev_ps)
+		return;
+	publish(c);
+	atomic_store_explicit(&c->model_pub.state, SD_MODEL_OFF, memory_order_relaxed);
+}
+
+/* ---- public calls ---- */
+
+int sd_machine_model_info(const struct sd_machine *m, struct sd_model_info *info)
+{
+	struct sd_model_info out = SD_MODEL_INFO_INIT;
+	const struct sd_model *mod;
+
+	if (!m || !info)
+		return sd_fail(-EINVAL, "sd_machine_model_info: NULL argument");
+	if (info->size != sizeof(out))
+		return sd_fail(-EINVAL, "sd_machine_model_info: unknown size %zu (this release: %zu)",
+			       info->size, sizeof(out));
+	mod = &m->model;
+	out.modelled = mod->on;
+	if (mod->on) {
+		snprintf(out.profile, sizeof(out.profile), "%s", mod->name);
+		snprintf(out.profile_path, sizeof(out.profile_path), "%s", mod->path);
+		snprintf(out.topology, sizeof(out.topology), "%s", mod->topology);
+		out.nr_pus = mod->nr_pus;
+		out.window_ns = mod->window_ps / PS_PER_NS;
+		out.clock_min_ns = UINT64_MAX;
+		for (unsigned i = 0; i < m->nr_cpus; i++) {
+			uint64_t v = atomic_load_explicit(&m->cpus[i]->model_pub.clock_ps,
+							  memory_order_relaxed) / PS_PER_NS;
+			out.clock_min_ns = v < out.clock_min_ns ? v : out.clock_min_ns;
+			out.clock_max_ns = v > out.clock_max_ns ? v : out.clock_max_ns;
+		}
+		out.window_waits = atomic_load_explicit(&mod->window_waits, memory_order_relaxed);
+		out.max_lead_ns = atomic_load_explicit(&mod->max_lead_ps, memory_order_relaxed) /
+				  PS_PER_NS;
+		out.rejoins = atomic_load_explicit(&mod->rejoins, memory_order_relaxed);
+	}
+	*info = out;
+	return 0;
+}

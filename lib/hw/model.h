@@ -1,0 +1,163 @@
+/* SPDX-License-Identifier: MIT */
+#ifndef SD_HW_MODEL_H
+#define SD_HW_MODEL_H
+
+#include "../core/layer.h"
+#if SD_LAYER < SD_LAYER_HW
+#error "hw/model.h is in a higher layer than the file including it (core/layer.h)"
+struct sd_cpu;
+
+/* Read the profile (sd_profile_locate() finds it), place @nr_cpus CPUs on
+ * its topology (or on @topology, a hwloc synthetic string, if not NULL),
+ * and fill the cost tables. @profile NULL: no modelling, 0. -EINVAL for a
+ * bad file (the detail names the field), -ENOENT, -ENOMEM. profile.c. */
+int sd_model_init(struct sd_model *mod, const char *profile, const char *topology,
+		  uint64_t window_ns, unsigned nr_cpus);
+void sd_model_fini(struct sd_model *mod);
+enum sd_model_distance sd_model_distance_of(const struct sd_model *mod, unsigned a, unsigned b);
+
+/* A CPU's modelled state: set up with its area, joined to the running set
+ * at attach, left at detach (model.c). */
+void sd_model_cpu_init(struct sd_cpu *c);
+void sd_model_cpu_online(struct sd_cpu *c);
+void sd_model_cpu_offline(struct sd_cpu *c);
+
+#endif
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <shootdown/model.h>
+
+#include "../core/compiler.h"
+#include "model_params.h"
+
+/*
+ * Modelled time (include/shootdown/model.h says what it is for). Times are
+ * kept in picoseconds so that sub-ns costs (an L1 TLB hit) add up exactly;
+ * the public calls speak ns.
+ *
+ * Who writes what:
+ *   - a CPU's clock and everything in struct sd_cpu_model: the CPU alone
+ *     (its IPI handler included: the same thread), so plain fields;
+ *   - its published clock and run state (struct sd_model_pub): the CPU
+ *     stores, every CPU reads (lax synchronisation); a waiter may mark a
+ *     laggard STALLED with a CAS;
+ *   - shared resources (the interconnect, hot lines): a CAS on their
+ *     free-at time, since they are used without a real lock;
+ *   - modelled locks (struct sd_model_lock): only under the real lock
+ *     they describe, which orders them, so plain fields.
+ */
+
+/* Modelled clocks count picoseconds; the public calls speak ns. */
+#define PS_PER_NS 1000u
+
+enum sd_model_param {
+#define SD_MP_ENUM(id, key, what) SD_MP_##id,
+	SD_MODEL_PARAM_LIST(SD_MP_ENUM)
+#undef SD_MP_ENUM
+	SD_MP_NR
+};
+
+enum sd_model_dist_param {
+#define SD_MDP_ENUM(id, key, what) SD_MDP_##id,
+	SD_MODEL_DIST_PARAM_LIST(SD_MDP_ENUM)
+#undef SD_MDP_ENUM
+	SD_MDP_NR
+};
+
+/* Run states of a CPU for lax synchronisation: only RUNNING CPUs hold the
+ * others back. */
+enum sd_model_run {
+	SD_MODEL_OFF,           /* no thread attached */
+	SD_MODEL_RUNNING,
+	SD_MODEL_IDLE,          /* sd_cpu_idle(), or its run body returned */
+	SD_MODEL_BLOCKED,       /* waiting in the library (IPI ack, lock) */
+	SD_MODEL_STALLED,       /* made no progress while blocked outside */
+};
+
+/* What other CPUs read of a CPU's clock: on its own line. */
+struct sd_model_pub {
+	sd_cacheline_aligned SD_ATOMIC(uint64_t) clock_ps;
+	SD_ATOMIC(int) state;          /* enum sd_model_run */
+};
+
+/* The CPU's own modelled state (owner-private line of struct sd_cpu). */
+struct sd_cpu_model {
+	const uint64_t *ev_ps;         /* fixed cost per event; NULL: not modelled */
+	uint64_t clock_ps;
+	uint64_t sync_at_ps;           /* next lax-synchronisation point */
+	uint64_t dvm_done_ps;          /* this CPU's broadcasts all done (DSB) */
+	uint64_t invlpgb_done_ps;      /* this CPU's INVLPGBs all done (TLBSYNC) */
+	unsigned ipi_posts;            /* IPIs posted since the last wait */
+	unsigned locks_held;           /* modelled locks held: no window wait */
+	unsigned irq_batch;            /* inside ipi_run_batch(): entry charged */
+};
+
+/* A modelled lock: free-at time and last holder, under the real lock. */
+struct sd_model_lock {
+	uint64_t free_at_ps;
+	unsigned last_cpu;             /* UINT32_MAX: never held */
+};
+
+#define SD_MODEL_LOCK_INIT { 0, 0xffffffffu }
+
+/* At least enum sd_lock_kind's SD_LOCK_KIND_NR (model.c checks). */
+#define SD_MODEL_LOCK_KINDS 8
+
+/* A hot cache line the algorithms fight over (mm_cpumask, tlb_gen, active
+ * counts, IPI queue heads). */
+struct sd_model_line {
+	SD_ATOMIC(uint64_t) free_at_ps;
+	SD_ATOMIC(uint32_t) writer;    /* last writer's CPU id + 1, 0: none */
+	SD_ATOMIC(uint64_t) readers;   /* CPUs (id mod 64) that read it since */
+};
+
+/* Where an emulated CPU sits in the modelled topology. */
+struct sd_model_place {
+	uint32_t core, llc, package;
+};
+
+/* The machine-wide model (in struct sd_machine). */
+struct sd_model {
+	bool on;
+	char name[64];
+	char path[256];
+	char topology[128];
+	unsigned nr_pus;
+	uint64_t window_ps;
+	uint64_t quantum_ps;           /* a CPU publishes at least this often */
+	double param_ns[SD_MP_NR];
+	double dist_ns[SD_MDP_NR][SD_DIST_NR];
+	uint64_t param_ps[SD_MP_NR];
+	uint64_t dist_ps[SD_MDP_NR][SD_DIST_NR];
+	uint64_t ev_ps[256];           /* per enum sd_event; sized for any list */
+	struct sd_model_place *place;  /* nr_cpus entries */
+	/* The machine-wide modelled locks, by enum sd_lock_kind (the mm
+	 * lock is per mm: struct sd_mm has its own). */
+	struct sd_model_lock lock[SD_MODEL_LOCK_KINDS];
+
+	sd_cacheline_aligned SD_ATOMIC(uint64_t) interconnect_free_ps;
+	sd_cacheline_aligned SD_ATOMIC(uint64_t) window_waits;
+	SD_ATOMIC(uint64_t) max_lead_ps;
+	SD_ATOMIC(uint64_t) rejoins;
+};
+
+struct sd_cpu;
+
+/* Read the profile (sd_profile_locate() finds it), place @nr_cpus CPUs on
+ * its topology (or on @topology, a hwloc synthetic string, if not NULL),
+ * and fill the cost tables. @profile NULL: no modelling, 0. -EINVAL for a
+ * bad file (the detail names the field), -ENOENT, -ENOMEM. profile.c. */
+int sd_model_init(struct sd_model *mod, const char *profile, const char *topology,
+		  uint64_t window_ns, unsigned nr_cpus);
+void sd_model_fini(struct sd_model *mod);
+enum sd_model_distance sd_model_distance_of(const struct sd_model *mod, unsigned a, unsigned b);
+
+/* A CPU's modelled state: set up with its area, joined to the running set
+ * at attach, left at detach (model.c). */
+void sd_model_cpu_init(struct sd_cpu *c);
+void sd_model_cpu_online(struct sd_cpu *c);
+void sd_model_cpu_offline(struct sd_cpu *c);
+
+#endif

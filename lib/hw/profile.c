@@ -1,0 +1,468 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Machine profiles: find the file, read it with json-c, check every
+ * parameter and its source, place the emulated CPUs on the modelled
+ * topology with hwloc, and turn the costs into the per-event table the
+ * funnel charges from. The file format is in docs/guide.md ("Modelled
+ * time"); the parameter list is model_params.h.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <hwloc.h>
+#include <json-c/json.h>
+
+#include "../core/error.h"
+#include "event.h"
+#include "machine.h"
+#include "model.h"
+
+#ifndef SD_PROFILES_INSTALL_DIR
+#define SD_PROFILES_INSTALL_DIR "/usr/local/share/shootdown/profiles"
+#endif
+#ifndef SD_PROFILES_SOURCE_DIR
+#define SD_PROFILES_SOURCE_DIR ""
+#endif
+
+/* A cost above this is a typo (a second, in ns), not a machine. */
+#define MAX_COST_NS 1e9
+
+static const char *const param_key[SD_MP_NR] = {
+#define SD_MP_KEY(id, key, what) key,
+	SD_MODEL_PARAM_LIST(SD_MP_KEY)
+#undef SD_MP_KEY
+};
+
+static const char *const dist_param_key[SD_MDP_NR] = {
+#define SD_MDP_KEY(id, key, what) key,
+	SD_MODEL_DIST_PARAM_LIST(SD_MDP_KEY)
+#undef SD_MDP_KEY
+};
+
+static const char *const dist_key[SD_DIST_NR] = SD_MODEL_DIST_KEYS;
+
+/* ---- finding the file ---- */
+
+static bool name_is_path(const char *name)
+{
+	size_t n = strlen(name);
+
+	return strchr(name, '/') || (n > 5 && !strcmp(name + n - 5, ".json"));
+}
+
+static bool name_is_clean(const char *name)
+{
+	for (const char *p = name; *p; p++)
+		if (!(('a' <= *p && *p <= 'z') || ('A' <= *p && *p <= 'Z') ||
+		      ('0' <= *p && *p <= '9') || *p == '-' || *p == '_' || *p == '.'))
+			return false;
+	return name[0] != '.';
+}
+
+/* Try DIR/NAME.json; 0 if it exists, -ENAMETOOLONG, or -ENOENT. */
+static int try_dir(const char *dir, size_t dir_len, const char *name, char *path, size_t len)
+{
+	int n;
+
+	if (!dir_len)
+		return -ENOENT;
+	n = snprintf(path, len, "%.*s/%s.json", (int)dir_len, dir, name);
+	if (n < 0 || (size_t)n >= len)
+		return -ENAMETOOLONG;
+	return access(path, R_OK) ? -ENOENT : 0;
+}
+
+/* The user's own profiles: $XDG_DATA_HOME/shootdown/profiles, where
+ * sd-calibrate writes by default. */
+static void user_dir(char *buf, size_t len)
+{
+	const char *xdg = getenv("XDG_DATA_HOME"), *home = getenv("HOME");
+
+	buf[0] = 0;
+	if (xdg && *xdg)
+		snprintf(buf, len, "%s/shootdown/profiles", xdg);
+	else if (home && *home)
+		snprintf(buf, len, "%s/.local/share/shootdown/profiles", home);
+}
+
+int sd_profile_locate(const char *name, char *path, size_t len)
+{
+	const char *env = getenv("SD_PROFILE_PATH");
+	char user[PATH_MAX];
+	int err;
+
+	if (!name || !*name || !path || !len)
+		return sd_fail(-EINVAL, "sd_profile_locate: NULL or empty argument");
+	if (name_is_path(name)) {
+		if ((size_t)snprintf(path, len, "%s", name) >= len)
+			return sd_fail(-ENAMETOOLONG, "sd_profile_locate: '%s' does not fit in %zu bytes",
+				       name, len);
+		if (access(path, R_OK))
+			return sd_fail(-ENOENT, "profile file '%s': %s", name, strerror(errno));
+		return 0;
+	}
+	if (!name_is_clean(name))
+		return sd_fail(-EINVAL, "sd_profile_locate: '%s' is neither a path nor a plain name "
+			       "(letters, digits, '-', '_', '.')", name);
+	for (const char *d = env; d && *d;) {
+		size_t n = strcspn(d, ":");
+		if ((err = try_dir(d, n, name, path, len)) != -ENOENT)
+			goto found;
+		d += n + (d[n] == ':');
+	}
+	user_dir(user, sizeof(user));
+	if ((err = try_dir(user, strlen(user), name, path, len)) != -ENOENT)
+		goto found;
+	if ((err = try_dir(SD_PROFILES_INSTALL_DIR, strlen(SD_PROFILES_INSTALL_DIR), name, path,
+			   len)) != -ENOENT)
+		goto found;
+	if ((err = try_dir(SD_PROFILES_SOURCE_DIR, strlen(SD_PROFILES_SOURCE_DIR), name, path,
+			   len)) != -ENOENT)
+		goto found;
+	return sd_fail(-ENOENT, "no profile '%s': looked for %s.json in SD_PROFILE_PATH (%s), %s, "
+		       "%s and %s", name, name, env ? env : "unset", user[0] ? user : "(no home)",
+		       SD_PROFILES_INSTALL_DIR,
+		       SD_PROFILES_SOURCE_DIR[0] ? SD_PROFILES_SOURCE_DIR : "(no source tree)");
+found:
+	if (err == -ENAMETOOLONG)
+		return sd_fail(err, "sd_profile_locate: the path of '%s' does not fit in %zu bytes",
+			       name, len);
+	return 0;
+}
+
+/* ---- reading it ---- */
+
+/* One cost: {"ns": number, "source": "non-empty"}. */
+static int read_cost(struct json_object *o, const char *what, double *ns)
+{
+	struct json_object *v, *src;
+	json_type t;
+
+	if (!json_object_is_type(o, json_type_object))
+		return sd_fail(-EINVAL, "profile: %s is not an object {\"ns\": ..., \"source\": ...}",
+			       what);
+	json_object_object_foreach(o, key, val) {
+		(void)val;
+		if (strcmp(key, "ns") && strcmp(key, "source") && strcmp(key, "note"))
+			return sd_fail(-EINVAL, "profile: %s has an unknown field '%s'", what, key);
+	}
+	if (!json_object_object_get_ex(o, "ns", &v))
+		return sd_fail(-EINVAL, "profile: %s has no \"ns\"", what);
+	t = json_object_get_type(v);
+	if (t != json_type_double && t != json_type_int)
+		return sd_fail(-EINVAL, "profile: %s's \"ns\" is not a number", what);
+	*ns = json_object_get_double(v);
+	if (!isfinite(*ns) || *ns < 0 || *ns > MAX_COST_NS)
+		return sd_fail(-EINVAL, "profile: %s's \"ns\" (%g) is not between 0 and %g", what, *ns,
+			       MAX_COST_NS);
+	if (!json_object_object_get_ex(o, "source", &src) ||
+	    !json_object_is_type(src, json_type_string) || !json_object_get_string_len(src))
+		return sd_fail(-EINVAL, "profile: %s has no \"source\" (every cost names where it "
+			       "comes from: a citation, a measurement command, or \"fitted to ...\")",
+			       what);
+	return 0;
+}
+
+static int find_key(const char *const *keys, unsigned n, const char *key)
+{
+	for (unsigned i = 0; i < n; i++)
+		if (!strcmp(keys[i], key))
+			return (int)i;
+	return -1;
+}
+
+static int read_dist_table(struct json_object *o, const char *name, double out[SD_DIST_NR])
+{
+	bool seen[SD_DIST_NR] = { false };
+	char what[96];
+	int i, err;
+
+	if (!json_object_is_type(o, json_type_object))
+		return sd_fail(-EINVAL, "profile: costs.%s is not an object of distance classes", name);
+	json_object_object_foreach(o, key, val) {
+		if ((i = find_key(dist_key, SD_DIST_NR, key)) < 0)
+			return sd_fail(-EINVAL, "profile: costs.%s has an unknown distance class '%s' "
+				       "(core, llc, package, system)", name, key);
+		snprintf(what, sizeof(what), "costs.%s.%s", name, key);
+		if ((err = read_cost(val, what, &out[i])))
+			return err;
+		seen[i] = true;
+	}
+	for (i = 0; i < SD_DIST_NR; i++)
+		if (!seen[i])
+			return sd_fail(-EINVAL, "profile: costs.%s has no '%s'", name, dist_key[i]);
+	return 0;
+}
+
+static int read_costs(struct json_object *costs, struct sd_model *mod)
+{
+	bool seen[SD_MP_NR] = { false }, seen_dist[SD_MDP_NR] = { false };
+	char what[96];
+	int i, err;
+
+	if (!json_object_is_type(costs, json_type_object))
+		return sd_fail(-EINVAL, "profile: \"costs\" is not an object");
+	json_object_object_foreach(costs, key, val) {
+		if ((i = find_key(param_key, SD_MP_NR, key)) >= 0) {
+			snprintf(what, sizeof(what), "costs.%s", key);
+			if ((err = read_cost(val, what, &mod->param_ns[i])))
+				return err;
+			seen[i] = true;
+		} else if ((i = find_key(dist_param_key, SD_MDP_NR, key)) >= 0) {
+			if ((err = read_dist_table(val, key, mod->dist_ns[i])))
+				return err;
+			seen_dist[i] = true;
+		} else {
+			return sd_fail(-EINVAL, "profile: unknown cost '%s'", key);
+		}
+	}
+	for (i = 0; i < SD_MP_NR; i++)
+		if (!seen[i])
+			return sd_fail(-EINVAL, "profile: costs has no '%s'", param_key[i]);
+	for (i = 0; i < SD_MDP_NR; i++)
+		if (!seen_dist[i])
+			return sd_fail(-EINVAL, "profile: costs has no '%s'", dist_param_key[i]);
+	return 0;
+}
+
+static int read_string(struct json_object *root, const char *key, char *buf, size_t len,
+		       bool required)
+{
+	struct json_object *v;
+
+	if (!json_object_object_get_ex(root, key, &v)) {
+		if (required)
+			return sd_fail(-EINVAL, "profile: no \"%s\"", key);
+		return 0;
+	}
+	if (!json_object_is_type(v, json_type_string))
+		return sd_fail(-EINVAL, "profile: \"%s\" is not a string", key);
+	if ((size_t)snprintf(buf, len, "%s", json_object_get_string(v)) >= len)
+		return sd_fail(-EINVAL, "profile: \"%s\" is longer than %zu characters", key, len - 1);
+	return 0;
+}
+
+static int read_topology(struct json_object *root, char *synthetic, size_t len)
+{
+	struct json_object *topo, *src;
+
+	if (!json_object_object_get_ex(root, "topology", &topo) ||
+	    !json_object_is_type(topo, json_type_object))
+		return sd_fail(-EINVAL, "profile: no \"topology\" object");
+	json_object_object_foreach(topo, key, val) {
+		(void)val;
+		if (strcmp(key, "synthetic") && strcmp(key, "source") && strcmp(key, "note"))
+			return sd_fail(-EINVAL, "profile: topology has an unknown field '%s'", key);
+	}
+	if (!json_object_object_get_ex(topo, "source", &src) ||
+	    !json_object_is_type(src, json_type_string) || !json_object_get_string_len(src))
+		return sd_fail(-EINVAL, "profile: topology has no \"source\"");
+	return read_string(topo, "synthetic", synthetic, len, true);
+}
+
+static int read_profile(const char *path, struct sd_model *mod, char *synthetic, size_t len)
+{
+	struct json_object *root = json_object_from_file(path), *costs;
+	char format[64] = "";
+	int err;
+
+	if (!root)
+		return sd_fail(-EINVAL, "profile '%s' is not valid JSON: %s", path,
+			       json_util_get_last_err() ? json_util_get_last_err() : "unreadable");
+	err = -EINVAL;
+	if (!json_object_is_type(root, json_type_object)) {
+		sd_fail(err, "profile '%s': the top level is not an object", path);
+		goto out;
+	}
+	json_object_object_foreach(root, key, val) {
+		(void)val;
+		if (strcmp(key, "format") && strcmp(key, "name") && strcmp(key, "description") &&
+		    strcmp(key, "topology") && strcmp(key, "costs") && strcmp(key, "notes")) {
+			sd_fail(err, "profile '%s': unknown field '%s'", path, key);
+			goto out;
+		}
+	}
+	if ((err = read_string(root, "format", format, sizeof(format), true)))
+		goto out;
+	if (strcmp(format, "shootdown-profile-1")) {
+		err = sd_fail(-EINVAL, "profile '%s': format '%s' is not shootdown-profile-1", path,
+			      format);
+		goto out;
+	}
+	if ((err = read_string(root, "name", mod->name, sizeof(mod->name), true)) ||
+	    (err = read_topology(root, synthetic, len)))
+		goto out;
+	if (!json_object_object_get_ex(root, "costs", &costs)) {
+		err = sd_fail(-EINVAL, "profile '%s': no \"costs\"", path);
+		goto out;
+	}
+	err = read_costs(costs, mod);
+out:
+	json_object_put(root);
+	return err;
+}
+
+/* ---- the modelled topology ---- */
+
+/* The last-level cache above @pu: the cache ancestor of the highest level,
+ * or the package if the description has no caches. */
+static unsigned llc_of(hwloc_obj_t pu)
+{
+	hwloc_obj_t best = NULL;
+
+	for (hwloc_obj_t o = pu->parent; o; o = o->parent)
+		if (hwloc_obj_type_is_cache(o->type) &&
+		    (!best || o->attr->cache.depth > best->attr->cache.depth))
+			best = o;
+	if (best)
+		return best->logical_index;
+	for (hwloc_obj_t o = pu->parent; o; o = o->parent)
+		if (o->type == HWLOC_OBJ_PACKAGE)
+			return 1000000u + o->logical_index;
+	return 0;
+}
+
+static unsigned ancestor_index(hwloc_obj_t pu, hwloc_obj_type_t type, unsigned dflt)
+{
+	for (hwloc_obj_t o = pu->parent; o; o = o->parent)
+		if (o->type == type)
+			return o->logical_index;
+	return dflt;
+}
+
+static int place_cpus(struct sd_model *mod, const char *synthetic, unsigned nr_cpus)
+{
+	hwloc_topology_t topo;
+	int err = 0, nr;
+
+	if (hwloc_topology_init(&topo))
+		return sd_fail(-ENOMEM, "profile: hwloc_topology_init failed");
+	if (hwloc_topology_set_synthetic(topo, synthetic) < 0 || hwloc_topology_load(topo) < 0) {
+		err = sd_fail(-EINVAL, "profile '%s': topology '%s' is not a hwloc synthetic "
+			      "description", mod->path, synthetic);
+		goto out;
+	}
+	nr = hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_PU);
+	if (nr <= 0 || (unsigned)nr < nr_cpus) {
+		err = sd_fail(-EINVAL, "profile '%s' models %d PUs (%s); the machine has %u CPUs "
+			      "(a bigger topology: sd_machine_config.model_topology)", mod->path, nr,
+			      synthetic, nr_cpus);
+		goto out;
+	}
+	mod->nr_pus = (unsigned)nr;
+	mod->place = calloc(nr_cpus, sizeof(*mod->place));
+	if (!mod->place) {
+		err = sd_fail(-ENOMEM, "profile: no memory for %u CPU places", nr_cpus);
+		goto out;
+	}
+	for (unsigned i = 0; i < nr_cpus; i++) {
+		hwloc_obj_t pu = hwloc_get_obj_by_type(topo, HWLOC_OBJ_PU, i);
+		mod->place[i].core = ancestor_index(pu, HWLOC_OBJ_CORE, 2000000u + i);
+		mod->place[i].llc = llc_of(pu);
+		mod->place[i].package = ancestor_index(pu, HWLOC_OBJ_PACKAGE, 0);
+	}
+out:
+	hwloc_topology_destroy(topo);
+	return err;
+}
+
+/* ---- the per-event table ---- */
+
+static uint64_t to_ps(double ns)
+{
+	return (uint64_t)llround(ns * 1000.0);
+}
+
+/* Events charged a fixed profile cost (the rest are 0, or charged out of
+ * line by sd_model_event()). */
+static void fill_event_costs(struct sd_model *mod)
+{
+	static const struct { enum sd_event ev; enum sd_model_param p; } fixed[] = {
+		{ SD_EV_TLB_L1_HIT, SD_MP_TLB_L1_HIT },
+		{ SD_EV_TLB_L2_HIT, SD_MP_TLB_L2_HIT },
+		{ SD_EV_TLB_MISS, SD_MP_TLB_MISS },
+		{ SD_EV_TLB_FILL, SD_MP_TLB_FILL },
+		{ SD_EV_TLB_FILL_RACED, SD_MP_TLB_FILL },
+		{ SD_EV_PAGE_FAULT, SD_MP_PAGE_FAULT_ENTRY },
+		{ SD_EV_LOCAL_FLUSH_ALL, SD_MP_LOCAL_FLUSH_ALL },
+		{ SD_EV_LOCAL_FLUSH_ASID, SD_MP_LOCAL_FLUSH_ASID },
+		{ SD_EV_LOCAL_FLUSH_ONE, SD_MP_LOCAL_FLUSH_PAGE },
+		{ SD_EV_FLUSH_FULL, SD_MP_LOCAL_FLUSH_ASID },
+		{ SD_EV_SWITCH_BEGIN, SD_MP_CONTEXT_SWITCH },
+		{ SD_EV_TRAP_BEGIN, SD_MP_TRAP_ENTRY },
+		{ SD_EV_TRAP_END, SD_MP_TRAP_EXIT },
+		{ SD_EV_SYSCALL_ENTER, SD_MP_SYSCALL_ENTRY },
+		{ SD_EV_SYSCALL_EXIT, SD_MP_SYSCALL_EXIT },
+	};
+
+	for (unsigned i = 0; i < SD_MP_NR; i++)
+		mod->param_ps[i] = to_ps(mod->param_ns[i]);
+	for (unsigned p = 0; p < SD_MDP_NR; p++)
+		for (unsigned d = 0; d < SD_DIST_NR; d++)
+			mod->dist_ps[p][d] = to_ps(mod->dist_ns[p][d]);
+	memset(mod->ev_ps, 0, sizeof(mod->ev_ps));
+	for (unsigned i = 0; i < sizeof(fixed) / sizeof(fixed[0]); i++)
+		mod->ev_ps[fixed[i].ev] = mod->param_ps[fixed[i].p];
+}
+
+int sd_model_init(struct sd_model *mod, const char *profile, const char *topology,
+		  uint64_t window_ns, unsigned nr_cpus)
+{
+	char synthetic[sizeof(mod->topology)];
+	int err;
+
+	memset(mod, 0, sizeof(*mod));
+	for (unsigned k = 0; k < SD_MODEL_LOCK_KINDS; k++)
+		mod->lock[k] = (struct sd_model_lock)SD_MODEL_LOCK_INIT;
+	if (!profile)
+		return 0;
+	if ((err = sd_profile_locate(profile, mod->path, sizeof(mod->path))) ||
+	    (err = read_profile(mod->path, mod, synthetic, sizeof(synthetic))))
+		return err;
+	if (topology && (size_t)snprintf(synthetic, sizeof(synthetic), "%s", topology) >=
+				sizeof(synthetic))
+		return sd_fail(-EINVAL, "model_topology: longer than %zu characters",
+			       sizeof(synthetic) - 1);
+	snprintf(mod->topology, sizeof(mod->topology), "%s", synthetic);
+	if ((err = place_cpus(mod, synthetic, nr_cpus)))
+		return err;
+	fill_event_costs(mod);
+	mod->window_ps = (window_ns ? window_ns : SD_MODEL_WINDOW_DEFAULT_NS) * 1000u;
+	mod->quantum_ps = mod->window_ps / 2;
+	mod->on = true;
+	return 0;
+}
+
+void sd_model_fini(struct sd_model *mod)
+{
+	free(mod->place);
+	mod->place = NULL;
+	mod->on = false;
+}
+
+double sd_model_cost_ns(const struct sd_machine *m, const char *param)
+{
+	const char *dot;
+	int i, d;
+
+	if (!m || !param)
+		return sd_fail(-1, "sd_model_cost_ns: NULL argument"), -1.0;
+	if (!m->model.on)
+		return sd_fail(-1, "sd_model_cost_ns: the machine models no time (no profile)"), -1.0;
+	if ((i = find_key(param_key, SD_MP_NR, param)) >= 0)
+		return m->model.param_ns[i];
+	dot = strchr(param, '.');
+	if (dot) {
+		char head[32];
+		snprintf(head, sizeof(head), "%.*s", (int)(dot - param), param);
+		if ((i = find_key(dist_param_key, SD_MDP_NR, head)) >= 0 &&
+		    (d = find_key(dist_key, SD_DIST_NR, dot + 1)) >= 0)
+			return m->model.dist_ns[i][d];
+	}
+	return sd_fail(-1, "sd_model_cost_ns: no parameter '%s'", param), -1.0;
+}
