@@ -121,15 +121,35 @@ static unsigned slowest_running(const struct sd_cpu *c, uint64_t *min)
 	return who;
 }
 
-/* Back in the running set after idle, a stall or attach: no CPU can fall
- * behind the running ones by being away, so move up to the slowest. */
+/* The latest clock any other attached CPU published (0 if none). */
+static uint64_t latest_attached(const struct sd_cpu *c)
+{
+	const struct sd_machine *m = c->m;
+	uint64_t max = 0;
+
+	for (unsigned i = 0; i < m->nr_cpus; i++) {
+		const struct sd_cpu *t = m->cpus[i];
+		if (t == c || atomic_load_explicit(&t->model_pub.state, memory_order_relaxed) ==
+				      SD_MODEL_OFF)
+			continue;
+		uint64_t v = atomic_load_explicit(&t->model_pub.clock_ps, memory_order_relaxed);
+		max = v > max ? v : max;
+	}
+	return max;
+}
+
+/* Back in the running set after idle, a stall or attach: time went on
+ * while the CPU was away, so it moves up to the slowest running CPU, or,
+ * if none runs, to the latest time any CPU reached. */
 static void rejoin(struct sd_cpu *c)
 {
 	struct sd_model *mod = &c->m->model;
 	uint64_t min;
 
 	slowest_running(c, &min);
-	if (min != UINT64_MAX && c->model.clock_ps < min)
+	if (min == UINT64_MAX)
+		min = latest_attached(c);
+	if (c->model.clock_ps < min)
 		c->model.clock_ps = min;
 	publish(c);
 	atomic_store_explicit(&c->model_pub.state, SD_MODEL_RUNNING, memory_order_relaxed);
@@ -338,6 +358,10 @@ void sd_model_event(struct sd_cpu *c, enum sd_event ev, uint64_t arg, uint64_t a
 	struct sd_model *mod = &c->m->model;
 	const uint64_t *p = mod->param_ps;
 
+	/* Taken for stalled while blocked outside the library: back now. */
+	if (unlikely(atomic_load_explicit(&c->model_pub.state, memory_order_relaxed) ==
+		     SD_MODEL_STALLED))
+		rejoin(c);
 	switch (ev) {
 	case SD_EV_PAGE_WALK:
 		c->model.clock_ps += p[SD_MP_WALK_LEVEL] * arg;

@@ -5,23 +5,6 @@
 #include "../core/layer.h"
 #if SD_LAYER < SD_LAYER_HW
 #error "hw/model.h is in a higher layer than the file including it (core/layer.h)"
-struct sd_cpu;
-
-/* Read the profile (sd_profile_locate() finds it), place @nr_cpus CPUs on
- * its topology (or on @topology, a hwloc synthetic string, if not NULL),
- * and fill the cost tables. @profile NULL: no modelling, 0. -EINVAL for a
- * bad file (the detail names the field), -ENOENT, -ENOMEM. profile.c. */
-int sd_model_init(struct sd_model *mod, const char *profile, const char *topology,
-		  uint64_t window_ns, unsigned nr_cpus);
-void sd_model_fini(struct sd_model *mod);
-enum sd_model_distance sd_model_distance_of(const struct sd_model *mod, unsigned a, unsigned b);
-
-/* A CPU's modelled state: set up with its area, joined to the running set
- * at attach, left at detach (model.c). */
-void sd_model_cpu_init(struct sd_cpu *c);
-void sd_model_cpu_online(struct sd_cpu *c);
-void sd_model_cpu_offline(struct sd_cpu *c);
-
 #endif
 
 #include <stdbool.h>

@@ -64,17 +64,22 @@ static bool name_is_clean(const char *name)
 	return name[0] != '.';
 }
 
-/* Try DIR/NAME.json; 0 if it exists, -ENAMETOOLONG, or -ENOENT. */
+/* Try DIR/NAME.json: 0 if it exists (its path in @path), -ENAMETOOLONG
+ * if it exists but its path does not fit in @len, else -ENOENT. */
 static int try_dir(const char *dir, size_t dir_len, const char *name, char *path, size_t len)
 {
+	char full[PATH_MAX];
 	int n;
 
 	if (!dir_len)
 		return -ENOENT;
-	n = snprintf(path, len, "%.*s/%s.json", (int)dir_len, dir, name);
-	if (n < 0 || (size_t)n >= len)
+	n = snprintf(full, sizeof(full), "%.*s/%s.json", (int)dir_len, dir, name);
+	if (n < 0 || (size_t)n >= sizeof(full) || access(full, R_OK))
+		return -ENOENT;
+	if ((size_t)n >= len)
 		return -ENAMETOOLONG;
-	return access(path, R_OK) ? -ENOENT : 0;
+	memcpy(path, full, (size_t)n + 1);
+	return 0;
 }
 
 /* The user's own profiles: $XDG_DATA_HOME/shootdown/profiles, where

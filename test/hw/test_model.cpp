@@ -1,0 +1,472 @@
+// SPDX-License-Identifier: MIT
+// Modelled time (lib/hw/model.c, profile.c) against answers computed by hand.
+//
+// Each test writes a profile in which every cost is 0 except the ones it
+// names, so the clocks it reads can only come from those charges.
+#include "common.hpp"
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <set>
+#include <string>
+#include <thread>
+#include <unistd.h>
+
+extern "C" {
+#include "hw/model_params.h"
+}
+
+namespace {
+
+using sdtest::Machine;
+using sdtest::Watchdog;
+
+constexpr uint64_t P = SD_PAGE_SIZE;
+constexpr unsigned RW = SD_PROT_READ | SD_PROT_WRITE;
+constexpr uint64_t kPage = 0x40000000;
+
+const char *const kParams[] = {
+#define KEY(id, key, what) key,
+	SD_MODEL_PARAM_LIST(KEY)
+#undef KEY
+};
+const char *const kDistParams[] = {
+#define KEY(id, key, what) key,
+	SD_MODEL_DIST_PARAM_LIST(KEY)
+#undef KEY
+};
+const char *const kDists[] = SD_MODEL_DIST_KEYS;
+
+// A profile: every cost 0 unless @costs names it ("line_transfer.llc" for
+// a distance class). @drop leaves one key out; @extra adds raw JSON text
+// inside "costs".
+struct Profile {
+	std::string path;
+	Profile(const std::string &topology, const std::map<std::string, double> &costs,
+		const std::string &drop = "", const std::string &extra = "")
+	{
+		char tmpl[] = "/tmp/sd-test-profile-XXXXXX";
+		int fd = mkstemp(tmpl);
+		EXPECT_GE(fd, 0);
+		close(fd);
+		path = std::string(tmpl) + ".json";
+		std::rename(tmpl, path.c_str());
+		std::ofstream f(path);
+		f << "{\"format\": \"shootdown-profile-1\", \"name\": \"test\",\n"
+		  << " \"topology\": {\"synthetic\": \"" << topology << "\", \"source\": \"test\"},\n"
+		  << " \"costs\": {\n";
+		bool first = true;
+		auto sep = [&]() { f << (first ? "  " : ", \n  "); first = false; };
+		for (const char *k : kParams) {
+			if (drop == k)
+				continue;
+			auto it = costs.find(k);
+			sep();
+			f << "\"" << k << "\": {\"ns\": " << (it == costs.end() ? 0.0 : it->second)
+			  << ", \"source\": \"test\"}";
+		}
+		for (const char *k : kDistParams) {
+			if (drop == k)
+				continue;
+			sep();
+			f << "\"" << k << "\": {";
+			for (unsigned d = 0; d < 4; d++) {
+				auto it = costs.find(std::string(k) + "." + kDists[d]);
+				f << (d ? ", " : "") << "\"" << kDists[d] << "\": {\"ns\": "
+				  << (it == costs.end() ? 0.0 : it->second) << ", \"source\": \"test\"}";
+			}
+			f << "}";
+		}
+		if (!extra.empty()) {
+			sep();
+			f << extra;
+		}
+		f << "}}\n";
+	}
+	~Profile() { std::remove(path.c_str()); }
+};
+
+sd_machine_config modelled(unsigned cpus, const char *strategy, const Profile &p,
+			   uint64_t window_ns = 0)
+{
+	sd_machine_config c = sdtest::config(cpus, strategy);
+	c.profile = p.path.c_str();
+	c.model_window_ns = window_ns;
+	return c;
+}
+
+// ---- the issue's own example: four broadcasts at time 0 ----
+
+// Four CPUs each broadcast one TLBI at modelled time 0; the interconnect
+// is busy X per message and a message completes L after it leaves the
+// interconnect. The CPU's DSB waits for its own message: the clocks end at
+// X+L, 2X+L, 3X+L and 4X+L, in whatever order the host ran them.
+TEST(ModelByHand, FourBroadcastsQueueOnTheInterconnect)
+{
+	constexpr double X = 100, L = 1000;
+	Profile p("pack:1 core:4 pu:1", {{"dvm_message", X}, {"dvm_completion", L}});
+	Machine mach(modelled(4, "broadcast", p, 1000000));
+	ASSERT_NE(nullptr, mach.m);
+	struct S {
+		std::atomic<int> ready{0};
+		uint64_t clock[4] = {};
+		uint64_t before[4] = {};
+	} s;
+	Watchdog w("FourBroadcasts: a CPU stuck", 30);
+	ASSERT_EQ(0, sd_machine_run(mach.m, [](sd_cpu *c, void *arg) {
+		auto *s = static_cast<S *>(arg);
+		unsigned id = sd_cpu_id(c);
+		sd_mm *mm = nullptr;
+		ASSERT_EQ(0, sd_mm_create(sd_cpu_machine(c), &mm));
+		ASSERT_EQ(0, sd_switch_mm(c, mm));
+		s->before[id] = sd_cpu_clock_ns(c);
+		// All four issue at once in real time too, so the queue is
+		// the interconnect's and not an accident of scheduling.
+		s->ready.fetch_add(1);
+		while (s->ready.load() < 4)
+			std::this_thread::yield();
+		EXPECT_EQ(0, sd_flush_tlb_range(c, mm, kPage, P));
+		s->clock[id] = sd_cpu_clock_ns(c);
+		EXPECT_EQ(0, sd_switch_mm(c, nullptr));
+		EXPECT_EQ(0, sd_mm_destroy(mm));
+	}, &s)) << sd_last_error();
+	std::multiset<uint64_t> got, want;
+	for (unsigned i = 0; i < 4; i++) {
+		EXPECT_EQ(0u, s.before[i]) << "CPU " << i << " was charged before its broadcast";
+		got.insert(s.clock[i]);
+		want.insert((uint64_t)((i + 1) * X + L));
+	}
+	EXPECT_EQ(want, got);
+}
+
+// ---- IPIs ----
+
+struct IpiRun {
+	uint64_t target_work_ns;
+	uint64_t sender_after = 0, target_after = 0;
+	std::atomic<int> target_ready{0}, done{0};
+};
+
+void ipi_body(sd_cpu *c, void *arg)
+{
+	auto *r = static_cast<IpiRun *>(arg);
+	if (sd_cpu_id(c) == 1) {
+		EXPECT_EQ(0, sd_cpu_work(c, r->target_work_ns));
+		r->target_ready.store(1);
+		while (!r->done.load())
+			std::this_thread::sleep_for(std::chrono::microseconds(50));
+		r->target_after = sd_cpu_clock_ns(c);
+		return;
+	}
+	while (!r->target_ready.load())
+		std::this_thread::sleep_for(std::chrono::microseconds(50));
+	EXPECT_EQ(0, sd_smp_call_single(c, 1, [](sd_cpu *, void *) {}, nullptr));
+	r->sender_after = sd_cpu_clock_ns(c);
+	r->done.store(1);
+}
+
+// send S, delivery D, entry E, handler H, exit Q, ack line transfer T
+// (the two CPUs share an LLC). The sender is at 0.
+constexpr double S = 50, D = 500, E = 100, H = 10, Q = 70, T = 30;
+const std::map<std::string, double> kIpiCosts = {
+	{"ipi_send", S}, {"ipi_delivery", D}, {"irq_entry", E}, {"ipi_handler", H},
+	{"irq_exit", Q}, {"line_transfer.llc", T}};
+
+// A target behind the IPI takes it when it arrives: S + D, then runs it.
+// Its handler writes the queue head the sender wrote (a transfer, T); the
+// sender's wait ends when the ack's line reaches it (T again).
+TEST(ModelByHand, IpiToACpuBehindRunsWhenItArrives)
+{
+	Profile p("pack:1 core:2 pu:1", kIpiCosts);
+	Machine mach(modelled(2, "ipi", p, 1000000000));
+	ASSERT_NE(nullptr, mach.m);
+	IpiRun r;
+	r.target_work_ns = 0;
+	Watchdog w("IpiBehind: a CPU stuck", 30);
+	ASSERT_EQ(0, sd_machine_run(mach.m, ipi_body, &r)) << sd_last_error();
+	const uint64_t acked = (uint64_t)(S + D + E + H + T);
+	EXPECT_EQ(acked + (uint64_t)Q, r.target_after);
+	EXPECT_EQ(acked + (uint64_t)T, r.sender_after);
+}
+
+// A target whose clock is ahead runs the IPI at its own time.
+TEST(ModelByHand, IpiToACpuAheadRunsAtItsTime)
+{
+	Profile p("pack:1 core:2 pu:1", kIpiCosts);
+	Machine mach(modelled(2, "ipi", p, 1000000000));
+	ASSERT_NE(nullptr, mach.m);
+	IpiRun r;
+	r.target_work_ns = 10000;
+	Watchdog w("IpiAhead: a CPU stuck", 30);
+	ASSERT_EQ(0, sd_machine_run(mach.m, ipi_body, &r)) << sd_last_error();
+	const uint64_t acked = (uint64_t)(10000 + E + H + T);
+	EXPECT_EQ(acked + (uint64_t)Q, r.target_after);
+	EXPECT_EQ(acked + (uint64_t)T, r.sender_after);
+}
+
+// ---- locks ----
+
+// Two CPUs in different packages take the mm lock in turn (an mprotect
+// each); every acquisition after the other CPU's pays the handoff at the
+// system distance, and waits for the other's release: the i-th change
+// ends at i * K. The other classes' costs are set too, to see the right
+// one is used.
+TEST(ModelByHand, LockHandedBackAndForthPaysTheHandoffEachTime)
+{
+	constexpr double K = 300;
+	constexpr int kRounds = 10;
+	Profile p("pack:2 core:1 pu:1", {{"lock_handoff.core", 1}, {"lock_handoff.llc", 2},
+					 {"lock_handoff.package", 3}, {"lock_handoff.system", K}});
+	Machine mach(modelled(2, "broadcast", p, 1000000000));
+	ASSERT_NE(nullptr, mach.m);
+	struct S {
+		sd_mm *mm = nullptr;
+		std::atomic<int> turn{0};
+		uint64_t end[2 * kRounds + 1] = {};
+	} s;
+	ASSERT_EQ(0, sd_mm_create(mach.m, &s.mm));
+	Watchdog w("LockHandoff: a CPU stuck", 30);
+	ASSERT_EQ(0, sd_machine_run(mach.m, [](sd_cpu *c, void *arg) {
+		auto *s = static_cast<S *>(arg);
+		unsigned id = sd_cpu_id(c);
+		EXPECT_EQ(0, sd_switch_mm(c, s->mm));
+		if (id == 0) {
+			EXPECT_EQ(0, sd_mmap(c, s->mm, kPage, P, RW));
+			s->end[0] = sd_cpu_clock_ns(c);
+			s->turn.store(1);
+		}
+		for (int i = 1 + (int)(id == 0); i <= 2 * kRounds; i += 2) {
+			while (s->turn.load() != i)
+				std::this_thread::sleep_for(std::chrono::microseconds(20));
+			EXPECT_EQ(0, sd_mprotect(c, s->mm, kPage, P, i % 4 < 2 ? (unsigned)SD_PROT_READ : RW));
+			s->end[i] = sd_cpu_clock_ns(c);
+			s->turn.store(i + 1);
+		}
+		EXPECT_EQ(0, sd_switch_mm(c, nullptr));
+	}, &s)) << sd_last_error();
+	EXPECT_EQ(0, sd_mm_destroy(s.mm));
+	for (int i = 0; i <= 2 * kRounds; i++)
+		EXPECT_EQ((uint64_t)(i * K), s.end[i]) << "change " << i;
+}
+
+// ---- lax synchronisation ----
+
+// Oversubscribed (8 CPUs on the host's PUs), each charging random work:
+// no CPU ever goes on more than the window (plus the step that took it
+// past) ahead of the slowest running CPU, and the window made CPUs wait.
+TEST(ModelWindow, NoCpuGetsMoreThanAWindowAhead)
+{
+	constexpr uint64_t kWindow = 2000, kMaxStep = 300;
+	Profile p("pack:1 core:8 pu:1", {});
+	Machine mach(modelled(8, "broadcast", p, kWindow));
+	ASSERT_NE(nullptr, mach.m);
+	Watchdog w("Window: a CPU stuck", 60);
+	ASSERT_EQ(0, sd_machine_run(mach.m, [](sd_cpu *c, void *) {
+		uint64_t x = 0x9e3779b97f4a7c15ull * (sd_cpu_id(c) + 1);
+		for (int i = 0; i < 20000; i++) {
+			x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+			EXPECT_EQ(0, sd_cpu_work(c, 1 + x % kMaxStep));
+		}
+	}, nullptr)) << sd_last_error();
+	sd_model_info info = SD_MODEL_INFO_INIT;
+	ASSERT_EQ(0, sd_machine_model_info(mach.m, &info));
+	EXPECT_EQ(1, info.modelled);
+	EXPECT_EQ(kWindow, info.window_ns);
+	EXPECT_LE(info.max_lead_ns, kWindow + kMaxStep);
+	EXPECT_GT(info.window_waits, 0u);
+	// Every CPU did about the same work: 20000 steps of 150 ns on average.
+	EXPECT_GT(info.clock_min_ns, 20000u * 100);
+	EXPECT_LT(info.clock_max_ns, 20000u * 200);
+}
+
+// A CPU blocked outside the library (here: sleeping on a flag another CPU
+// sets after working far ahead) does not hold the others back for ever:
+// it is taken to be stalled, and rejoins at the others' time.
+TEST(ModelWindow, CpuBlockedOutsideTheLibraryDoesNotHoldOthersBack)
+{
+	Profile p("pack:1 core:2 pu:1", {});
+	Machine mach(modelled(2, "broadcast", p, 1000));
+	ASSERT_NE(nullptr, mach.m);
+	struct S {
+		std::atomic<int> go{0};
+		uint64_t clock1 = 0;
+	} s;
+	Watchdog w("Blocked: CPU 0 waits for a CPU blocked outside the library", 30);
+	ASSERT_EQ(0, sd_machine_run(mach.m, [](sd_cpu *c, void *arg) {
+		auto *s = static_cast<S *>(arg);
+		if (sd_cpu_id(c) == 1) {
+			EXPECT_EQ(0, sd_cpu_work(c, 1));
+			while (!s->go.load())
+				std::this_thread::sleep_for(std::chrono::microseconds(100));
+			EXPECT_EQ(0, sd_cpu_work(c, 1));
+			s->clock1 = sd_cpu_clock_ns(c);
+			return;
+		}
+		for (int i = 0; i < 100; i++)
+			EXPECT_EQ(0, sd_cpu_work(c, 1000));
+		s->go.store(1);
+	}, &s)) << sd_last_error();
+	sd_model_info info = SD_MODEL_INFO_INIT;
+	ASSERT_EQ(0, sd_machine_model_info(mach.m, &info));
+	EXPECT_GE(info.rejoins, 1u);
+	EXPECT_GE(s.clock1, 90000u) << "CPU 1 came back at its own old time, not the others'";
+}
+
+// ---- the public calls and the profile file ----
+
+TEST(ModelApi, WithoutAProfileNothingIsModelled)
+{
+	Machine mach(sdtest::config(1, "broadcast"));
+	ASSERT_NE(nullptr, mach.m);
+	ASSERT_EQ(0, sd_machine_run(mach.m, [](sd_cpu *c, void *) {
+		EXPECT_EQ(0, sd_cpu_work(c, 1000));
+		EXPECT_EQ(0u, sd_cpu_clock_ns(c));
+	}, nullptr));
+	sd_model_info info = SD_MODEL_INFO_INIT;
+	ASSERT_EQ(0, sd_machine_model_info(mach.m, &info));
+	EXPECT_EQ(0, info.modelled);
+	EXPECT_LT(sd_model_cost_ns(mach.m, "ipi_delivery"), 0);
+}
+
+TEST(ModelApi, CallsRefuseBadArguments)
+{
+	Profile p("pack:1 core:2 pu:1", {{"ipi_delivery", 123.5}, {"line_transfer.core", 7}});
+	Machine mach(modelled(2, "ipi", p));
+	ASSERT_NE(nullptr, mach.m);
+	EXPECT_EQ(123.5, sd_model_cost_ns(mach.m, "ipi_delivery"));
+	EXPECT_EQ(7.0, sd_model_cost_ns(mach.m, "line_transfer.core"));
+	EXPECT_LT(sd_model_cost_ns(mach.m, "line_transfer.far"), 0);
+	EXPECT_LT(sd_model_cost_ns(mach.m, "bogus"), 0);
+	EXPECT_LT(sd_model_cost_ns(nullptr, "ipi_delivery"), 0);
+	EXPECT_LT(sd_model_cost_ns(mach.m, nullptr), 0);
+	EXPECT_EQ(-EPERM, sd_cpu_work(nullptr, 1));
+	EXPECT_EQ(0u, sd_cpu_clock_ns(nullptr));
+	sd_model_info info = SD_MODEL_INFO_INIT;
+	EXPECT_EQ(-EINVAL, sd_machine_model_info(nullptr, &info));
+	EXPECT_EQ(-EINVAL, sd_machine_model_info(mach.m, nullptr));
+	info.size = 3;
+	EXPECT_EQ(-EINVAL, sd_machine_model_info(mach.m, &info));
+	char path[16];
+	EXPECT_EQ(-EINVAL, sd_profile_locate(nullptr, path, sizeof(path)));
+	EXPECT_EQ(-EINVAL, sd_profile_locate("", path, sizeof(path)));
+	EXPECT_EQ(-EINVAL, sd_profile_locate("a b", path, sizeof(path)));
+	EXPECT_EQ(-ENOENT, sd_profile_locate("no-such-profile-anywhere", path, sizeof(path)));
+	EXPECT_EQ(-ENAMETOOLONG, sd_profile_locate(p.path.c_str(), path, sizeof(path)));
+	sd_machine *m = nullptr;
+	sd_machine_config c = modelled(2, "ipi", p);
+	c.profile = "";
+	EXPECT_EQ(-EINVAL, sd_machine_create(&c, &m));
+	c = sdtest::config(2, "ipi");
+	c.model_topology = "pack:1 core:2 pu:1";
+	EXPECT_EQ(-EINVAL, sd_machine_create(&c, &m)) << "a topology without a profile";
+	c = modelled(2, "ipi", p);
+	c.model_window_ns = 2000000000ull;
+	EXPECT_EQ(-EINVAL, sd_machine_create(&c, &m));
+}
+
+// Every way a profile can be wrong is -EINVAL (or -ENOENT) with the field
+// named, and nothing is left allocated.
+TEST(ModelProfile, BadFilesAreRefusedWithTheFieldNamed)
+{
+	struct Case {
+		const char *drop, *extra, *topo;
+		unsigned cpus;
+		int err;
+		const char *says;
+	} cases[] = {
+		{"ipi_delivery", "", "pack:1 core:2 pu:1", 2, -EINVAL, "ipi_delivery"},
+		{"lock_handoff", "", "pack:1 core:2 pu:1", 2, -EINVAL, "lock_handoff"},
+		{"", "\"warp_drive\": {\"ns\": 1, \"source\": \"x\"}", "pack:1 core:2 pu:1", 2, -EINVAL,
+		 "warp_drive"},
+		{"", "", "pack:1 core:2 pu:1", 4, -EINVAL, "models 2 PUs"},
+		{"", "", "not a topology", 2, -EINVAL, "synthetic"},
+	};
+	for (const Case &k : cases) {
+		Profile p(k.topo, {}, k.drop, k.extra);
+		sd_machine *m = nullptr;
+		sd_machine_config c = modelled(k.cpus, "broadcast", p);
+		EXPECT_EQ(k.err, sd_machine_create(&c, &m)) << k.says;
+		EXPECT_NE(std::string::npos, std::string(sd_last_error()).find(k.says))
+			<< sd_last_error();
+		EXPECT_EQ(nullptr, m);
+	}
+	const char *bad_costs[] = {
+		"{\"ns\": -1, \"source\": \"x\"}", "{\"ns\": 1}", "{\"ns\": 1, \"source\": \"\"}",
+		"{\"ns\": \"fast\", \"source\": \"x\"}", "{\"ns\": 1e12, \"source\": \"x\"}",
+		"{\"ns\": 1, \"source\": \"x\", \"bogus\": 2}", "3",
+	};
+	for (const char *bad : bad_costs) {
+		Profile p("pack:1 core:2 pu:1", {}, "tlb_fill", std::string("\"tlb_fill\": ") + bad);
+		sd_machine *m = nullptr;
+		sd_machine_config c = modelled(2, "broadcast", p);
+		EXPECT_EQ(-EINVAL, sd_machine_create(&c, &m)) << bad;
+		EXPECT_NE(std::string::npos, std::string(sd_last_error()).find("tlb_fill"))
+			<< bad << ": " << sd_last_error();
+	}
+	sd_machine *m = nullptr;
+	sd_machine_config c = sdtest::config(2, "broadcast");
+	c.profile = "/nonexistent/profile.json";
+	EXPECT_EQ(-ENOENT, sd_machine_create(&c, &m));
+	std::string garbage = "/tmp/sd-test-garbage.json";
+	std::ofstream(garbage) << "{ not json";
+	c.profile = garbage.c_str();
+	EXPECT_EQ(-EINVAL, sd_machine_create(&c, &m));
+	std::remove(garbage.c_str());
+}
+
+// The profile is found by name through SD_PROFILE_PATH, and a topology
+// given in the config replaces the profile's (a bigger machine, same costs).
+TEST(ModelProfile, FoundByNameAndTopologyOverridden)
+{
+	Profile p("pack:1 core:2 pu:1", {{"tlb_l1_hit", 2}});
+	std::string dir = p.path.substr(0, p.path.rfind('/'));
+	std::string name = p.path.substr(dir.size() + 1);
+	name = name.substr(0, name.size() - 5);
+	setenv("SD_PROFILE_PATH", ("/nonexistent:" + dir).c_str(), 1);
+	char found[256];
+	ASSERT_EQ(0, sd_profile_locate(name.c_str(), found, sizeof(found))) << sd_last_error();
+	EXPECT_EQ(p.path, found);
+	sd_machine_config c = sdtest::config(8, "broadcast");
+	c.profile = name.c_str();
+	c.model_topology = "pack:2 core:4 pu:1";
+	Machine mach(c);
+	unsetenv("SD_PROFILE_PATH");
+	ASSERT_NE(nullptr, mach.m);
+	sd_model_info info = SD_MODEL_INFO_INIT;
+	ASSERT_EQ(0, sd_machine_model_info(mach.m, &info));
+	EXPECT_STREQ("test", info.profile);
+	EXPECT_EQ(8u, info.nr_pus);
+	EXPECT_STREQ("pack:2 core:4 pu:1", info.topology);
+	EXPECT_EQ((uint64_t)SD_MODEL_WINDOW_DEFAULT_NS, info.window_ns);
+	EXPECT_EQ(2.0, sd_model_cost_ns(mach.m, "tlb_l1_hit"));
+}
+
+// An L1 hit costs the profile's tlb_l1_hit, exactly, every time.
+TEST(ModelByHand, HitsAreChargedTheirCost)
+{
+	Profile p("pack:1 core:1 pu:1", {{"tlb_l1_hit", 0.5}, {"syscall_entry", 40},
+					 {"syscall_exit", 60}});
+	Machine mach(modelled(1, "broadcast", p));
+	ASSERT_NE(nullptr, mach.m);
+	ASSERT_EQ(0, sd_machine_run(mach.m, [](sd_cpu *c, void *) {
+		sd_mm *mm = nullptr;
+		ASSERT_EQ(0, sd_mm_create(sd_cpu_machine(c), &mm));
+		ASSERT_EQ(0, sd_switch_mm(c, mm));
+		ASSERT_EQ(0, sd_mmap(c, mm, kPage, P, RW));
+		EXPECT_EQ(100u, sd_cpu_clock_ns(c)) << "one system call: entry and exit";
+		ASSERT_EQ(0, sd_access(c, kPage, SD_WRITE, nullptr));   // fault, walk, fill
+		uint64_t t0 = sd_cpu_clock_ns(c);
+		for (int i = 0; i < 1000; i++)
+			ASSERT_EQ(0, sd_access(c, kPage, SD_READ, nullptr));
+		EXPECT_EQ(500u, sd_cpu_clock_ns(c) - t0);
+		EXPECT_EQ(-EINVAL, sd_mmap(c, mm, kPage + 1, P, RW));
+		EXPECT_EQ(t0 + 600, sd_cpu_clock_ns(c)) << "a refused call entered the kernel too";
+		EXPECT_EQ(0, sd_switch_mm(c, nullptr));
+		EXPECT_EQ(0, sd_mm_destroy(mm));
+	}, nullptr));
+}
+
+}  // namespace
