@@ -150,7 +150,8 @@ struct sd_machine_config {
 	const char *profile;
 	/** The modelled topology as a hwloc synthetic string, instead of the
 	 *  profile's own (the same costs on a bigger or differently shaped
-	 *  machine); NULL = the profile's. Needs a profile. */
+	 *  machine); NULL = the environment variable SD_MODEL_TOPOLOGY if set
+	 *  and not empty, else the profile's. Needs a profile (-EINVAL). */
 	const char *model_topology;
 	/** Lax-synchronisation window in modelled ns: no running CPU gets
 	 *  further than this ahead of the slowest; 0 = SD_MODEL_WINDOW_DEFAULT_NS

@@ -111,6 +111,10 @@ static int normalise(const struct sd_machine_config *in, struct sd_machine_confi
 	} else if (!*cfg->profile) {
 		return sd_fail(-EINVAL, "profile is empty: NULL means no modelled time");
 	}
+	if (!cfg->model_topology && cfg->profile) {
+		const char *env = getenv("SD_MODEL_TOPOLOGY");
+		cfg->model_topology = env && *env ? env : NULL;
+	}
 	if (cfg->model_topology && !cfg->profile)
 		return sd_fail(-EINVAL, "model_topology '%s' without a profile: there is no "
 			       "modelled time to place it in", cfg->model_topology);
