@@ -133,7 +133,7 @@ static uint64_t new_context(struct sd_arm64_asid *a, uint64_t id, bool *rolled)
 }
 
 void sd_arm64_asid_switch(struct sd_arm64_asid *a, unsigned cpu, SD_ATOMIC(uint64_t) *ctx_id,
-			  struct sd_arm64_switch *out)
+			  struct sd_arm64_switch *out, struct sd_cpu *self)
 {
 	SD_ATOMIC(uint64_t) *active = &a->percpu[cpu].active;
 	uint64_t id = atomic_load_explicit(ctx_id, memory_order_relaxed);
@@ -154,7 +154,10 @@ void sd_arm64_asid_switch(struct sd_arm64_asid *a, unsigned cpu, SD_ATOMIC(uint6
 		return;
 	}
 
-	sd_spin_lock(&a->lock);
+	if (self)
+		sd_event_spin_lock(self, &a->lock, SD_LOCK_ASID);
+	else
+		sd_spin_lock(&a->lock);
 	/* Re-read under the lock: another CPU running this mm may have
 	 * allocated for it already. */
 	id = atomic_load_explicit(ctx_id, memory_order_relaxed);
@@ -166,6 +169,9 @@ void sd_arm64_asid_switch(struct sd_arm64_asid *a, unsigned cpu, SD_ATOMIC(uint6
 	if (sd_cpumask_test_and_clear(&a->flush_pending, cpu))
 		out->flush_local_all = true;
 	atomic_store_explicit(active, id, memory_order_relaxed);
-	sd_spin_unlock(&a->lock);
+	if (self)
+		sd_event_spin_unlock(self, &a->lock, SD_LOCK_ASID);
+	else
+		sd_spin_unlock(&a->lock);
 	out->asid = sd_arm64_asid_of(a, id);
 }

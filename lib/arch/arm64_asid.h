@@ -10,6 +10,7 @@
 #include "../core/compiler.h"
 #include "../core/cpumask.h"
 #include "../core/spinlock.h"
+#include "../hw/event.h"
 
 /*
  * The arm64 generational ASID allocator (arch/arm64/mm/context.c):
@@ -55,9 +56,12 @@ struct sd_arm64_switch {
 /*
  * check_and_switch_context(): make @ctx_id (the mm's context.id) current on
  * @cpu. Interrupts off. Lock-free when the mm's generation is current.
+ * @self is the emulated CPU running it, whose lock wait and modelled
+ * lock handoff on cpu_asid_lock are events; NULL (a unit test of the
+ * allocator alone) counts nothing.
  */
 void sd_arm64_asid_switch(struct sd_arm64_asid *a, unsigned cpu, SD_ATOMIC(uint64_t) *ctx_id,
-			  struct sd_arm64_switch *out);
+			  struct sd_arm64_switch *out, struct sd_cpu *self);
 
 static inline uint16_t sd_arm64_asid_of(const struct sd_arm64_asid *a, uint64_t ctx_id)
 {

@@ -482,9 +482,7 @@ void sd_model_cpu_init(struct sd_cpu *c)
 	c->model.ev_ps = mod->on ? mod->ev_ps : NULL;
 	atomic_init(&c->model_pub.clock_ps, 0);
 	atomic_init(&c->model_pub.state, SD_MODEL_OFF);
-	atomic_init(&c->ipi_line.free_at_ps, 0);
-	atomic_init(&c->ipi_line.writer, 0);
-	atomic_init(&c->ipi_line.readers, 0);
+	sd_model_line_init(&c->ipi_line);
 }
 
 void sd_model_cpu_online(struct sd_cpu *c)

@@ -96,6 +96,13 @@ struct sd_model_line {
 	SD_ATOMIC(uint64_t) readers;   /* CPUs (id mod 64) that read it since */
 };
 
+static inline void sd_model_line_init(struct sd_model_line *l)
+{
+	atomic_init(&l->free_at_ps, 0);
+	atomic_init(&l->writer, 0);
+	atomic_init(&l->readers, 0);
+}
+
 /* Where an emulated CPU sits in the modelled topology. */
 struct sd_model_place {
 	uint32_t core, llc, package;

@@ -129,7 +129,7 @@ void sd_broadcast_switch_context(struct sd_cpu *cpu, struct sd_mm *next,
 	struct sd_broadcast *b = bcast_of(cpu->m);
 
 	sd_arm64_asid_switch(&b->asid, cpu->id, &bcast_mm_of(next)->ctx_id,
-			     sw);
+			     sw, cpu);
 	if (sw->allocated)
 		sd_event(cpu, SD_EV_ASID_ALLOC, 0, 0);
 	if (sw->rolled_over)

@@ -209,6 +209,8 @@ int sd_ipi_mm_init(struct sd_machine *m, struct sd_mm *mm, void **mm_priv)
 	atomic_init(&im->next_trim_ns, now_ns() + ipi->trim_ns);
 	atomic_init(&im->global_asid, 0);
 	atomic_init(&im->asid_transition, false);
+	sd_model_line_init(&im->gen_line);
+	sd_model_line_init(&im->mask_line);
 	*mm_priv = im;
 	return 0;
 }
@@ -249,6 +251,16 @@ static void cpumask_write(struct sd_cpu *cpu, struct sd_mm *mm, bool set)
 	else
 		sd_sb_cpumask_clear(&sd_ipi_mm_of(mm)->cpumask, cpu->id);
 	sd_event(cpu, SD_EV_CPUMASK_WRITE, 0, 0);
+	sd_event_line(cpu, &sd_ipi_mm_of(mm)->mask_line, true);
+}
+
+/* tlb_gen read by a switch or a flush (an acquire load). */
+static uint64_t read_tlb_gen(struct sd_cpu *cpu, struct sd_mm *mm)
+{
+	struct sd_ipi_mm *im = sd_ipi_mm_of(mm);
+
+	sd_event_line(cpu, &im->gen_line, false);
+	return atomic_load_explicit(&im->tlb_gen, memory_order_acquire);
 }
 
 /* ---- context switch ---- */
@@ -308,6 +320,8 @@ static void join_cpumask(struct sd_cpu *cpu, struct sd_ipi *ipi, struct sd_mm *n
 {
 	struct sd_ipi_mm *im = sd_ipi_mm_of(next);
 
+	if (ipi->mode != SD_IPI_CPUMASK_EAGER)
+		sd_event_line(cpu, &im->mask_line, false);
 	if (ipi->mode == SD_IPI_CPUMASK_EAGER || !sd_cpumask_test(&im->cpumask, cpu->id)) {
 		cpumask_write(cpu, next, true);
 		return;
@@ -351,7 +365,7 @@ static void load_asid(struct sd_cpu *cpu, struct sd_ipi_cpu *me, struct sd_mm *n
  * as it is: the IPI handler calls this for lazy CPUs too. */
 static void reload_global(struct sd_cpu *cpu, struct sd_ipi_cpu *me, struct sd_mm *mm)
 {
-	uint64_t gen = atomic_load_explicit(&sd_ipi_mm_of(mm)->tlb_gen, memory_order_acquire);
+	uint64_t gen = read_tlb_gen(cpu, mm);
 	bool need_flush;
 	uint16_t asid = choose_new_asid(cpu, me, mm, gen, &need_flush);
 
@@ -374,7 +388,7 @@ static void switch_same(struct sd_cpu *cpu, struct sd_ipi_cpu *me, struct sd_mm 
 	 * flusher's tlb_gen RMW before its is_lazy read: either it saw us
 	 * not lazy and IPIs us, or we see its generation here. */
 	sd_sb_fence();
-	uint64_t gen = atomic_load_explicit(&sd_ipi_mm_of(mm)->tlb_gen, memory_order_acquire);
+	uint64_t gen = read_tlb_gen(cpu, mm);
 	struct sd_ipi_ctx *ctx = &me->ctxs[loaded_asid(me)];
 
 	if (ctx->tlb_gen == gen)
@@ -415,7 +429,7 @@ static void ipi_switch_to(struct sd_cpu *cpu, struct sd_mm *next)
 	join_cpumask(cpu, ipi, next);
 	sd_order_point(SD_ORDER_SWITCH_STORED, cpu->id);
 
-	uint64_t next_gen = atomic_load_explicit(&sd_ipi_mm_of(next)->tlb_gen, memory_order_acquire);
+	uint64_t next_gen = read_tlb_gen(cpu, next);
 	sd_order_point(SD_ORDER_SWITCH_LOADED, cpu->id);
 
 	bool need_flush;
@@ -484,7 +498,7 @@ static void flush_tlb_func(struct sd_cpu *cpu, const struct sd_ipi_flush_info *f
 	}
 	/* Acquire: the walks after this flush see the PTE stores that came
 	 * before the bump to mm_gen. */
-	uint64_t mm_gen = atomic_load_explicit(&sd_ipi_mm_of(loaded)->tlb_gen, memory_order_acquire);
+	uint64_t mm_gen = read_tlb_gen(cpu, loaded);
 
 	if (local_gen == mm_gen) {
 		sd_event(cpu, SD_EV_FLUSH_GEN_SKIP, 0, 0);
@@ -659,6 +673,7 @@ struct sd_ipi_flush_info *sd_ipi_flush_prepare(struct sd_cpu *cpu, struct sd_mm 
 	 * cpumask, loaded_mm and is_lazy reads after it. */
 	uint64_t new_gen = atomic_fetch_add(&sd_ipi_mm_of(mm)->tlb_gen, 1) + 1;
 	sd_smp_mb__after_atomic();
+	sd_event_line(cpu, &sd_ipi_mm_of(mm)->gen_line, true);
 	sd_order_point(SD_ORDER_FLUSH_STORED, cpu->id);
 
 	f->mm = mm;
@@ -678,6 +693,7 @@ bool sd_ipi_flush_send(struct sd_cpu *cpu, struct sd_ipi_flush_info *f)
 	struct sd_mm *mm = f->mm;
 	struct sd_ipi_mm *im = sd_ipi_mm_of(mm);
 
+	sd_event_line(cpu, &im->mask_line, false);
 	if (cpumask_any_but(&im->cpumask, cpu->id)) {
 		f->trim_cpumask = should_trim_cpumask(ipi, mm);
 		if (f->trim_cpumask)
@@ -722,6 +738,8 @@ void sd_ipi_batch_add(struct sd_cpu *cpu, struct sd_cpumask *cpus, struct sd_mm 
 
 	atomic_fetch_add(&im->tlb_gen, 1);
 	sd_smp_mb__after_atomic();
+	sd_event_line(cpu, &im->gen_line, true);
+	sd_event_line(cpu, &im->mask_line, false);
 	for (unsigned w = 0; w < sd_cpumask_nwords(cpus); w++) {
 		uint64_t bits = atomic_load_explicit(&im->cpumask.words[w], memory_order_relaxed);
 		/* The batch is its owner's alone: no RMW needed. */

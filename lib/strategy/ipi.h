@@ -96,6 +96,10 @@ struct sd_ipi_mm {
 	SD_ATOMIC(uint16_t) global_asid;
 	SD_ATOMIC(bool) asid_transition;
 	struct sd_cpumask cpumask;             /* words on their own line */
+	/* tlb_gen's and mm_cpumask's lines, for modelled time: every flush
+	 * writes the first and reads the second, every switch the reverse. */
+	struct sd_model_line gen_line;
+	struct sd_model_line mask_line;
 };
 
 /* Machine-wide state. gbcast embeds it (struct sd_gbcast). */

@@ -43,6 +43,10 @@ struct local_mm {
 	struct sd_broadcast_mm base;   /* mm->strategy points here (mm/flush_ops.h) */
 	sd_cacheline_aligned SD_ATOMIC(int) nr_active;
 	struct sd_cpumask stale;
+	/* nr_active's and the stale mask's lines, for modelled time: a
+	 * switch writes the first and reads the second, a flush the reverse. */
+	struct sd_model_line active_line;
+	struct sd_model_line stale_line;
 };
 
 struct local_percpu {
@@ -135,6 +139,8 @@ static int local_mm_init(struct sd_machine *m, struct sd_mm *mm, void **mm_priv)
 	}
 	atomic_init(&lm->base.ctx_id, 0);
 	atomic_init(&lm->nr_active, 0);
+	sd_model_line_init(&lm->active_line);
+	sd_model_line_init(&lm->stale_line);
 	*mm_priv = &lm->base;
 	return 0;
 }
@@ -163,15 +169,29 @@ static void local_switch_in(struct sd_cpu *cpu, struct sd_mm *next)
 	/* Order nr_active++ before reading our stale bit. Pairs with the
 	 * fence after the stale-mask store in local_flush_check(). */
 	sd_sb_fence();
+	sd_event_line(cpu, &lm->stale_line, false);
 	bool stale = sd_cpumask_test(&lm->stale, cpu->id);
 	sd_order_point(SD_ORDER_SWITCH_LOADED, cpu->id);
 	if (stale) {
 		struct sd_tlb_inval inv = { .kind = SD_TLB_INVAL_ASID, .asid = cpu->asid };
 		sd_cpumask_clear(&lm->stale, cpu->id);
+		sd_event_line(cpu, &lm->stale_line, true);
 		sd_tlb_invalidate(&cpu->tlb, &inv);
 		sd_event(cpu, SD_EV_LOCAL_FLUSH_ASID, 0, 0);
 		sd_event(cpu, SD_EV_STALE_SWITCH_FLUSH, 0, 0);
 	}
+}
+
+/* nr_active += @delta, and its line written in modelled time. */
+static void count_active(struct sd_cpu *cpu, struct sd_mm *mm, int delta)
+{
+	struct local_mm *lm = local_mm_of(mm);
+
+	if (delta > 0)
+		sd_sb_add(&lm->nr_active, delta);
+	else
+		atomic_fetch_sub(&lm->nr_active, -delta);
+	sd_event_line(cpu, &lm->active_line, true);
 }
 
 /* switch_mm() of the seed: count next before installing it, uncount prev after. */
@@ -183,20 +203,20 @@ static void local_switch(struct sd_cpu *cpu, struct sd_mm *prev, struct sd_mm *n
 		/* From idle (or nothing): prev was uncounted by enter_lazy. */
 		if (next) {
 			*not_lazy = true;
-			sd_sb_add(&local_mm_of(next)->nr_active, 1);
+			count_active(cpu, next, 1);
 			local_switch_in(cpu, next);
 		} else {
 			sd_broadcast_switch(cpu, prev, NULL);
 		}
 	} else if (prev != next) {
 		if (next) {
-			sd_sb_add(&local_mm_of(next)->nr_active, 1);
+			count_active(cpu, next, 1);
 			local_switch_in(cpu, next);
 		} else {
 			sd_broadcast_switch(cpu, prev, NULL);
 			*not_lazy = false;
 		}
-		atomic_fetch_sub(&local_mm_of(prev)->nr_active, 1);
+		count_active(cpu, prev, -1);
 	}
 	sd_sb_drain();
 }
@@ -210,7 +230,7 @@ static void local_enter_lazy(struct sd_cpu *cpu, struct sd_mm *mm)
 		return;
 	*not_lazy = false;
 	cpu->asid = 0;
-	atomic_fetch_sub(&local_mm_of(mm)->nr_active, 1);
+	count_active(cpu, mm, -1);
 }
 
 /* First CPU whose bit is clear, from @from on; nbits if none. */
@@ -230,12 +250,14 @@ static enum flush_decision local_flush_check(struct sd_cpu *cpu, struct sd_mm *m
 	enum flush_decision d = FLUSH_BROADCAST;
 
 	/* A cheap pre-check; the read after the fence is the one that decides. */
+	sd_event_line(cpu, &lm->active_line, false);
 	if (atomic_load(&lm->nr_active) > 1)
 		return FLUSH_BROADCAST;
 
 	bool is_local = atomic_load_explicit(&cpu->mm, memory_order_relaxed) == mm &&
 			*not_lazy_of(cpu);
 	bool local_is_clear = false;
+	sd_event_line(cpu, &lm->stale_line, false);
 	unsigned z = first_zero(&lm->stale, 0);
 
 	if (z < lm->stale.nbits && is_local && z == me) {
@@ -245,18 +267,22 @@ static enum flush_decision local_flush_check(struct sd_cpu *cpu, struct sd_mm *m
 	/* Mark every CPU stale, but skip the shared write when all are. */
 	if (z < lm->stale.nbits) {
 		sd_sb_cpumask_setall(&lm->stale);
+		sd_event_line(cpu, &lm->stale_line, true);
 		local_is_clear = false;
 	}
 	sd_order_point(SD_ORDER_FLUSH_STORED, me);
 	/* Order the stale-mask store before re-reading nr_active. Pairs with
 	 * the fence after nr_active++ in local_switch_in(). */
 	sd_sb_fence();
+	sd_event_line(cpu, &lm->active_line, false);
 	int active = atomic_load(&lm->nr_active);
 	sd_order_point(SD_ORDER_FLUSH_LOADED, me);
 	if (active <= 1) {
 		if (is_local) {
-			if (!local_is_clear)
+			if (!local_is_clear) {
 				sd_cpumask_clear(&lm->stale, me);
+				sd_event_line(cpu, &lm->stale_line, true);
+			}
 			d = FLUSH_LOCAL;
 		} else if (atomic_load(&lm->nr_active) == 0) {
 			d = FLUSH_NO;

@@ -94,7 +94,7 @@ struct Model {
 		const bool old_num_free = id && !owner.count(old_num);
 		sd_arm64_switch out;
 		std::memset(&out, 0xff, sizeof(out));
-		sd_arm64_asid_switch(&al.a, cpu, &ctx[mm], &out);
+		sd_arm64_asid_switch(&al.a, cpu, &ctx[mm], &out, nullptr);
 		const uint64_t id2 = ld(ctx[mm]);
 		const uint16_t num = (uint16_t)(id2 & (nr - 1));
 		SCOPED_TRACE(::testing::Message() << "cpu " << cpu << " -> mm " << mm << " (id "
@@ -380,7 +380,7 @@ TEST(Arm64Asid, ConcurrentSwitchesNeverShareANumber)
 				break;
 			int mm = (rng() % 3) ? (int)(rng() % 8) : (int)(rng() % mms);
 			sd_arm64_switch out;
-			sd_arm64_asid_switch(&al.a, cpu, &ctx[mm], &out);
+			sd_arm64_asid_switch(&al.a, cpu, &ctx[mm], &out, nullptr);
 			Rec r{mm, out.asid, out.flush_local_all, out.allocated, out.rolled_over,
 			      ld(ctx[mm]), ld(al.a.percpu[cpu].active)};
 			if (out.flush_local_all)

@@ -232,7 +232,9 @@ TEST(ModelByHand, LockHandedBackAndForthPaysTheHandoffEachTime)
 	ASSERT_EQ(0, sd_machine_run(mach.m, [](sd_cpu *c, void *arg) {
 		auto *s = static_cast<S *>(arg);
 		unsigned id = sd_cpu_id(c);
-		EXPECT_EQ(0, sd_switch_mm(c, s->mm));
+		// No CPU switches to the mm: the ASID allocator's lock (a
+		// handoff of its own) stays out of the sums, and a change of an
+		// mm that never ran needs no TLBI.
 		if (id == 0) {
 			EXPECT_EQ(0, sd_mmap(c, s->mm, kPage, P, RW));
 			s->end[0] = sd_cpu_clock_ns(c);
@@ -245,7 +247,6 @@ TEST(ModelByHand, LockHandedBackAndForthPaysTheHandoffEachTime)
 			s->end[i] = sd_cpu_clock_ns(c);
 			s->turn.store(i + 1);
 		}
-		EXPECT_EQ(0, sd_switch_mm(c, nullptr));
 	}, &s)) << sd_last_error();
 	EXPECT_EQ(0, sd_mm_destroy(s.mm));
 	for (int i = 0; i <= 2 * kRounds; i++)
