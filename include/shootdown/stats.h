@@ -89,7 +89,9 @@ SD_BEGIN_DECLS
 	X(VIOLATION, "violations")              /* oracle: stale or foreign hits */ \
 	X(LRU_LOCK_PAGES, "lru_lock_pages")     /* frames freed under the global LRU lock */ \
 	X(LOCK_WAIT, "lock_waits")              /* contended DVM, LRU, global ASID locks */ \
-	X(TRACE_DROPPED, "trace_records_dropped") /* trace ring full (guide: Tracing) */
+	X(TRACE_DROPPED, "trace_records_dropped") /* trace ring full (guide: Tracing) */ \
+	X(MODEL_NS, "model_ns")                 /* modelled time: the CPU's clock, ns (model.h) */ \
+	X(MODEL_WINDOW_WAITS, "model_window_waits") /* modelled time: waits a window ahead */
 
 /** Counter ids. */
 enum sd_stat {

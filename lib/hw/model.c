@@ -252,6 +252,11 @@ static uint64_t window_wait(struct sd_cpu *c, uint64_t min)
 	unsigned who;
 
 	atomic_fetch_add_explicit(&mod->window_waits, 1, memory_order_relaxed);
+	/* Owner-written: a plain add, read by stats snapshots. */
+	atomic_store_explicit(&c->model_pub.window_waits,
+			      atomic_load_explicit(&c->model_pub.window_waits,
+						   memory_order_relaxed) + 1,
+			      memory_order_relaxed);
 	do {
 		sd_backoff_wait(&b);
 		who = slowest_running(c, &min);
@@ -482,6 +487,7 @@ void sd_model_cpu_init(struct sd_cpu *c)
 	c->model.ev_ps = mod->on ? mod->ev_ps : NULL;
 	atomic_init(&c->model_pub.clock_ps, 0);
 	atomic_init(&c->model_pub.state, SD_MODEL_OFF);
+	atomic_init(&c->model_pub.window_waits, 0);
 	sd_model_line_init(&c->ipi_line);
 }
 

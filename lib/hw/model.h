@@ -63,6 +63,7 @@ enum sd_model_run {
 struct sd_model_pub {
 	sd_cacheline_aligned SD_ATOMIC(uint64_t) clock_ps;
 	SD_ATOMIC(int) state;          /* enum sd_model_run */
+	SD_ATOMIC(uint64_t) window_waits;  /* the CPU's own, for its stats */
 };
 
 /* The CPU's own modelled state (owner-private line of struct sd_cpu). */

@@ -63,6 +63,12 @@ static void add_cpu(struct sd_stats *s, const struct sd_cpu *c)
 	/* The TLB's invalidation sequence counts every invalidation that
 	 * reached it, local or remote, without a counter write on the path. */
 	s->counter[SD_STAT_TLB_INVALS] += sd_tlb_invalidations(&c->tlb);
+	/* Modelled time: the clock as the CPU last published it (exact once
+	 * it detached), and its window waits; 0 without a profile. */
+	s->counter[SD_STAT_MODEL_NS] +=
+		atomic_load_explicit(&c->model_pub.clock_ps, memory_order_relaxed) / PS_PER_NS;
+	s->counter[SD_STAT_MODEL_WINDOW_WAITS] +=
+		atomic_load_explicit(&c->model_pub.window_waits, memory_order_relaxed);
 	/* Derived, so the hit path bumps one counter, not two. */
 	s->counter[SD_STAT_TLB_HIT] +=
 		atomic_load_explicit(&c->stats.counter[SD_STAT_TLB_L1_HIT], memory_order_relaxed) +
