@@ -40,6 +40,8 @@
 // every workload against every strategy that applies at --sd_cpus (default
 // 1, 2, PUs, 2x and 4x PUs), natives and baselines included. --sd_oracle=checked
 // makes every workload machine check for stale translations (`violations`).
+// --sd_profile=NAME gives every workload machine modelled time (model_ns,
+// model_slowdown, model_window_waits; bench/README.md, "Modelled time").
 // `shootdown-bench --sd_help` lists these flags.
 #include "common.hpp"
 
