@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <limits>
 
 namespace sdbench {
 
@@ -99,6 +100,11 @@ sd_machine_config make_config(unsigned cpus, sd_oracle_mode oracle, const char *
 	cfg.strategy = strategy;
 	cfg.oracle = oracle;
 	cfg.lru = lru;
+	if (!g_opt.profile.empty())
+		cfg.profile = g_opt.profile.c_str();
+	if (!g_opt.model_topology.empty())
+		cfg.model_topology = g_opt.model_topology.c_str();
+	cfg.model_window_ns = g_opt.model_window_ns;
 	return cfg;
 }
 
@@ -166,6 +172,86 @@ void report_ipi_common(State &st, const sd_stats &d)
 	st.counters["ipis_deferred_per_flush"] = ratio(d.counter[SD_STAT_IPI_DEFERRED], flushes);
 	st.counters["lazy_skips_per_flush"] = ratio(d.counter[SD_STAT_LAZY_SKIP], flushes);
 	st.counters["cpumask_trims"] = (double)d.counter[SD_STAT_CPUMASK_TRIM];
+}
+
+// ---- modelled time ----
+
+void CpuClocks::reset(unsigned nr_cpus)
+{
+	first_.assign(nr_cpus, std::numeric_limits<uint64_t>::max());
+	last_.assign(nr_cpus, 0);
+}
+
+void CpuClocks::begin(const sd_cpu *c)
+{
+	unsigned id = sd_cpu_id(c);
+
+	if (id < first_.size() && first_[id] == std::numeric_limits<uint64_t>::max())
+		first_[id] = sd_cpu_clock_ns(c);
+}
+
+void CpuClocks::end(const sd_cpu *c)
+{
+	unsigned id = sd_cpu_id(c);
+
+	if (id < last_.size())
+		last_[id] = sd_cpu_clock_ns(c);
+}
+
+uint64_t CpuClocks::span_ns() const
+{
+	uint64_t span = 0;
+
+	for (size_t i = 0; i < first_.size(); i++)
+		if (first_[i] != std::numeric_limits<uint64_t>::max() && last_[i] > first_[i])
+			span = std::max(span, last_[i] - first_[i]);
+	return span;
+}
+
+ModelSpan::ModelSpan(const sd_machine *m, const sd_cpu *self) : m_(m), self_(self)
+{
+	struct sd_model_info info = SD_MODEL_INFO_INIT;
+
+	on_ = m && !sd_machine_model_info(m, &info) && info.modelled;
+	if (on_)
+		a_ = sample();
+}
+
+ModelSpan::Sample ModelSpan::sample() const
+{
+	struct sd_model_info info = SD_MODEL_INFO_INIT;
+	Sample s;
+
+	s.t = std::chrono::steady_clock::now();
+	if (self_)
+		s.self_ns = sd_cpu_clock_ns(self_);
+	if (!sd_machine_model_info(m_, &info)) {
+		s.clock_max_ns = info.clock_max_ns;
+		s.window_waits = info.window_waits;
+	}
+	return s;
+}
+
+void ModelSpan::stop(uint64_t cpu_span_ns)
+{
+	if (!on_ || stopped_)
+		return;
+	b_ = sample();
+	stopped_ = true;
+	span_ns_ = std::max({ cpu_span_ns, b_.self_ns - a_.self_ns,
+			      b_.clock_max_ns - a_.clock_max_ns });
+}
+
+void ModelSpan::report(State &st, double ops, double host_s)
+{
+	if (!on_)
+		return;
+	stop();
+	if (host_s < 0)
+		host_s = std::chrono::duration<double>(b_.t - a_.t).count();
+	st.counters["model_ns"] = ops > 0 ? (double)span_ns_ / ops : 0;
+	st.counters["model_slowdown"] = span_ns_ ? host_s / ((double)span_ns_ * 1e-9) : 0;
+	st.counters["model_window_waits"] = (double)(b_.window_waits - a_.window_waits);
 }
 
 // ---- Single ----
@@ -283,7 +369,9 @@ void timed_body(sd_cpu *c, void *p)
 	const auto w0 = std::chrono::steady_clock::now();
 	const uint64_t t0 = thread_cpu_ns();
 
+	r->clocks.begin(c);
 	r->body(c, p);
+	r->clocks.end(c);
 	r->thread_cpu_ns.fetch_add(thread_cpu_ns() - t0, std::memory_order_relaxed);
 	r->thread_wall_ns.fetch_add(
 		(uint64_t)std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -309,13 +397,16 @@ bool run_batches(State &st, RunMachine &rm, sd_cpu_fn body, uint64_t batch, cons
 	r.rm = &rm;
 	r.count = batch;
 	r.body = body;
+	r.clocks.reset(sd_machine_nr_cpus(rm.m()));
 	sd_stats before = all_stats(rm.m());
 	int err = 0;
+	ModelSpan model(rm.m());
 	const auto t0 = std::chrono::steady_clock::now();
 	while (st.KeepRunningBatch(batch)) {
 		if (!err && !r.err.load())
 			err = sd_machine_run(rm.m(), timed_body, &r);
 	}
+	model.stop(r.clocks.span_ns());
 	if (times) {
 		times->wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 		times->pu_share = ratio(r.thread_cpu_ns.load(), r.thread_wall_ns.load());
@@ -325,6 +416,9 @@ bool run_batches(State &st, RunMachine &rm, sd_cpu_fn body, uint64_t batch, cons
 		return false;
 	}
 	*d = delta(all_stats(rm.m()), before);
+	// Real time is wall time / iterations (each run: every CPU does
+	// @batch operations, @batch iterations): model_ns matches it.
+	model.report(st, (double)st.iterations());
 	return true;
 }
 

@@ -13,6 +13,7 @@
 #include <sched.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -34,6 +35,11 @@ struct Options {
 	bool oracle = false;            // --sd_oracle=checked: every workload machine checked
 	uint64_t trap_reads = 1000000;  // --sd_trap_reads=: trap_dispatch's reads per thread
 	bool print_machine = false;     // --sd_machine: print the machine and exit
+	// Modelled time (<shootdown/model.h>): every workload machine gets
+	// these (make_config()); empty / 0 = the library's default.
+	std::string profile;            // --sd_profile=NAME|PATH: sd_machine_config.profile
+	std::string model_topology;     // --sd_model_topology=STR: .model_topology
+	uint64_t model_window_ns = 0;   // --sd_model_window=NS: .model_window_ns
 };
 
 extern Options g_opt;
@@ -130,6 +136,8 @@ private:
 
 // ---- machines and their figures (all public calls) ----
 
+// The one place workload machines are configured: size, strategy, oracle,
+// LRU, and the modelled-time flags (--sd_profile and its two companions).
 sd_machine_config make_config(unsigned cpus, sd_oracle_mode oracle,
 			      const char *strategy = "broadcast", unsigned lru = SD_LRU_PERCPU);
 
@@ -152,6 +160,62 @@ double flush_ns_mean(const sd_stats &s);
 // Counters every x86 (`ipi`, `gbcast`) workload reports, from the delta @d
 // of all CPUs.
 void report_ipi_common(State &st, const sd_stats &d);
+
+// ---- modelled time (--sd_profile) ----
+
+// Each CPU's modelled clock at the start of its first body and the end of
+// its last one in a measured part, read by the CPU's own thread (exact).
+// reset() before the measured part (from the thread that reads span_ns()
+// afterwards, with no CPU running); begin()/end() from the CPUs' bodies,
+// each touching only its own slot.
+class CpuClocks {
+public:
+	void reset(unsigned nr_cpus);
+	void begin(const sd_cpu *c);
+	void end(const sd_cpu *c);
+	// Max over the CPUs of (last end - first begin), ns; 0 if none ran.
+	uint64_t span_ns() const;
+
+private:
+	std::vector<uint64_t> first_, last_;
+};
+
+// The modelled counters of one measured part, when the machine models time:
+//   model_ns            modelled ns per operation (the count real time is
+//                       divided by): the part's modelled span / @ops
+//   model_slowdown      host seconds per modelled second over the part
+//   model_window_waits  times a CPU waited, a window ahead of the slowest
+// Absent (not 0) on a machine that models nothing. The span is the largest
+// of: the exact per-CPU span passed to stop() (CpuClocks), @self's own
+// clock delta (the calling thread's CPU, exact), and the delta of the
+// machine's largest published clock (sd_machine_model_info()).
+class ModelSpan {
+public:
+	// Start of the measured part: samples the clocks and the host time.
+	explicit ModelSpan(const sd_machine *m, const sd_cpu *self = nullptr);
+	bool on() const { return on_; }
+	// End of the measured part. @cpu_span_ns: an exact span if the caller
+	// has one (CpuClocks::span_ns()), else 0. Only the first call counts.
+	void stop(uint64_t cpu_span_ns = 0);
+	// The counters, per @ops operations; @host_s: the host seconds of the
+	// measured part when they are not its wall time (manual time), else < 0.
+	// Calls stop() if it was not called.
+	void report(State &st, double ops, double host_s = -1);
+	uint64_t span_ns() const { return span_ns_; }
+
+private:
+	struct Sample {
+		uint64_t clock_max_ns = 0, window_waits = 0, self_ns = 0;
+		std::chrono::steady_clock::time_point t;
+	};
+	Sample sample() const;
+
+	const sd_machine *m_;
+	const sd_cpu *self_;
+	bool on_ = false, stopped_ = false;
+	Sample a_, b_;
+	uint64_t span_ns_ = 0;
+};
 
 // One machine, this thread attached as CPU 0 with one mm loaded and
 // @pages pages mapped at kRegion and touched. Undone at scope exit.
@@ -234,6 +298,7 @@ struct RunArg {
 	sd_cpu_fn body = nullptr;       // run_batches(): the body it wraps
 	std::atomic<uint64_t> thread_cpu_ns{0};   // CPU time of the CPUs' threads in body
 	std::atomic<uint64_t> thread_wall_ns{0};  // their wall time in body
+	CpuClocks clocks;               // run_batches(): modelled clocks of the timed runs
 };
 
 // Keep the first error a CPU of the run hit.
@@ -251,7 +316,8 @@ struct RunTimes {
 // that need more than RunArg (its rm and count are set here); @times: wall
 // time, and the share of a PU the CPUs' threads got while running the body:
 // near 1 pinned, near PUs/CPUs oversubscribed, less when they slept or other
-// processes took their PUs.
+// processes took their PUs. With a modelled machine it reports model_ns
+// (per iteration, as real time), model_slowdown and model_window_waits.
 bool run_batches(State &st, RunMachine &rm, sd_cpu_fn body, uint64_t batch, const char *what,
 		 sd_stats *d, RunArg *arg = nullptr, RunTimes *times = nullptr);
 

@@ -40,15 +40,26 @@
 // every workload against every strategy that applies at --sd_cpus (default
 // 1, 2, PUs, 2x and 4x PUs), natives and baselines included. --sd_oracle=checked
 // makes every workload machine check for stale translations (`violations`).
+// --sd_profile=NAME gives every workload machine modelled time (model_ns,
+// model_slowdown, model_window_waits; bench/README.md, "Modelled time").
 // `shootdown-bench --sd_help` lists these flags.
 #include "common.hpp"
 
+#include <limits.h>
+#include <spawn.h>
+#include <sys/stat.h>
 #include <sys/utsname.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string>
+
+extern char **environ;
 
 namespace sdbench {
 namespace {
@@ -114,7 +125,15 @@ void usage()
 		"  --sd_oracle=checked     run every workload machine with the oracle checking;\n"
 		"                          each then reports `violations`\n"
 		"  --sd_trap_reads=N       ID register reads per thread in trap_dispatch (10^6)\n"
-		"  --sd_machine            print the machine (hwloc, CPU, kernel, pinning) and exit\n");
+		"  --sd_machine            print the machine (hwloc, CPU, kernel, pinning) and exit\n"
+		"  --sd_profile=NAME|PATH  modelled time: every workload machine gets this machine\n"
+		"                          profile (a name as sd_profile_locate() finds it, or a\n"
+		"                          .json path) and reports model_ns, model_slowdown and\n"
+		"                          model_window_waits; \"host\" runs sd-calibrate if there\n"
+		"                          is no host profile yet\n"
+		"  --sd_model_topology=STR the modelled topology (hwloc synthetic string) instead\n"
+		"                          of the profile's, e.g. 'pack:2 core:32 pu:1'\n"
+		"  --sd_model_window=NS    lax-synchronisation window in modelled ns (default 2000)\n");
 }
 
 // Take our flags out of argv; false on a bad one.
@@ -151,6 +170,20 @@ bool parse_options(int *argc, char **argv)
 				return false;
 		} else if (!strcmp(a, "--sd_machine")) {
 			g_opt.print_machine = true;
+		} else if (!strncmp(a, "--sd_profile=", 13)) {
+			g_opt.profile = a + 13;
+			if (g_opt.profile.empty())
+				return false;
+		} else if (!strncmp(a, "--sd_model_topology=", 20)) {
+			g_opt.model_topology = a + 20;
+			if (g_opt.model_topology.empty())
+				return false;
+		} else if (!strncmp(a, "--sd_model_window=", 18)) {
+			char *end;
+			g_opt.model_window_ns = strtoull(a + 18, &end, 10);
+			if (*end || end == a + 18 || !g_opt.model_window_ns ||
+			    g_opt.model_window_ns > 1000000000ull)
+				return false;
 		} else if (!strncmp(a, "--sd_", 5)) {
 			return false;       // --sd_help included: usage() follows
 		} else {
@@ -159,7 +192,107 @@ bool parse_options(int *argc, char **argv)
 	}
 	*argc = out;
 	argv[out] = nullptr;
+	if ((!g_opt.model_topology.empty() || g_opt.model_window_ns) && g_opt.profile.empty()) {
+		fprintf(stderr, "shootdown-bench: --sd_model_topology and --sd_model_window need "
+				"--sd_profile\n");
+		return false;
+	}
 	return true;
+}
+
+bool executable(const std::string &path)
+{
+	struct stat sb;
+	return !stat(path.c_str(), &sb) && S_ISREG(sb.st_mode) && !access(path.c_str(), X_OK);
+}
+
+// sd-calibrate: next to this executable in the build tree (tools/meson.build
+// builds it as tools/sd-calibrate; tools/calibrate/sd-calibrate is looked at
+// too), else on PATH; "" if none.
+std::string find_calibrator()
+{
+	char self[PATH_MAX];
+	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+
+	if (n > 0) {
+		self[n] = 0;
+		std::string dir(self);
+		dir.erase(dir.find_last_of('/') + 1);
+		for (const char *rel : { "../tools/sd-calibrate", "../tools/calibrate/sd-calibrate" }) {
+			std::string p = dir + rel;
+			if (executable(p))
+				return p;
+		}
+	}
+	if (const char *path = getenv("PATH")) {
+		for (const char *d = path; *d;) {
+			size_t len = strcspn(d, ":");
+			std::string p = std::string(d, len) + "/sd-calibrate";
+			if (len && executable(p))
+				return p;
+			d += len + (d[len] == ':');
+		}
+	}
+	return "";
+}
+
+// --sd_profile: check it can be found before any benchmark runs. "host"
+// with no host profile yet runs the calibrator once, which writes it
+// ($SD_PROFILE_DIR, else the user's profiles directory). False after saying
+// why on stderr.
+bool locate_profile()
+{
+	char path[PATH_MAX];
+
+	if (g_opt.profile.empty() || !sd_profile_locate(g_opt.profile.c_str(), path, sizeof(path)))
+		return true;
+	if (g_opt.profile != "host") {
+		fprintf(stderr, "shootdown-bench: --sd_profile=%s: %s\n", g_opt.profile.c_str(),
+			sd_last_error());
+		return false;
+	}
+	const std::string cal = find_calibrator();
+	if (cal.empty()) {
+		fprintf(stderr, "shootdown-bench: no 'host' profile (%s), and no sd-calibrate next to "
+				"this executable (../tools/calibrate/) or on PATH to write one\n",
+			sd_last_error());
+		return false;
+	}
+	fprintf(stderr, "shootdown-bench: no 'host' profile yet; running sd-calibrate (about 15 s)\n");
+	fflush(stderr);
+	pid_t pid;
+	char *args[] = { const_cast<char *>(cal.c_str()), nullptr };
+	int status = 0;
+	int err = posix_spawn(&pid, cal.c_str(), nullptr, nullptr, args, environ);
+	if (err) {
+		fprintf(stderr, "shootdown-bench: cannot run %s: %s\n", cal.c_str(), strerror(err));
+		return false;
+	}
+	while (waitpid(pid, &status, 0) < 0) {
+		if (errno != EINTR) {
+			fprintf(stderr, "shootdown-bench: waiting for %s: %s\n", cal.c_str(),
+				strerror(errno));
+			return false;
+		}
+	}
+	if (!WIFEXITED(status) || WEXITSTATUS(status)) {
+		fprintf(stderr, "shootdown-bench: %s failed (%s %d); no 'host' profile\n", cal.c_str(),
+			WIFEXITED(status) ? "exit status" : "signal",
+			WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
+		return false;
+	}
+	if (!sd_profile_locate("host", path, sizeof(path)))
+		return true;
+	// $SD_PROFILE_DIR is where sd-calibrate wrote, but not where
+	// sd_profile_locate() looks (that is SD_PROFILE_PATH): use the file.
+	const char *dir = getenv("SD_PROFILE_DIR");
+	if (dir && *dir && !access((std::string(dir) + "/host.json").c_str(), R_OK)) {
+		g_opt.profile = std::string(dir) + "/host.json";
+		return true;
+	}
+	fprintf(stderr, "shootdown-bench: sd-calibrate ran but the 'host' profile is still not "
+			"found: %s\n", sd_last_error());
+	return false;
 }
 
 } // namespace
@@ -177,6 +310,8 @@ int main(int argc, char **argv)
 		print_machine();
 		return 0;
 	}
+	if (!locate_profile())
+		return 1;
 	register_families(g_opt.main_set ? Set::main : Set::all);
 	benchmark::Initialize(&argc, argv);
 	if (benchmark::ReportUnrecognizedArguments(argc, argv))

@@ -37,8 +37,10 @@ void BM_range_flush(State &st, const char *strategy, uint64_t pages)
 		return;
 	}
 	sd_stats before = all_stats(rm.m());
+	ModelSpan model(rm.m(), cpu);
 	for (auto _ : st)
 		err |= sd_flush_tlb_range(cpu, rm.mm(0), kRegion, pages * SD_PAGE_SIZE);
+	model.report(st, (double)st.iterations());
 	sd_stats d = delta(all_stats(rm.m()), before);
 	st.counters["tlbi_ops"] = per_iteration(d.counter[SD_STAT_TLBI_OP]);
 	st.counters["range_ops_scale0"] = per_iteration(d.counter[SD_STAT_TLBI_RANGE_S0]);

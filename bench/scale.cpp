@@ -18,6 +18,7 @@ void scale_body(sd_cpu *c, void *p)
 	auto *r = static_cast<RunArg *>(p);
 	unsigned id = sd_cpu_id(c);
 	sd_mm *mm = r->rm->mm(id);
+	r->clocks.begin(c);
 	int err = sd_switch_mm(c, mm);
 
 	for (uint64_t pg = 0; !err && pg < kScalePages; pg++)
@@ -32,6 +33,7 @@ void scale_body(sd_cpu *c, void *p)
 		err = sd_access(c, kRegion + pg * SD_PAGE_SIZE, SD_READ, nullptr);
 	note_error(r, err);
 	sd_switch_mm(c, nullptr);
+	r->clocks.end(c);
 }
 
 // A whole oversubscribed run per iteration, oracle checked: it must end (no
@@ -44,13 +46,16 @@ void BM_scale(State &st, unsigned cpus)
 		return;
 	RunArg r;
 	r.rm = &rm;
+	r.clocks.reset(cpus);
 	sd_stats before = all_stats(rm.m());
 	int err = 0;
+	ModelSpan model(rm.m());
 	for (auto _ : st) {
 		err = sd_machine_run(rm.m(), scale_body, &r);
 		if (err || r.err.load())
 			break;
 	}
+	model.stop(r.clocks.span_ns());
 	if (err || r.err.load()) {
 		fail(st, "scale run", err ? err : r.err.load());
 		return;
@@ -62,6 +67,7 @@ void BM_scale(State &st, unsigned cpus)
 		Counter((double)d.counter[SD_STAT_REMOTE_INVAL], Counter::kAvgIterations);
 	st.counters["violations"] = (double)sd_oracle_violations(rm.m());
 	st.counters["flush_ns"] = flush_ns_mean(d);
+	model.report(st, (double)st.iterations());      // one whole run per iteration
 	report_machine(st, rm.m());
 }
 

@@ -137,8 +137,10 @@ void BM_tlb_lookup_l1(State &st)
 	auto probe = [cpu](uint64_t vpn, uint64_t *pfn) {
 		return sd_tlb_probe(cpu, vpn << SD_PAGE_SHIFT, pfn) == 1;
 	};
+	ModelSpan model(s.m(), s.cpu());
 	while (st.KeepRunningBatch(kProbeBatch))
 		misses += probe_loop<true>(kRegionVpn, probe_order(), kProbeBatch, probe);
+	model.report(st, (double)st.iterations());
 	st.counters["misses"] = (double)misses;
 	st.counters["oversubscribed"] = oversubscribed(s.m());
 }
@@ -154,6 +156,7 @@ void BM_tlb_lookup_sd_access(State &st)
 	if (!s.ok(st))
 		return;
 	sd_stats before = cpu_stats(s.m(), 0);
+	ModelSpan model(s.m(), s.cpu());
 	while (st.KeepRunningBatch(kProbeBatch)) {
 		for (uint64_t i = 0; i < kProbeBatch; i++, k++) {
 			// pfn < 2^24, so pfn >> 63 is 0, but only once the last access returned.
@@ -162,6 +165,7 @@ void BM_tlb_lookup_sd_access(State &st)
 			errors += sd_access(s.cpu(), va, SD_READ, &pfn) != 0;
 		}
 	}
+	model.report(st, (double)st.iterations());
 	sd_stats d = delta(cpu_stats(s.m(), 0), before);
 	double lookups = (double)d.counter[SD_STAT_TLB_HIT] + (double)d.counter[SD_STAT_TLB_MISS];
 	st.counters["errors"] = (double)errors;

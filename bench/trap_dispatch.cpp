@@ -24,6 +24,7 @@ struct TrapArg {
 	std::atomic<uint64_t> preempted{0};     // involuntary switches: preemptions, yields
 	std::atomic<uint64_t> blocked{0};       // voluntary ones: futex parks
 	std::atomic<int> err{0};
+	CpuClocks *clocks = nullptr;            // modelled clocks of the timed runs
 };
 
 void trap_body(sd_cpu *c, void *p)
@@ -34,8 +35,10 @@ void trap_body(sd_cpu *c, void *p)
 	const uint64_t t0 = thread_cpu_ns();
 	int err = 0;
 
+	a->clocks->begin(c);
 	for (uint64_t i = 0; !err && i < g_opt.trap_reads; i++)
 		err = sd_trap(c, SD_ID_AA64ISAR0_EL1(i % 31));
+	a->clocks->end(c);
 	a->cpu_ns.fetch_add(thread_cpu_ns() - t0, std::memory_order_relaxed);
 	getrusage(RUSAGE_THREAD, &r1);
 	a->preempted.fetch_add(r1.ru_nivcsw - r0.ru_nivcsw, std::memory_order_relaxed);
@@ -50,20 +53,25 @@ void trap_body(sd_cpu *c, void *p)
 // summed CPU time (its "sys").
 void BM_trap_dispatch(State &st, sd_trap_dispatch mode, unsigned threads)
 {
-	sd_machine_config c = SD_MACHINE_CONFIG_INIT;
+	// make_config() for the modelled-time flags; no strategy (NULL: the
+	// library's default, as SD_MACHINE_CONFIG_INIT has it), default LRU.
+	sd_machine_config c = make_config(threads, g_opt.oracle ? SD_ORACLE_CHECKED : SD_ORACLE_OFF,
+					  nullptr, SD_LRU_PERCPU);
 	sd_machine *m = nullptr;
-	double cpu_s = 0, preempted = 0, blocked = 0;
+	double cpu_s = 0, preempted = 0, blocked = 0, wall_s = 0;
+	CpuClocks clocks;
 
-	c.nr_cpus = threads;
 	c.trap_dispatch = mode;
-	c.oracle = g_opt.oracle ? SD_ORACLE_CHECKED : SD_ORACLE_OFF;
 	if (int err = sd_machine_create(&c, &m)) {
 		st.SkipWithError((std::string("sd_machine_create: ") + sd_last_error()).c_str());
 		(void)err;
 		return;
 	}
+	clocks.reset(threads);
+	ModelSpan model(m);
 	for (auto _ : st) {
 		TrapArg a;
+		a.clocks = &clocks;
 		auto w0 = std::chrono::steady_clock::now();
 		int err = sd_machine_run(m, trap_body, &a);
 		auto w1 = std::chrono::steady_clock::now();
@@ -72,6 +80,7 @@ void BM_trap_dispatch(State &st, sd_trap_dispatch mode, unsigned threads)
 			break;
 		}
 		st.SetIterationTime(std::chrono::duration<double>(w1 - w0).count());
+		wall_s += std::chrono::duration<double>(w1 - w0).count();
 		cpu_s += (double)a.cpu_ns.load() / 1e9;
 		preempted += (double)a.preempted.load();
 		blocked += (double)a.blocked.load();
@@ -82,6 +91,9 @@ void BM_trap_dispatch(State &st, sd_trap_dispatch mode, unsigned threads)
 	st.counters["preemptions"] = Counter(preempted, Counter::kAvgIterations);
 	st.counters["blocks"] = Counter(blocked, Counter::kAvgIterations);
 	st.counters["reads_per_thread"] = (double)g_opt.trap_reads;
+	// Per iteration (one run), in ns: the benchmark's own time is shown in ms.
+	model.stop(clocks.span_ns());
+	model.report(st, (double)st.iterations(), wall_s);
 	report_machine(st, m);
 	sd_machine_destroy(m);
 }
