@@ -299,10 +299,12 @@ static inline void sd_event_irq_exit(struct sd_cpu *c)
 static inline void sd_event_ipi_acked(struct sd_cpu *c, struct sd_cpu *t, uint64_t flow,
 				      uint64_t acked_ps)
 {
-	if (flow)
-		sd_event(c, SD_EV_IPI_ACKED, flow, t->id);
+	/* The clock first: in a modelled trace the ack is seen at the end of
+	 * the wait, after the handler that wrote it. */
 	if (unlikely(c->model.ev_ps != NULL))
 		sd_model_ipi_acked(c, t, acked_ps);
+	if (flow)
+		sd_event(c, SD_EV_IPI_ACKED, flow, t->id);
 }
 
 /* A spinlock acquisition whose wait, if any, is an event: the uncontended

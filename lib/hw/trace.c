@@ -67,7 +67,8 @@ static int64_t trace_put(struct sd_cpu *c, enum sd_event ev, uint64_t arg, uint6
 	if (slot < r->cap) {
 		struct sd_trace_rec *rec = &r->rec[slot];
 
-		rec->ts_ns = sd_now_ns();
+		/* A modelled machine's timeline is in modelled time. */
+		rec->ts_ns = c->model.ev_ps ? c->model.clock_ps / PS_PER_NS : sd_now_ns();
 		rec->arg = arg;
 		rec->aux = aux_is_flow ? flow_id(c->id, slot) : aux;
 		rec->ev = (uint32_t)ev;
@@ -142,7 +143,7 @@ int sd_trace_setup(struct sd_machine *m)
 	m->cfg.trace_events_per_cpu = m->trace.per_cpu;
 	m->cfg.trace_path = NULL;
 	m->trace.serial = atomic_fetch_add(&machine_serial, 1) + 1;
-	m->trace.t0_ns = sd_now_ns();
+	m->trace.t0_ns = m->model.on ? 0 : sd_now_ns();
 	if (!path)
 		return 0;
 	m->trace.path = strdup(path);
@@ -452,12 +453,16 @@ static void write_metadata(struct trace_out *o)
 	uint64_t dropped = 0;
 
 	ev_head(o, "M", "process_name", "", 0, o->m->trace.t0_ns);
-	fprintf(o->f, ",\"args\":{\"name\":\"libshootdown machine %u (%s)\"}}",
-		o->m->trace.serial, o->m->strategy_spec);
+	fprintf(o->f, ",\"args\":{\"name\":\"libshootdown machine %u (%s%s%s)\"}}",
+		o->m->trace.serial, o->m->strategy_spec, o->m->model.on ? ", modelled on " : "",
+		o->m->model.on ? o->m->model.name : "");
 	fprintf(o->f, "\n],\n\"displayTimeUnit\":\"ns\",\n\"otherData\":{"
 		"\"library\":\"libshootdown\",\"strategy\":\"%s\",\"nr_cpus\":%u,"
+		"\"clock\":\"%s\",\"profile\":\"%s\","
 		"\"records_per_cpu\":%u,\"ring_policy\":\"keep first\",\"cpus\":[",
-		o->m->strategy_spec, o->m->nr_cpus, o->m->trace.per_cpu);
+		o->m->strategy_spec, o->m->nr_cpus,
+		o->m->model.on ? "modelled" : "real", o->m->model.on ? o->m->model.name : "",
+		o->m->trace.per_cpu);
 	for (unsigned i = 0; i < o->m->nr_cpus; i++) {
 		fprintf(o->f, "%s{\"cpu\":%u,\"records\":%llu,\"dropped\":%llu}", i ? "," : "", i,
 			(unsigned long long)o->cpus[i].nr, (unsigned long long)o->cpus[i].dropped);
@@ -538,13 +543,26 @@ static int trace_emit(struct trace_out *o)
 	return 0;
 }
 
+/* Where a modelled timeline ends: the latest clock any CPU published. */
+static uint64_t model_end_ns(const struct sd_machine *m)
+{
+	uint64_t end = 0;
+
+	for (unsigned i = 0; i < m->nr_cpus; i++) {
+		uint64_t v = atomic_load_explicit(&m->cpus[i]->model_pub.clock_ps,
+						  memory_order_relaxed) / PS_PER_NS;
+		end = v > end ? v : end;
+	}
+	return end;
+}
+
 int sd_trace_write_file(struct sd_machine *m, const char *path)
 {
 	struct trace_out o = { .m = m };
 	char *tmp = NULL;
 	int err;
 
-	o.end_ns = sd_now_ns();
+	o.end_ns = m->model.on ? model_end_ns(m) : sd_now_ns();
 	o.cpus = calloc(m->nr_cpus, sizeof(*o.cpus));
 	if (!o.cpus || trace_snapshot(&o)) {
 		trace_out_free(&o);
