@@ -90,6 +90,40 @@ static uint64_t reserve(SD_ATOMIC(uint64_t) *free_at, uint64_t t, uint64_t occ)
 	return start;
 }
 
+/* The first gap of @occ at or after @t in @q (struct sd_model_queue). */
+static uint64_t queue_reserve(struct sd_cpu *c, struct sd_model_queue *q, uint64_t t,
+			      uint64_t occ)
+{
+	uint64_t start;
+	unsigned i;
+
+	/* Interrupts off: an IPI handler on this thread must not find the
+	 * lock held (none reserves today, but nothing here relies on it). */
+	sd_irq_off(c);
+	sd_spin_lock(&q->lock);
+	if (q->n == SD_MODEL_QUEUE_SLOTS) {
+		q->floor_ps = max_u64(q->floor_ps, q->busy[0].end_ps);
+		memmove(&q->busy[0], &q->busy[1], --q->n * sizeof(q->busy[0]));
+	}
+	start = max_u64(t, q->floor_ps);
+	for (i = 0; i < q->n; i++) {
+		if (q->busy[i].end_ps <= start)
+			continue;
+		if (q->busy[i].start_ps >= start + occ)
+			break;
+		start = q->busy[i].end_ps;
+	}
+	if (occ) {
+		memmove(&q->busy[i + 1], &q->busy[i], (q->n - i) * sizeof(q->busy[0]));
+		q->busy[i].start_ps = start;
+		q->busy[i].end_ps = start + occ;
+		q->n++;
+	}
+	sd_spin_unlock(&q->lock);
+	sd_irq_on(c);
+	return start;
+}
+
 /* ---- lax synchronisation ---- */
 
 static void publish(struct sd_cpu *c)
@@ -302,7 +336,7 @@ static void charge_broadcast(struct sd_cpu *c, uint64_t issue_ps, uint64_t targe
 	uint64_t occ = mod->param_ps[SD_MP_DVM_MESSAGE] + mod->param_ps[SD_MP_DVM_TARGET] * targets;
 
 	c->model.clock_ps += issue_ps;
-	uint64_t start = reserve(&mod->interconnect_free_ps, c->model.clock_ps, occ);
+	uint64_t start = queue_reserve(c, &mod->interconnect, c->model.clock_ps, occ);
 	*done_ps = max_u64(*done_ps, start + occ + completion_ps);
 }
 

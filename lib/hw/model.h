@@ -13,6 +13,7 @@
 #include <shootdown/model.h>
 
 #include "../core/compiler.h"
+#include "../core/spinlock.h"
 #include "model_params.h"
 
 /*
@@ -104,6 +105,25 @@ static inline void sd_model_line_init(struct sd_model_line *l)
 	atomic_init(&l->readers, 0);
 }
 
+/*
+ * A shared resource that remembers when it is busy (Graphite's queue
+ * model with history): a user wanting it at time t gets the first gap of
+ * its length at or after t, even if users at later modelled times reached
+ * it first in real time. A plain "free at" time would queue such a user
+ * behind them, an error of up to the window per use, which grows with
+ * how unevenly the host runs the threads (host load). The oldest
+ * intervals are forgotten (floor): a user earlier than all of them queues
+ * behind them. Taken with interrupts off under its own lock.
+ */
+#define SD_MODEL_QUEUE_SLOTS 64
+
+struct sd_model_queue {
+	struct sd_spinlock lock;
+	unsigned n;
+	uint64_t floor_ps;
+	struct { uint64_t start_ps, end_ps; } busy[SD_MODEL_QUEUE_SLOTS];  /* by start */
+};
+
 /* Where an emulated CPU sits in the modelled topology. */
 struct sd_model_place {
 	uint32_t core, llc, package;
@@ -128,7 +148,7 @@ struct sd_model {
 	 * lock is per mm: struct sd_mm has its own). */
 	struct sd_model_lock lock[SD_MODEL_LOCK_KINDS];
 
-	sd_cacheline_aligned SD_ATOMIC(uint64_t) interconnect_free_ps;
+	sd_cacheline_aligned struct sd_model_queue interconnect;
 	sd_cacheline_aligned SD_ATOMIC(uint64_t) window_waits;
 	SD_ATOMIC(uint64_t) max_lead_ps;
 	SD_ATOMIC(uint64_t) rejoins;

@@ -422,6 +422,7 @@ int sd_model_init(struct sd_model *mod, const char *profile, const char *topolog
 	int err;
 
 	memset(mod, 0, sizeof(*mod));
+	sd_spin_init(&mod->interconnect.lock);
 	for (unsigned k = 0; k < SD_MODEL_LOCK_KINDS; k++)
 		mod->lock[k] = (struct sd_model_lock)SD_MODEL_LOCK_INIT;
 	if (!profile)

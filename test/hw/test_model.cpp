@@ -13,6 +13,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <vector>
 #include <unistd.h>
 
 extern "C" {
@@ -468,6 +469,69 @@ TEST(ModelByHand, HitsAreChargedTheirCost)
 		EXPECT_EQ(0, sd_switch_mm(c, nullptr));
 		EXPECT_EQ(0, sd_mm_destroy(mm));
 	}, nullptr));
+}
+
+}  // namespace
+
+namespace {
+
+// ---- independence from host load ----
+
+// The same modelled run, quiet and with both host cores busy with other
+// work: the modelled clocks agree within 5% (real times differ widely).
+// Two CPUs, each its own mm, broadcast: every mprotect's TLBI goes over
+// the one interconnect, so the CPUs do meet in modelled time.
+uint64_t modelled_run(const Profile &p)
+{
+	Machine mach(modelled(2, "broadcast", p));
+	EXPECT_NE(nullptr, mach.m);
+	if (!mach.m)
+		return 0;
+	EXPECT_EQ(0, sd_machine_run(mach.m, [](sd_cpu *c, void *) {
+		sd_mm *mm = nullptr;
+		ASSERT_EQ(0, sd_mm_create(sd_cpu_machine(c), &mm));
+		ASSERT_EQ(0, sd_switch_mm(c, mm));
+		ASSERT_EQ(0, sd_mmap(c, mm, kPage, P, RW));
+		for (int i = 0; i < 3000; i++) {
+			EXPECT_EQ(0, sd_access(c, kPage, i & 1 ? SD_READ : SD_WRITE, nullptr));
+			EXPECT_EQ(0, sd_mprotect(c, mm, kPage, P, i & 1 ? RW : (unsigned)SD_PROT_READ));
+		}
+		EXPECT_EQ(0, sd_switch_mm(c, nullptr));
+		EXPECT_EQ(0, sd_mm_destroy(mm));
+	}, nullptr));
+	sd_model_info info = SD_MODEL_INFO_INIT;
+	EXPECT_EQ(0, sd_machine_model_info(mach.m, &info));
+	return info.clock_max_ns;
+}
+
+TEST(ModelLoad, ModelledTimeDoesNotDependOnHostLoad)
+{
+	Profile p(std::string("pack:1 core:2 pu:1"),
+		  {{"tlb_l1_hit", 1}, {"tlb_miss", 5}, {"walk_level", 2}, {"tlb_fill", 4},
+		   {"syscall_entry", 80}, {"syscall_exit", 80}, {"pte_update", 20},
+		   {"tlbi_issue", 10}, {"dvm_message", 60}, {"dvm_target", 20},
+		   {"dvm_completion", 200}, {"dsb", 5}, {"context_switch", 300},
+		   {"line_transfer.llc", 40}, {"lock_handoff.llc", 50}});
+	Watchdog w("ModelLoad: a run stuck", 120);
+	uint64_t quiet = modelled_run(p);
+	std::atomic<bool> stop{false};
+	std::vector<std::thread> hogs;
+	for (int i = 0; i < 4; i++)
+		hogs.emplace_back([&stop]() {
+			volatile uint64_t x = 0;
+			while (!stop.load(std::memory_order_relaxed))
+				x = x + 1;
+		});
+	uint64_t loaded = modelled_run(p);
+	stop.store(true);
+	for (auto &t : hogs)
+		t.join();
+	ASSERT_GT(quiet, 0u);
+	double ratio = (double)loaded / (double)quiet;
+	std::printf("[model] quiet %llu ns, loaded %llu ns: %.4f\n", (unsigned long long)quiet,
+		    (unsigned long long)loaded, ratio);
+	EXPECT_GT(ratio, 0.95);
+	EXPECT_LT(ratio, 1.05);
 }
 
 }  // namespace
