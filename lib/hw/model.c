@@ -273,6 +273,29 @@ static void note_lead(struct sd_model *mod, uint64_t clock, uint64_t min)
 }
 
 /*
+ * One step of a window wait. The CPU waited for is usually runnable but
+ * not running (more emulated CPUs than PUs: that is what the window is
+ * for), so spinning only delays it: give the PU away at once, and nap
+ * briefly now and then so a long wait does not burn a core (invariant 6:
+ * spin, yield, sleep). With a PU each, spin first as every wait does.
+ */
+static void window_backoff(struct sd_cpu *c, struct sd_backoff *b)
+{
+	const struct sd_machine *m = c->m;
+
+	if (m->nr_cpus <= m->topo.nr_pus) {
+		sd_backoff_wait(b);
+		return;
+	}
+	if (++b->n % 64) {
+		sched_yield();
+	} else {
+		struct timespec nap = { 0, 10000 };
+		nanosleep(&nap, NULL);
+	}
+}
+
+/*
  * Wait (interrupts on, no modelled lock held: see sd_model_sync()) until
  * no running CPU is more than a window behind. Spin, yield, then sleep
  * (sd_backoff, invariant 6); IPIs are answered meanwhile, since interrupts
@@ -292,7 +315,7 @@ static uint64_t window_wait(struct sd_cpu *c, uint64_t min)
 						   memory_order_relaxed) + 1,
 			      memory_order_relaxed);
 	do {
-		sd_backoff_wait(&b);
+		window_backoff(c, &b);
 		who = slowest_running(c, &min);
 		if (who != UINT32_MAX)
 			check_stall(c, &l, who, min);
