@@ -94,13 +94,19 @@ static uint64_t reserve(SD_ATOMIC(uint64_t) *free_at, uint64_t t, uint64_t occ)
 static uint64_t queue_reserve(struct sd_cpu *c, struct sd_model_queue *q, uint64_t t,
 			      uint64_t occ)
 {
+	struct sd_backoff b = SD_BACKOFF_INIT;
 	uint64_t start;
 	unsigned i;
 
-	/* Interrupts off: an IPI handler on this thread must not find the
-	 * lock held (none reserves today, but nothing here relies on it). */
-	sd_irq_off(c);
-	sd_spin_lock(&q->lock);
+	/* An IPI handler that interrupted this very CPU inside the queue
+	 * (none reserves today, but a user strategy's handler could) must
+	 * not wait for itself: it queues behind everything instead. */
+	while (!sd_spin_trylock(&q->lock)) {
+		if (atomic_load_explicit(&q->owner, memory_order_relaxed) == c->id + 1)
+			return max_u64(t, q->last_end_ps);
+		sd_backoff_wait(&b);
+	}
+	atomic_store_explicit(&q->owner, c->id + 1, memory_order_relaxed);
 	if (q->n == SD_MODEL_QUEUE_SLOTS) {
 		q->floor_ps = max_u64(q->floor_ps, q->busy[0].end_ps);
 		memmove(&q->busy[0], &q->busy[1], --q->n * sizeof(q->busy[0]));
@@ -118,9 +124,10 @@ static uint64_t queue_reserve(struct sd_cpu *c, struct sd_model_queue *q, uint64
 		q->busy[i].start_ps = start;
 		q->busy[i].end_ps = start + occ;
 		q->n++;
+		q->last_end_ps = max_u64(q->last_end_ps, start + occ);
 	}
+	atomic_store_explicit(&q->owner, 0, memory_order_relaxed);
 	sd_spin_unlock(&q->lock);
-	sd_irq_on(c);
 	return start;
 }
 

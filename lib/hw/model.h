@@ -113,14 +113,16 @@ static inline void sd_model_line_init(struct sd_model_line *l)
  * behind them, an error of up to the window per use, which grows with
  * how unevenly the host runs the threads (host load). The oldest
  * intervals are forgotten (floor): a user earlier than all of them queues
- * behind them. Taken with interrupts off under its own lock.
+ * behind them. Used under its own lock.
  */
 #define SD_MODEL_QUEUE_SLOTS 64
 
 struct sd_model_queue {
 	struct sd_spinlock lock;
+	SD_ATOMIC(unsigned) owner;     /* CPU id + 1 holding the lock, 0: none */
 	unsigned n;
 	uint64_t floor_ps;
+	uint64_t last_end_ps;          /* the latest end ever reserved */
 	struct { uint64_t start_ps, end_ps; } busy[SD_MODEL_QUEUE_SLOTS];  /* by start */
 };
 
