@@ -113,8 +113,9 @@ SD_EXPORT uint64_t sd_cpu_clock_ns(const struct sd_cpu *cpu);
  * slowest running CPU; with interrupts off it never waits (the check is
  * made at the next event with them on).
  *
- * Return: 0; -EPERM if the caller is not attached as @cpu (NULL included).
- * Called by the attached thread.
+ * Return: 0; -EPERM if the caller is not attached as @cpu (NULL included);
+ * -EINVAL if @ns would take the CPU's clock past 2^63 ps (about 106 days
+ * of modelled time; nothing is charged). Called by the attached thread.
  */
 SD_EXPORT int sd_cpu_work(struct sd_cpu *cpu, uint64_t ns);
 

@@ -228,9 +228,12 @@ int sd_cpu_work(struct sd_cpu *c, uint64_t ns)
 {
 	if (sd_cpu_check_self(c))
 		return sd_fail(-EPERM, "sd_cpu_work: caller is not attached as this CPU");
-	if (ns > UINT64_MAX / PS_PER_NS / 4)
-		return sd_fail(-EINVAL, "sd_cpu_work: %llu ns is more than a modelled clock holds",
-			       (unsigned long long)ns);
+	/* A clock never passes 2^63 ps (106 days), so sums of charges
+	 * cannot wrap. */
+	if (ns > UINT64_MAX / PS_PER_NS / 4 ||
+	    c->model.clock_ps + ns * PS_PER_NS > (1ull << 63))
+		return sd_fail(-EINVAL, "sd_cpu_work: %llu ns would take CPU %u's modelled clock "
+			       "past 2^63 ps", (unsigned long long)ns, c->id);
 	sd_event(c, SD_EV_WORK, ns, 0);
 	return 0;
 }

@@ -338,6 +338,14 @@ TEST(ModelApi, CallsRefuseBadArguments)
 	Profile p("pack:1 core:2 pu:1", {{"ipi_delivery", 123.5}, {"line_transfer.core", 7}});
 	Machine mach(modelled(2, "ipi", p));
 	ASSERT_NE(nullptr, mach.m);
+	ASSERT_EQ(0, sd_machine_run(mach.m, [](sd_cpu *c, void *) {
+		if (sd_cpu_id(c))
+			return;
+		EXPECT_EQ(-EINVAL, sd_cpu_work(c, UINT64_MAX));
+		EXPECT_EQ(0, sd_cpu_work(c, (1ull << 62) / 1000));
+		EXPECT_EQ(-EINVAL, sd_cpu_work(c, (1ull << 62) / 1000 + 1)) << "past 2^63 ps";
+		EXPECT_EQ((1ull << 62) / 1000, sd_cpu_clock_ns(c)) << "a refused charge charged";
+	}, nullptr));
 	EXPECT_EQ(123.5, sd_model_cost_ns(mach.m, "ipi_delivery"));
 	EXPECT_EQ(7.0, sd_model_cost_ns(mach.m, "line_transfer.core"));
 	EXPECT_LT(sd_model_cost_ns(mach.m, "line_transfer.far"), 0);
