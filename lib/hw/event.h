@@ -110,7 +110,11 @@
 	X(LOCK_RELEASE,       NONE,               UNTRACED, ONE)                \
 	X(LINE_READ,          NONE,               UNTRACED, ONE) /* aux struct sd_model_line */ \
 	X(LINE_WRITE,         NONE,               UNTRACED, ONE) /* aux struct sd_model_line */ \
-	X(WORK,               NONE,               UNTRACED, ONE) /* arg ns: sd_cpu_work() */
+	X(WORK,               NONE,               UNTRACED, ONE) /* arg ns: sd_cpu_work() */ \
+	X(MM_CREATE,          NONE,               UNTRACED, ONE) /* sd_mm_create() */ \
+	X(MM_DESTROY,         NONE,               UNTRACED, ONE) /* sd_mm_destroy(), fixed part */ \
+	X(PT_ALLOC,           NONE,               UNTRACED, ONE) /* one page table */ \
+	X(PT_FREE,            NONE,               UNTRACED, ONE) /* one page table */
 
 enum sd_event {
 #define SD_EVENT_ENUM(ev, stat, trace, add) SD_EV_##ev,

@@ -44,7 +44,12 @@
 	X(SYSCALL_EXIT,      "syscall_exit",      "system call exit") \
 	X(PAGE_FAULT_ENTRY,  "page_fault_entry",  "a page fault's exception entry and exit") \
 	X(TRAP_ENTRY,        "trap_entry",        "an emulated instruction's exception entry") \
-	X(TRAP_EXIT,         "trap_exit",         "an emulated instruction's exception return")
+	X(TRAP_EXIT,         "trap_exit",         "an emulated instruction's exception return") \
+	X(MM_CREATE,         "mm_create",         "creating an address space: mm_alloc, pgd_alloc, the arch's init_new_context") \
+	X(MM_DESTROY,        "mm_destroy",        "tearing an address space down, apart from the tables and frames it frees: exit_mmap's fixed part, pgd_free, destroy_context") \
+	X(PT_ALLOC,          "pt_alloc",          "allocating and linking one page table below the top level (__pte_alloc, __pmd_alloc, __pud_alloc)") \
+	X(PT_FREE,           "pt_free",           "unlinking and freeing one page table (free_pgtables, pte_free_tlb)") \
+	X(TLB_SCAN_ENTRY,    "tlb_scan_entry",    "per TLB entry (L1 + L2) scanned by a whole-ASID or whole-TLB invalidation, on top of local_flush_asid/local_flush_all (0 where the invalidation does not scan)")
 
 /* X(enum suffix, JSON key, what one charge is), each a table by distance
  * class (enum sd_model_distance: core, llc, package, system). */

@@ -385,7 +385,7 @@ static uint64_t to_ps(double ns)
 
 /* Events charged a fixed profile cost (the rest are 0, or charged out of
  * line by sd_model_event()). */
-static void fill_event_costs(struct sd_model *mod)
+static void fill_event_costs(struct sd_model *mod, unsigned tlb_entries)
 {
 	static const struct { enum sd_event ev; enum sd_model_param p; } fixed[] = {
 		{ SD_EV_TLB_L1_HIT, SD_MP_TLB_L1_HIT },
@@ -403,6 +403,16 @@ static void fill_event_costs(struct sd_model *mod)
 		{ SD_EV_TRAP_END, SD_MP_TRAP_EXIT },
 		{ SD_EV_SYSCALL_ENTER, SD_MP_SYSCALL_ENTRY },
 		{ SD_EV_SYSCALL_EXIT, SD_MP_SYSCALL_EXIT },
+		{ SD_EV_MM_CREATE, SD_MP_MM_CREATE },
+		{ SD_EV_MM_DESTROY, SD_MP_MM_DESTROY },
+		{ SD_EV_PT_ALLOC, SD_MP_PT_ALLOC },
+		{ SD_EV_PT_FREE, SD_MP_PT_FREE },
+	};
+	/* The invalidations that drop a whole ASID or the whole TLB: the
+	 * emulator's is a scan of every entry (lib/hw/tlb.c), so its cost
+	 * grows with the TLB a machine is given; hardware's does not. */
+	static const enum sd_event scans[] = {
+		SD_EV_LOCAL_FLUSH_ALL, SD_EV_LOCAL_FLUSH_ASID, SD_EV_FLUSH_FULL,
 	};
 
 	for (unsigned i = 0; i < SD_MP_NR; i++)
@@ -413,10 +423,12 @@ static void fill_event_costs(struct sd_model *mod)
 	memset(mod->ev_ps, 0, sizeof(mod->ev_ps));
 	for (unsigned i = 0; i < sizeof(fixed) / sizeof(fixed[0]); i++)
 		mod->ev_ps[fixed[i].ev] = mod->param_ps[fixed[i].p];
+	for (unsigned i = 0; i < sizeof(scans) / sizeof(scans[0]); i++)
+		mod->ev_ps[scans[i]] += mod->param_ps[SD_MP_TLB_SCAN_ENTRY] * tlb_entries;
 }
 
 int sd_model_init(struct sd_model *mod, const char *profile, const char *topology,
-		  uint64_t window_ns, unsigned nr_cpus)
+		  uint64_t window_ns, unsigned nr_cpus, unsigned tlb_entries)
 {
 	char synthetic[sizeof(mod->topology)];
 	int err;
@@ -437,7 +449,7 @@ int sd_model_init(struct sd_model *mod, const char *profile, const char *topolog
 	snprintf(mod->topology, sizeof(mod->topology), "%s", synthetic);
 	if ((err = place_cpus(mod, synthetic, nr_cpus)))
 		return err;
-	fill_event_costs(mod);
+	fill_event_costs(mod, tlb_entries);
 	mod->window_ps = (window_ns ? window_ns : SD_MODEL_WINDOW_DEFAULT_NS) * 1000u;
 	mod->quantum_ps = mod->window_ps / 2;
 	mod->on = true;

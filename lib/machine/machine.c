@@ -206,7 +206,8 @@ int sd_machine_create(const struct sd_machine_config *in, struct sd_machine **ou
 	m->cfg.nr_cpus = m->nr_cpus;
 	m->cfg.pu_list = NULL;         /* resolved into the placement; not ours to keep */
 	err = sd_model_init(&m->model, m->cfg.profile, m->cfg.model_topology,
-			    m->cfg.model_window_ns, m->nr_cpus);
+			    m->cfg.model_window_ns, m->nr_cpus,
+			    m->cfg.tlb_l1_entries + m->cfg.tlb_sets * m->cfg.tlb_ways);
 	if (err)
 		goto fail_model;
 	/* The caller's strings are not ours to keep: point at our copies. */

@@ -59,16 +59,29 @@ int sd_mm_create(struct sd_machine *m, struct sd_mm **out)
 	 * by a strategy that reuses ASIDs without flushing walk caches. */
 	atomic_init(&mm->table_gen, mm->id << 32);
 	atomic_fetch_add(&m->nr_mms, 1);
+	/* mm_alloc() + pgd_alloc() + init_new_context(): charged to the
+	 * calling CPU if it is one of this machine's (a plain thread has no
+	 * clock to charge). */
+	struct sd_cpu *self = sd_this_cpu;
+	if (self && self->m == m)
+		sd_event(self, SD_EV_MM_CREATE, mm->id, 0);
 	*out = mm;
 	return 0;
 }
 
+struct teardown {
+	struct sd_machine *m;
+	uint64_t frames;        /* frames freed (modelled time) */
+};
+
 static void free_frame_of(uint64_t pte, void *arg)
 {
-	struct sd_machine *m = arg;
+	struct teardown *td = arg;
 
-	if (pte & SD_PTE_PRESENT)
-		sd_frame_free(&m->frames, NULL, sd_pte_pfn(pte));
+	if (pte & SD_PTE_PRESENT) {
+		sd_frame_free(&td->m->frames, NULL, sd_pte_pfn(pte));
+		td->frames++;
+	}
 }
 
 /*
@@ -200,8 +213,19 @@ int sd_mm_destroy(struct sd_mm *mm)
 	/* No CPU has it loaded, so no walk of it is in flight: its tables can
 	 * go now. Its ASID is never reused without a flush (arm64: a new
 	 * generation flushes every CPU first). */
-	sd_pt_free_tree(mm->pgd, free_frame_of, m);
+	struct teardown td = { m, 0 };
+	uint64_t tables = sd_pt_free_tree(mm->pgd, free_frame_of, &td);
 	m->ops->mm_fini(m, mm, mm->strategy);
+	/* exit_mmap(): the frames still mapped, the tables below the top
+	 * level, and the fixed part (pgd_free, destroy_context) on the
+	 * destroying CPU if it is one of this machine's. */
+	if (self && self->m == m) {
+		if (td.frames)
+			sd_event(self, SD_EV_PAGE_FREE, td.frames, 0);
+		for (uint64_t i = 1; i < tables; i++)
+			sd_event(self, SD_EV_PT_FREE, 0, 0);
+		sd_event(self, SD_EV_MM_DESTROY, 0, 0);
+	}
 	sd_oracle_floor_fini(&mm->floor);
 	pthread_mutex_destroy(&mm->lock);
 	free(mm);
@@ -415,8 +439,12 @@ static void finish_change(struct sd_cpu *c, struct sd_mm *mm, uint64_t vpn, uint
 	flush_pending_dec(mm);
 	sd_mm_free_frames(c, g->frames.v, g->frames.n);
 	free(g->frames.v);
-	if (fl)
+	if (fl) {
+		/* free_pgtables(): each table unlinked is one charge. */
+		for (size_t i = 0; i < fl->n; i++)
+			sd_event(c, SD_EV_PT_FREE, 0, 0);
 		sd_pt_free_deferred(fl);
+	}
 	sd_cpu_qs(c);
 }
 
@@ -450,7 +478,7 @@ static void finish_mmap(struct sd_cpu *c, struct sd_mm *mm, uint64_t vpn, uint64
  * tree as it was (no empty tables behind, no PTE), and the ones not linked
  * were never visible to a walker, so they are freed at once.
  */
-static int build_tables(struct sd_mm *mm, uint64_t vpn, uint64_t nr)
+static int build_tables(struct sd_cpu *c, struct sd_mm *mm, uint64_t vpn, uint64_t nr)
 {
 	uint64_t missing = sd_pt_count_missing(mm->pgd, vpn, nr);
 	struct sd_pt_reserve r;
@@ -469,6 +497,9 @@ static int build_tables(struct sd_mm *mm, uint64_t vpn, uint64_t nr)
 			       (unsigned long long)missing);
 	for (uint64_t v = vpn; v < vpn + nr; v = (v | (SD_PT_ENTRIES - 1)) + 1)
 		(void)sd_pt_leaf_link(mm->pgd, v, &r);
+	/* __pte_alloc() and its upper levels: one charge per table linked. */
+	for (size_t i = 0; i < r.used; i++)
+		sd_event(c, SD_EV_PT_ALLOC, 0, 0);
 	sd_pt_reserve_release(&r);
 	return 0;
 }
@@ -492,7 +523,7 @@ static int do_mmap(struct sd_cpu *c, struct sd_mm *mm, uint64_t va, uint64_t len
 				       (unsigned long long)(__i << SD_PAGE_SHIFT));
 		}
 	}
-	err = build_tables(mm, vpn, nr);
+	err = build_tables(c, mm, vpn, nr);
 	if (err) {
 		sd_mm_unlock(c, mm);
 		return err;

@@ -273,9 +273,11 @@ void sd_pt_free_deferred(struct sd_pt_freelist *fl)
 		sd_rcu_thread_offline();
 }
 
-static void free_level(struct sd_pt *pt, unsigned level,
-		       void (*leaf_fn)(uint64_t pte, void *arg), void *arg)
+static uint64_t free_level(struct sd_pt *pt, unsigned level,
+			   void (*leaf_fn)(uint64_t pte, void *arg), void *arg)
 {
+	uint64_t n = 1;
+
 	for (unsigned i = 0; i < SD_PT_ENTRIES; i++) {
 		uint64_t v = atomic_load_explicit(&pt->e[i], memory_order_relaxed);
 		if (!v)
@@ -283,12 +285,13 @@ static void free_level(struct sd_pt *pt, unsigned level,
 		if (level == 0)
 			leaf_fn(v, arg);
 		else
-			free_level((struct sd_pt *)(uintptr_t)v, level - 1, leaf_fn, arg);
+			n += free_level((struct sd_pt *)(uintptr_t)v, level - 1, leaf_fn, arg);
 	}
 	sd_pt_free(pt);
+	return n;
 }
 
-void sd_pt_free_tree(struct sd_pt *pgd, void (*leaf_fn)(uint64_t pte, void *arg), void *arg)
+uint64_t sd_pt_free_tree(struct sd_pt *pgd, void (*leaf_fn)(uint64_t pte, void *arg), void *arg)
 {
-	free_level(pgd, SD_PT_LEVELS - 1, leaf_fn, arg);
+	return free_level(pgd, SD_PT_LEVELS - 1, leaf_fn, arg);
 }

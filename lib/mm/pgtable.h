@@ -106,7 +106,8 @@ int sd_pt_unlink_empty(struct sd_pt *pgd, uint64_t vpn, uint64_t nr, struct sd_p
 void sd_pt_free_deferred(struct sd_pt_freelist *fl);
 
 /* Free a whole tree at once (mm teardown; nobody can walk it). @leaf_fn is
- * called on each leaf PTE that is not 0. */
-void sd_pt_free_tree(struct sd_pt *pgd, void (*leaf_fn)(uint64_t pte, void *arg), void *arg);
+ * called on each leaf PTE that is not 0. Returns the tables freed, the
+ * top level included. */
+uint64_t sd_pt_free_tree(struct sd_pt *pgd, void (*leaf_fn)(uint64_t pte, void *arg), void *arg);
 
 #endif
