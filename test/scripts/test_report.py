@@ -16,7 +16,7 @@ SCRIPTS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__)))), "scripts")
 sys.path.insert(0, SCRIPTS)
 
-from shootdown_report import ab, compare, names, ratios, reference, results  # noqa: E402
+from shootdown_report import ab, compare, model, names, ratios, reference, results  # noqa: E402
 
 
 def bench(name, reps, time_unit="ns", **counters):
@@ -233,6 +233,38 @@ class Plot(unittest.TestCase):
         self.assertEqual(p.returncode, 3, p.stdout + p.stderr)
         self.assertIn("matplotlib is not installed", p.stdout)
 
+
+
+class Model(unittest.TestCase):
+    """model-check pairs model_ns with real time of the same run."""
+
+    @staticmethod
+    def bench(name, real, model_ns=None):
+        b = {"name": name + "/real_time", "run_name": name + "/real_time",
+             "run_type": "iteration", "real_time": real, "cpu_time": real,
+             "time_unit": "ns", "iterations": 10}
+        if model_ns is not None:
+            b["model_ns"] = model_ns
+        return b
+
+    def test_self_consistency_pass_and_miss(self):
+        doc = {"benchmarks": [self.bench("mprotect_threaded/local/cpus:1", 100, 120),
+                              self.bench("mprotect_threaded/local/cpus:2", 100, 130),
+                              self.bench("process_churn/local/cpus:1", 100)]}
+        rows = model.self_consistency(results.from_doc(doc))
+        got = {r[0]: r[-1] for r in rows}
+        self.assertEqual("pass", got["mprotect_threaded/local/cpus:1"])
+        self.assertEqual("miss", got["mprotect_threaded/local/cpus:2"])
+        self.assertEqual("no model_ns", got["process_churn/local/cpus:1"])
+
+    def test_native_pairs_twins(self):
+        doc = {"benchmarks": [self.bench("context_switch/native/cpus:1", 1000),
+                              self.bench("context_switch/ipi:cpumask=lazy/cpus:1", 50, 700),
+                              self.bench("context_switch/native/cpus:2", 1000),
+                              self.bench("context_switch/ipi:cpumask=lazy/cpus:2", 50, 600)]}
+        rows = model.native(results.from_doc(doc))
+        self.assertEqual(["pass", "miss"], [r[-1] for r in rows])
+        self.assertEqual("0.70", rows[0][3])
 
 if __name__ == "__main__":
     unittest.main()

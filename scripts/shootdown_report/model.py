@@ -1,0 +1,126 @@
+# SPDX-License-Identifier: MIT
+"""Validation of modelled time: modelled against measured, in one run.
+
+    scripts/model-check [--bench PATH] [--reps K] [--min-time S] [--native]
+                        [--profile NAME] [--filter REGEX] [--json FILE]
+
+Self-consistency (default, profile `host`): every seed workload at 1 and 2
+CPUs runs once with the profile; its modelled time per operation
+(`model_ns`) is set against its measured real time per operation from the
+same run. The host profile holds this emulator's own costs on this machine,
+so the two should agree within 25%: a check of the model's mechanics.
+
+--native (profile `host-kernel`): the emulated `ipi` twin of each native
+workload runs with the kernel's primitives as costs, beside the native
+workload on this machine's kernel; the modelled time predicts the native
+time, within 35%, with nothing fitted to the result.
+
+Medians over K repetitions (--benchmark_repetitions). The load average
+before and after is printed: a loaded host spoils the real side only.
+"""
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+
+from . import fmt, results
+
+SELF_TOL = 0.25
+NATIVE_TOL = 0.35
+
+# The seed workloads, at 1 and 2 CPUs (none oversubscribed on 2 PUs).
+SELF_FILTER = (r"^(mprotect_threaded/(broadcast|local|ipi|gbcast)"
+               r"|process_churn/(broadcast|local|ipi)"
+               r"|context_switch/(ipi:cpumask=(eager|lazy)|broadcast|local)"
+               r"|tlb_flush2_threads/(ipi|gbcast)/lru:(global|percpu))/cpus:[12]/"
+               r"|^flush_page/(broadcast|ipi)/cpus:2/remote:(idle|busy)/"
+               r"|^trap_dispatch/(locked|rcu|direct)/threads:[12]/")
+
+# (native twin, its emulated x86 twin): the same shape, each CPU its own
+# address space where the native one uses processes.
+NATIVE_PAIRS = [
+    ("mprotect_threaded/native:mode=processes/cpus:%d", "mprotect_threaded/ipi/cpus:%d"),
+    ("tlb_flush2_threads/native/cpus:%d", "tlb_flush2_threads/ipi/lru:global/cpus:%d"),
+    ("context_switch/native/cpus:%d", "context_switch/ipi:cpumask=lazy/cpus:%d"),
+]
+
+
+def loadavg():
+    try:
+        with open("/proc/loadavg") as f:
+            return " ".join(f.read().split()[:3])
+    except OSError:
+        return "?"
+
+
+def run(bench, profile, filt, reps, min_time):
+    cmd = [bench, "--sd_profile=" + profile, "--benchmark_filter=" + filt,
+           "--benchmark_repetitions=%d" % reps, "--benchmark_min_time=%g" % min_time,
+           "--benchmark_format=json"]
+    print("$ " + " ".join("'%s'" % c if " " in c or "|" in c else c for c in cmd),
+          file=sys.stderr)
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+    return results.from_doc(json.loads(out))
+
+
+def row(name, real, model, tol):
+    if not real or model is None:
+        return [name, fmt.fmt_ns(real) if real else "-", "-", "-", "no model_ns"]
+    ratio = model / real
+    return [name, fmt.fmt_ns(real), fmt.fmt_ns(model), "%.2f" % ratio,
+            "pass" if abs(ratio - 1) <= tol else "miss"]
+
+
+def self_consistency(res):
+    rows = []
+    for name in sorted(res):
+        r = res[name]
+        if r["errors"] or not r["real_ns"]:
+            continue
+        rows.append(row(name, results.med(r), results.med(r, "model_ns"), SELF_TOL))
+    return rows
+
+
+def native(res):
+    rows = []
+    for nat, emu in NATIVE_PAIRS:
+        for n in (1, 2):
+            rn, re_ = res.get(nat % n), res.get(emu % n)
+            if not rn or not re_:
+                continue
+            rows.append(row("%s vs %s" % (nat % n, emu % n), results.med(rn),
+                            results.med(re_, "model_ns"), NATIVE_TOL))
+    return rows
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    here = os.path.dirname(os.path.abspath(__file__))
+    p.add_argument("--bench", default=os.path.join(here, "..", "..", "build", "bench",
+                                                   "shootdown-bench"))
+    p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--min-time", type=float, default=0.2)
+    p.add_argument("--native", action="store_true")
+    p.add_argument("--profile")
+    p.add_argument("--filter")
+    args = p.parse_args(argv)
+    profile = args.profile or ("host-kernel" if args.native else "host")
+    if args.native:
+        names = [x % n for pair in NATIVE_PAIRS for x in pair for n in (1, 2)]
+        filt = args.filter or "^(" + "|".join(re.escape(x) for x in names) + ")/"
+    else:
+        filt = args.filter or SELF_FILTER
+    before = loadavg()
+    res = run(args.bench, profile, filt, args.reps, args.min_time)
+    after = loadavg()
+    rows = native(res) if args.native else self_consistency(res)
+    tol = NATIVE_TOL if args.native else SELF_TOL
+    print("profile %s, load average before %s, after %s; pass = within %d%%"
+          % (profile, before, after, round(tol * 100)))
+    print("\n".join(fmt.table(rows, ["benchmark", "real", "model", "model/real", ""])))
+    passed = sum(1 for r in rows if r[-1] == "pass")
+    print("%d of %d within %d%%" % (passed, len(rows), round(tol * 100)))
+    return 0 if rows else 1
