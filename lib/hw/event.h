@@ -216,8 +216,8 @@ static inline bool sd_model_fixed(enum sd_event ev)
 	switch (ev) {
 	case SD_EV_PAGE_WALK: case SD_EV_LOCAL_FLUSH_RANGE: case SD_EV_FLUSH_PARTIAL:
 	case SD_EV_TLBI_OP: case SD_EV_INVLPGB: case SD_EV_TLBSYNC: case SD_EV_DSB:
-	case SD_EV_PTE_UPDATE: case SD_EV_PAGE_FREE: case SD_EV_LOCK_WAIT_BEGIN:
-	case SD_EV_LOCK_WAIT_END: case SD_EV_LOCK_ACQUIRE: case SD_EV_LOCK_RELEASE:
+	case SD_EV_PTE_UPDATE: case SD_EV_PAGE_FREE:
+	case SD_EV_LOCK_ACQUIRE: case SD_EV_LOCK_RELEASE:
 	case SD_EV_LINE_READ: case SD_EV_LINE_WRITE: case SD_EV_WORK:
 		return false;
 	default:

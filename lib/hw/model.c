@@ -204,7 +204,7 @@ void sd_model_set_run(struct sd_cpu *c, int state)
 	if (!c->model.ev_ps || old == state)
 		return;
 	publish(c);
-	if (state == SD_MODEL_RUNNING && old != SD_MODEL_BLOCKED) {
+	if (state == SD_MODEL_RUNNING) {
 		rejoin(c);
 		return;
 	}
@@ -462,14 +462,6 @@ void sd_model_event(struct sd_cpu *c, enum sd_event ev, uint64_t arg, uint64_t a
 		c->model.clock_ps = max_u64(c->model.clock_ps, c->model.invlpgb_done_ps) +
 				    p[SD_MP_TLBSYNC];
 		break;
-	case SD_EV_LOCK_WAIT_BEGIN:
-		if (atomic_load_explicit(&c->model_pub.state, memory_order_relaxed) ==
-		    SD_MODEL_RUNNING)
-			sd_model_set_run(c, SD_MODEL_BLOCKED);
-		return;
-	case SD_EV_LOCK_WAIT_END:
-		sd_model_set_run(c, SD_MODEL_RUNNING);
-		return;
 	case SD_EV_LOCK_ACQUIRE:
 	case SD_EV_LOCK_RELEASE:
 		charge_lock(c, arg, aux, ev == SD_EV_LOCK_ACQUIRE);

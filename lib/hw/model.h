@@ -50,13 +50,21 @@ enum sd_model_dist_param {
 	SD_MDP_NR
 };
 
-/* Run states of a CPU for lax synchronisation: only RUNNING CPUs hold the
- * others back. */
+/*
+ * Run states of a CPU for lax synchronisation: only RUNNING CPUs hold the
+ * others back. A CPU waiting in the library (for an IPI's ack, for a lock)
+ * stays RUNNING, its clock standing at the start of the wait: letting the
+ * others run on unbounded while it waits would put it, when it comes back,
+ * behind uses of shared resources it preceded in modelled time, and make
+ * results depend on how long the host made it wait. It cannot deadlock:
+ * a window wait has interrupts on (so it answers the waiter's IPI) and no
+ * modelled lock held (so it never holds the waiter's lock); the DVM lock's
+ * holder takes no event under it.
+ */
 enum sd_model_run {
 	SD_MODEL_OFF,           /* no thread attached */
 	SD_MODEL_RUNNING,
 	SD_MODEL_IDLE,          /* sd_cpu_idle(), or its run body returned */
-	SD_MODEL_BLOCKED,       /* waiting in the library (IPI ack, lock) */
 	SD_MODEL_STALLED,       /* made no progress while blocked outside */
 };
 

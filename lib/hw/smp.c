@@ -598,15 +598,6 @@ int sd_smp_call_wait(struct sd_cpu *from, struct sd_smp_call_req *req)
 {
 	unsigned n;
 	int expected = SD_SMP_CALL_PENDING;
-	/* Modelled time: a CPU waiting for an ack holds nobody back. */
-	bool blocked = from && from->model.ev_ps &&
-		       atomic_load_explicit(&from->model_pub.state, memory_order_relaxed) ==
-			       SD_MODEL_RUNNING;
-
-	if (blocked && !req_finished(req))
-		sd_model_set_run(from, SD_MODEL_BLOCKED);
-	else
-		blocked = false;
 
 	for (n = 0; n < SD_BACKOFF_SPINS + SD_BACKOFF_YIELDS; n++) {
 		if (req_finished(req))
@@ -621,8 +612,6 @@ int sd_smp_call_wait(struct sd_cpu *from, struct sd_smp_call_req *req)
 	if (atomic_compare_exchange_strong(&req->state, &expected, SD_SMP_CALL_PARKED))
 		ipi_wait_parked(from, req);
 done:
-	if (blocked)
-		sd_model_set_run(from, SD_MODEL_RUNNING);
 	if (from)
 		sd_event_ipi_acked(from, req->target, req->flow, req->model_acked_ps);
 	if (atomic_load_explicit(&req->state, memory_order_acquire) == SD_SMP_CALL_GONE)

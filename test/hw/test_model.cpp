@@ -509,6 +509,9 @@ uint64_t modelled_run(const Profile &p)
 	}, nullptr));
 	sd_model_info info = SD_MODEL_INFO_INIT;
 	EXPECT_EQ(0, sd_machine_model_info(mach.m, &info));
+	std::printf("[model] %llu ns, %llu window waits, %llu rejoins, lead %llu ns\n",
+		    (unsigned long long)info.clock_max_ns, (unsigned long long)info.window_waits,
+		    (unsigned long long)info.rejoins, (unsigned long long)info.max_lead_ns);
 	return info.clock_max_ns;
 }
 

@@ -239,6 +239,19 @@ static int spin_until(atomic_int *v, int want, double secs)
 	return 0;
 }
 
+/* The other side of a request flag: wait until it was cleared. */
+static int spin_until_zero(atomic_int *v, double secs)
+{
+	double deadline = now_ns() + secs * 1e9;
+
+	for (unsigned i = 0; atomic_load_explicit(v, memory_order_acquire); i++) {
+		cpu_relax();
+		if (!(i & 1023) && now_ns() > deadline)
+			return -1;
+	}
+	return 0;
+}
+
 /* ---- pinning ---- */
 
 static int bind_self(hwloc_obj_t pu)
@@ -1078,6 +1091,7 @@ static int ipi_work(struct sd_cpu *cpu, struct duo *d)
 struct spinner {
 	hwloc_obj_t pu;
 	atomic_int stop, started;
+	atomic_int reset;       /* main asks, the spinner empties gaps and clears */
 	double *gaps;           /* gaps in the spin loop longer than gap_min */
 	long nr_gaps, max_gaps;
 	double gap_min;
@@ -1097,6 +1111,11 @@ static void *spinner_thread(void *arg)
 	while (!atomic_load_explicit(&s->stop, memory_order_relaxed)) {
 		double t = now_ns();
 
+		/* Only this thread writes the gaps until it is joined. */
+		if (atomic_load_explicit(&s->reset, memory_order_relaxed)) {
+			s->nr_gaps = 0;
+			atomic_store(&s->reset, 0);
+		}
 		if (t - prev > s->gap_min && s->nr_gaps < s->max_gaps)
 			s->gaps[s->nr_gaps++] = t - prev;
 		prev = t;
@@ -1722,7 +1741,14 @@ static int kern_ipi(void)
 		return -1;
 	}
 	membarrier_ns(NULL, n / 4);
-	s.nr_gaps = 0;
+	atomic_store(&s.reset, 1);
+	if (spin_until_zero(&s.reset, 5)) {
+		spinner_stop(&s, th);
+		free(s.gaps);
+		free(with);
+		free(without);
+		return -1;
+	}
 	membarrier_ns(with, n);
 	spinner_stop(&s, th);
 	unbind_self();
