@@ -55,8 +55,8 @@ def loadavg():
         return "?"
 
 
-def run(bench, profile, filt, reps, min_time):
-    cmd = [bench, "--sd_profile=" + profile, "--benchmark_filter=" + filt,
+def run(bench, profile, filt, reps, min_time, extra=()):
+    cmd = [bench, "--sd_profile=" + profile] + list(extra) + ["--benchmark_filter=" + filt,
            "--benchmark_repetitions=%d" % reps, "--benchmark_min_time=%g" % min_time,
            "--benchmark_format=json"]
     print("$ " + " ".join("'%s'" % c if " " in c or "|" in c else c for c in cmd),
@@ -114,7 +114,9 @@ def main(argv=None):
     else:
         filt = args.filter or SELF_FILTER
     before = loadavg()
-    res = run(args.bench, profile, filt, args.reps, args.min_time)
+    # The native twins' emulated x86 twins are in the comparison's set.
+    extra = ["--sd_set=main", "--sd_cpus=1,2"] if args.native else []
+    res = run(args.bench, profile, filt, args.reps, args.min_time, extra)
     after = loadavg()
     rows = native(res) if args.native else self_consistency(res)
     tol = NATIVE_TOL if args.native else SELF_TOL
