@@ -185,10 +185,13 @@ SD_EXPORT void sd_machine_config_init(struct sd_machine_config *cfg);
  * above 4096, a TLB geometry that is not a power of
  * two, a bad signal, asid_bits out of range or too small for nr_cpus, a bad
  * PU list, a bad synthetic topology, unknown bits in flags, an lru that is
- * not an enum sd_lru_mode, a strategy spec
+ * not an enum sd_lru_mode, an empty profile, a profile file that is not a
+ * valid profile or models fewer PUs than the machine has CPUs (the detail
+ * names the field), a model_topology without a profile or not a hwloc
+ * synthetic string, a model_window_ns above 1 s, a strategy spec
  * of 64 characters or more, a malformed (blanks included), repeated or
  * out-of-range strategy option); -ENOENT for an unknown strategy or
- * option; -EBUSY if 8 distinct IPI signals are already in use by other
+ * option, or a profile that sd_profile_locate() (model.h) cannot find; -EBUSY if 8 distinct IPI signals are already in use by other
  * machines, or if the program already installed a handler on ipi_signal
  * and SD_MACHINE_TAKE_SIGNAL is not set (SIG_IGN is not a handler: it is
  * kept and chained to); -EDEADLK if the caller is an attached CPU with

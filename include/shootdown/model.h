@@ -96,8 +96,9 @@ struct sd_model_info {
  * sd_cpu_clock_ns() - @cpu's modelled clock, in ns.
  *
  * From the CPU's own thread: exact. From any other thread: the value the
- * CPU last published, which trails the exact clock by at most the events
- * since its last synchronisation point (a few hundred ns). 0 for a machine
+ * CPU last published, which trails the exact clock by at most half the
+ * window (sd_machine_model_info()'s window_ns) plus one event; exact once
+ * the CPU has detached (and when it went idle). 0 for a machine
  * that does not model time, and for NULL (error.h's getter rule). Any
  * thread. Never waits: may be called with interrupts off.
  */
@@ -148,13 +149,15 @@ SD_EXPORT double sd_model_cost_ns(const struct sd_machine *m, const char *key);
  * A @name containing '/' or ending in ".json" is a path and is used as it
  * is. Any other name is looked up as NAME.json, in order, in the directories
  * of the environment variable SD_PROFILE_PATH (':'-separated), then in the
- * installed profiles directory (PREFIX/share/shootdown/profiles), then in
- * the source tree's profiles/ directory when the library runs from its
- * build directory.
+ * user's own directory ($XDG_DATA_HOME/shootdown/profiles, by default
+ * ~/.local/share/shootdown/profiles, where sd-calibrate writes), then in
+ * the installed profiles directory (PREFIX/share/shootdown/profiles), then
+ * in the source tree's profiles/ directory the library was built from.
  *
  * Return: 0 with the path in @path; -EINVAL for a NULL or empty argument
- * or a @name with characters other than letters, digits, '-', '_' and '.';
- * -ENOENT if no such file exists (the detail lists where it looked);
+ * or a @name (not a path) with characters other than letters, digits, '-',
+ * '_' and '.', or starting with '.'; -ENOENT if no such file exists or it
+ * cannot be read (the detail lists where it looked);
  * -ENAMETOOLONG if the path does not fit in @len bytes. Any thread; from
  * an attached CPU only with interrupts on (it looks at files).
  */
