@@ -454,6 +454,30 @@ TEST(ModelProfile, FoundByNameAndTopologyOverridden)
 	EXPECT_EQ(2.0, sd_model_cost_ns(mach.m, "tlb_l1_hit"));
 }
 
+// The user's own directory (where sd-calibrate writes) is searched too.
+TEST(ModelProfile, FoundInTheUsersDirectory)
+{
+	char tmpl[] = "/tmp/sd-test-xdg-XXXXXX";
+	ASSERT_NE(nullptr, mkdtemp(tmpl));
+	std::string dir = std::string(tmpl) + "/shootdown/profiles";
+	ASSERT_EQ(0, system(("mkdir -p " + dir).c_str()));
+	Profile p("pack:1 core:1 pu:1", {});
+	ASSERT_EQ(0, std::rename(p.path.c_str(), (dir + "/mine.json").c_str()));
+	const char *old = getenv("XDG_DATA_HOME");
+	std::string saved = old ? old : "";
+	setenv("XDG_DATA_HOME", tmpl, 1);
+	char found[512];
+	EXPECT_EQ(0, sd_profile_locate("mine", found, sizeof(found))) << sd_last_error();
+	EXPECT_EQ(dir + "/mine.json", found);
+	if (old)
+		setenv("XDG_DATA_HOME", saved.c_str(), 1);
+	else
+		unsetenv("XDG_DATA_HOME");
+	EXPECT_EQ(-ENOENT, sd_profile_locate("mine", found, sizeof(found)));
+	std::remove((dir + "/mine.json").c_str());
+	ASSERT_EQ(0, system((std::string("rm -rf ") + tmpl).c_str()));
+}
+
 // An L1 hit costs the profile's tlb_l1_hit, exactly, every time.
 TEST(ModelByHand, HitsAreChargedTheirCost)
 {
