@@ -619,7 +619,7 @@ int main(int argc, char **argv)
 		else if (a == "--seed")
 			seed = std::strtoull(argv[i + 1], nullptr, 0);
 		else if (a == "--seconds")
-			seconds = std::atof(argv[i + 1]);
+			seconds = std::atof(argv[i + 1]) * env_double("SD_FUZZ_SCALE", 1);
 		else if (a == "--first")
 			first = (unsigned)std::strtoul(argv[i + 1], nullptr, 0);
 		else if (a == "--machines")
