@@ -113,8 +113,8 @@
 	X(WORK,               NONE,               UNTRACED, ONE) /* arg ns: sd_cpu_work() */ \
 	X(MM_CREATE,          NONE,               UNTRACED, ONE) /* sd_mm_create() */ \
 	X(MM_DESTROY,         NONE,               UNTRACED, ONE) /* sd_mm_destroy(), fixed part */ \
-	X(PT_ALLOC,           NONE,               UNTRACED, ONE) /* one page table */ \
-	X(PT_FREE,            NONE,               UNTRACED, ONE) /* one page table */
+	X(PT_ALLOC,           NONE,               UNTRACED, ONE) /* arg tables */ \
+	X(PT_FREE,            NONE,               UNTRACED, ONE) /* arg tables */
 
 enum sd_event {
 #define SD_EVENT_ENUM(ev, stat, trace, add) SD_EV_##ev,
@@ -216,7 +216,7 @@ static inline bool sd_model_fixed(enum sd_event ev)
 	switch (ev) {
 	case SD_EV_PAGE_WALK: case SD_EV_LOCAL_FLUSH_RANGE: case SD_EV_FLUSH_PARTIAL:
 	case SD_EV_TLBI_OP: case SD_EV_INVLPGB: case SD_EV_TLBSYNC: case SD_EV_DSB:
-	case SD_EV_PTE_UPDATE: case SD_EV_PAGE_FREE:
+	case SD_EV_PTE_UPDATE: case SD_EV_PAGE_FREE: case SD_EV_PT_ALLOC: case SD_EV_PT_FREE:
 	case SD_EV_LOCK_ACQUIRE: case SD_EV_LOCK_RELEASE:
 	case SD_EV_LINE_READ: case SD_EV_LINE_WRITE: case SD_EV_WORK:
 		return false;

@@ -29,8 +29,6 @@
 _Static_assert(SD_LOCK_KIND_NR <= SD_MODEL_LOCK_KINDS, "model.h: too few lock kinds");
 _Static_assert(SD_EV_NR <= 256, "model.h: ev_ps is too small for the event list");
 
-
-
 /* A CPU that makes no modelled progress for this long in real time while
  * its thread sleeps is taken to be blocked outside the library... */
 #define STALL_SLEEPING_NS (2u * 1000000u)
@@ -40,14 +38,6 @@ _Static_assert(SD_EV_NR <= 256, "model.h: ev_ps is too small for the event list"
 static inline uint64_t max_u64(uint64_t a, uint64_t b)
 {
 	return a > b ? a : b;
-}
-
-static uint64_t real_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
 /* ---- distances ---- */
@@ -102,6 +92,9 @@ static uint64_t queue_reserve(struct sd_cpu *c, struct sd_model_queue *q, uint64
 	 * (none reserves today, but a user strategy's handler could) must
 	 * not wait for itself: it queues behind everything instead. */
 	while (!sd_spin_trylock(&q->lock)) {
+		/* Relaxed: an owner equal to us was written by this thread
+		 * (the handler interrupted it), so no ordering is needed to
+		 * see it; any other value just means wait. */
 		if (atomic_load_explicit(&q->owner, memory_order_relaxed) == c->id + 1)
 			return max_u64(t, q->last_end_ps);
 		sd_backoff_wait(&b);
@@ -247,7 +240,7 @@ struct laggard {
  * others back until it comes back (rejoin()). */
 static void check_stall(struct sd_cpu *c, struct laggard *l, unsigned who, uint64_t min)
 {
-	uint64_t now = real_ns();
+	uint64_t now = sd_now_ns();
 	struct sd_cpu *t;
 	int running = SD_MODEL_RUNNING;
 
@@ -262,6 +255,9 @@ static void check_stall(struct sd_cpu *c, struct laggard *l, unsigned who, uint6
 	t = c->m->cpus[who];
 	if (now - l->since_ns < STALL_RUNNING_NS && !thread_sleeping(t))
 		return;
+	/* Relaxed, as every run state: it steers waits only. If the laggard
+	 * changes its own state first, the CAS fails and nothing is lost; if
+	 * it comes back after it, it rejoins (sd_model_event()). */
 	atomic_compare_exchange_strong_explicit(&t->model_pub.state, &running, SD_MODEL_STALLED,
 						memory_order_relaxed, memory_order_relaxed);
 	l->since_ns = now;
@@ -315,7 +311,6 @@ static uint64_t window_wait(struct sd_cpu *c, uint64_t min)
 	struct sd_backoff b = SD_BACKOFF_INIT;
 	unsigned who;
 
-	atomic_fetch_add_explicit(&mod->window_waits, 1, memory_order_relaxed);
 	/* Owner-written: a plain add, read by stats snapshots. */
 	atomic_store_explicit(&c->model_pub.window_waits,
 			      atomic_load_explicit(&c->model_pub.window_waits,
@@ -400,6 +395,10 @@ static void charge_lock(struct sd_cpu *c, uint64_t kind, uint64_t aux, bool acqu
  */
 static void charge_line(struct sd_cpu *c, struct sd_model_line *line, bool write)
 {
+	/* Relaxed throughout: the writer and readers are a hint for what a
+	 * fetch costs, not data anyone depends on; two CPUs racing on them
+	 * can lose one transfer's charge, never a correct result. The real
+	 * line's own atomics order the algorithm. */
 	struct sd_model *mod = &c->m->model;
 	uint32_t w = atomic_load_explicit(&line->writer, memory_order_relaxed);
 	uint64_t me = 1ull << (c->id % 64);
@@ -432,20 +431,17 @@ void sd_model_event(struct sd_cpu *c, enum sd_event ev, uint64_t arg, uint64_t a
 		     SD_MODEL_STALLED))
 		rejoin(c);
 	switch (ev) {
+	/* Per unit of the argument: levels read, PTEs, frames, tables, pages. */
 	case SD_EV_PAGE_WALK:
-		c->model.clock_ps += p[SD_MP_WALK_LEVEL] * arg;
-		break;
 	case SD_EV_PTE_UPDATE:
-		c->model.clock_ps += p[SD_MP_PTE_UPDATE] * arg;
-		break;
 	case SD_EV_PAGE_FREE:
-		c->model.clock_ps += p[SD_MP_PAGE_FREE] * arg;
+	case SD_EV_PT_ALLOC:
+	case SD_EV_PT_FREE:
+	case SD_EV_FLUSH_PARTIAL:
+		c->model.clock_ps += c->model.ev_ps[ev] * arg;
 		break;
 	case SD_EV_LOCAL_FLUSH_RANGE:
 		c->model.clock_ps += p[SD_MP_LOCAL_FLUSH_RANGE] + p[SD_MP_LOCAL_FLUSH_RANGE_PAGE] * aux;
-		break;
-	case SD_EV_FLUSH_PARTIAL:
-		c->model.clock_ps += p[SD_MP_LOCAL_FLUSH_PAGE] * arg;
 		break;
 	case SD_EV_TLBI_OP:
 		charge_broadcast(c, p[SD_MP_TLBI_ISSUE], arg, p[SD_MP_DVM_COMPLETION],
@@ -592,8 +588,9 @@ int sd_machine_model_info(const struct sd_machine *m, struct sd_model_info *info
 							  memory_order_relaxed) / PS_PER_NS;
 			out.clock_min_ns = v < out.clock_min_ns ? v : out.clock_min_ns;
 			out.clock_max_ns = v > out.clock_max_ns ? v : out.clock_max_ns;
+			out.window_waits += atomic_load_explicit(&m->cpus[i]->model_pub.window_waits,
+								 memory_order_relaxed);
 		}
-		out.window_waits = atomic_load_explicit(&mod->window_waits, memory_order_relaxed);
 		out.max_lead_ns = atomic_load_explicit(&mod->max_lead_ps, memory_order_relaxed) /
 				  PS_PER_NS;
 		out.rejoins = atomic_load_explicit(&mod->rejoins, memory_order_relaxed);

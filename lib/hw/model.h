@@ -159,8 +159,7 @@ struct sd_model {
 	struct sd_model_lock lock[SD_MODEL_LOCK_KINDS];
 
 	sd_cacheline_aligned struct sd_model_queue interconnect;
-	sd_cacheline_aligned SD_ATOMIC(uint64_t) window_waits;
-	SD_ATOMIC(uint64_t) max_lead_ps;
+	sd_cacheline_aligned SD_ATOMIC(uint64_t) max_lead_ps;
 	SD_ATOMIC(uint64_t) rejoins;
 };
 

@@ -383,8 +383,9 @@ static uint64_t to_ps(double ns)
 	return (uint64_t)llround(ns * 1000.0);
 }
 
-/* Events charged a fixed profile cost (the rest are 0, or charged out of
- * line by sd_model_event()). */
+/* Events charged a profile cost: once, or (sd_model_event()'s per-unit
+ * events) once per unit of their argument. The rest are 0, or charged out
+ * of line from the parameters themselves. */
 static void fill_event_costs(struct sd_model *mod, unsigned tlb_entries)
 {
 	static const struct { enum sd_event ev; enum sd_model_param p; } fixed[] = {
@@ -407,6 +408,10 @@ static void fill_event_costs(struct sd_model *mod, unsigned tlb_entries)
 		{ SD_EV_MM_DESTROY, SD_MP_MM_DESTROY },
 		{ SD_EV_PT_ALLOC, SD_MP_PT_ALLOC },
 		{ SD_EV_PT_FREE, SD_MP_PT_FREE },
+		{ SD_EV_PAGE_WALK, SD_MP_WALK_LEVEL },
+		{ SD_EV_PTE_UPDATE, SD_MP_PTE_UPDATE },
+		{ SD_EV_PAGE_FREE, SD_MP_PAGE_FREE },
+		{ SD_EV_FLUSH_PARTIAL, SD_MP_LOCAL_FLUSH_PAGE },
 	};
 	/* The invalidations that drop a whole ASID or the whole TLB: the
 	 * emulator's is a scan of every entry (lib/hw/tlb.c), so its cost

@@ -222,8 +222,8 @@ int sd_mm_destroy(struct sd_mm *mm)
 	if (self && self->m == m) {
 		if (td.frames)
 			sd_event(self, SD_EV_PAGE_FREE, td.frames, 0);
-		for (uint64_t i = 1; i < tables; i++)
-			sd_event(self, SD_EV_PT_FREE, 0, 0);
+		if (tables > 1)
+			sd_event(self, SD_EV_PT_FREE, tables - 1, 0);
 		sd_event(self, SD_EV_MM_DESTROY, 0, 0);
 	}
 	sd_oracle_floor_fini(&mm->floor);
@@ -440,9 +440,9 @@ static void finish_change(struct sd_cpu *c, struct sd_mm *mm, uint64_t vpn, uint
 	sd_mm_free_frames(c, g->frames.v, g->frames.n);
 	free(g->frames.v);
 	if (fl) {
-		/* free_pgtables(): each table unlinked is one charge. */
-		for (size_t i = 0; i < fl->n; i++)
-			sd_event(c, SD_EV_PT_FREE, 0, 0);
+		/* free_pgtables(): a charge per table unlinked. */
+		if (fl->n)
+			sd_event(c, SD_EV_PT_FREE, fl->n, 0);
 		sd_pt_free_deferred(fl);
 	}
 	sd_cpu_qs(c);
@@ -497,9 +497,9 @@ static int build_tables(struct sd_cpu *c, struct sd_mm *mm, uint64_t vpn, uint64
 			       (unsigned long long)missing);
 	for (uint64_t v = vpn; v < vpn + nr; v = (v | (SD_PT_ENTRIES - 1)) + 1)
 		(void)sd_pt_leaf_link(mm->pgd, v, &r);
-	/* __pte_alloc() and its upper levels: one charge per table linked. */
-	for (size_t i = 0; i < r.used; i++)
-		sd_event(c, SD_EV_PT_ALLOC, 0, 0);
+	/* __pte_alloc() and its upper levels: a charge per table linked. */
+	if (r.used)
+		sd_event(c, SD_EV_PT_ALLOC, r.used, 0);
 	sd_pt_reserve_release(&r);
 	return 0;
 }

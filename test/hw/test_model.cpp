@@ -176,36 +176,35 @@ const std::map<std::string, double> kIpiCosts = {
 	{"ipi_send", S}, {"ipi_delivery", D}, {"irq_entry", E}, {"ipi_handler", H},
 	{"irq_exit", Q}, {"line_transfer.llc", T}};
 
-// A target behind the IPI takes it when it arrives: S + D, then runs it.
-// Its handler writes the queue head the sender wrote (a transfer, T); the
-// sender's wait ends when the ack's line reaches it (T again).
-TEST(ModelByHand, IpiToACpuBehindRunsWhenItArrives)
+// One IPI from CPU 0 (at 0) to CPU 1, after CPU 1 charged @target_work_ns:
+// the handler starts at @start, so the ack is written at start + E + H + T
+// (its handler writes the queue head the sender wrote: a transfer), the
+// target leaves the interrupt Q later, and the sender's wait ends when the
+// ack's line reaches it (T again).
+void expect_ipi_times(uint64_t target_work_ns, double start)
 {
 	Profile p("pack:1 core:2 pu:1", kIpiCosts);
 	Machine mach(modelled(2, "ipi", p, 1000000000));
 	ASSERT_NE(nullptr, mach.m);
 	IpiRun r;
-	r.target_work_ns = 0;
-	Watchdog w("IpiBehind: a CPU stuck", 30);
+	r.target_work_ns = target_work_ns;
+	Watchdog w("ModelByHand IPI: a CPU stuck", 30);
 	ASSERT_EQ(0, sd_machine_run(mach.m, ipi_body, &r)) << sd_last_error();
-	const uint64_t acked = (uint64_t)(S + D + E + H + T);
+	const uint64_t acked = (uint64_t)(start + E + H + T);
 	EXPECT_EQ(acked + (uint64_t)Q, r.target_after);
 	EXPECT_EQ(acked + (uint64_t)T, r.sender_after);
+}
+
+// A target behind the IPI takes it when it arrives: S + D.
+TEST(ModelByHand, IpiToACpuBehindRunsWhenItArrives)
+{
+	expect_ipi_times(0, S + D);
 }
 
 // A target whose clock is ahead runs the IPI at its own time.
 TEST(ModelByHand, IpiToACpuAheadRunsAtItsTime)
 {
-	Profile p("pack:1 core:2 pu:1", kIpiCosts);
-	Machine mach(modelled(2, "ipi", p, 1000000000));
-	ASSERT_NE(nullptr, mach.m);
-	IpiRun r;
-	r.target_work_ns = 10000;
-	Watchdog w("IpiAhead: a CPU stuck", 30);
-	ASSERT_EQ(0, sd_machine_run(mach.m, ipi_body, &r)) << sd_last_error();
-	const uint64_t acked = (uint64_t)(10000 + E + H + T);
-	EXPECT_EQ(acked + (uint64_t)Q, r.target_after);
-	EXPECT_EQ(acked + (uint64_t)T, r.sender_after);
+	expect_ipi_times(10000, 10000);
 }
 
 // ---- locks ----
