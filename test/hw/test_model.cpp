@@ -207,6 +207,50 @@ TEST(ModelByHand, IpiToACpuAheadRunsAtItsTime)
 	expect_ipi_times(10000, 10000);
 }
 
+// ---- hot lines ----
+
+// x86 switch, eager cpumask: a CPU switching into an mm that another CPU
+// ran and flushed last writes the mm_cpumask line and reads the tlb_gen
+// line that CPU wrote: two transfers at their distance, T each, and
+// nothing else costs anything here.
+TEST(ModelByHand, SwitchFetchesTheLinesAnotherCpuWrote)
+{
+	constexpr double T = 700;
+	Profile p("pack:1 core:2 pu:1", {{"line_transfer.llc", T}});
+	Machine mach(modelled(2, "ipi:cpumask=eager", p, 1000000000));
+	ASSERT_NE(nullptr, mach.m);
+	struct S {
+		sd_mm *mm = nullptr;
+		std::atomic<int> step{0};
+		uint64_t before = 0, after = 0, cpu0 = 1;
+	} s;
+	ASSERT_EQ(0, sd_mm_create(mach.m, &s.mm));
+	Watchdog w("SwitchFetchesTheLines: a CPU stuck", 30);
+	ASSERT_EQ(0, sd_machine_run(mach.m, [](sd_cpu *c, void *arg) {
+		auto *s = static_cast<S *>(arg);
+		if (sd_cpu_id(c) == 0) {
+			EXPECT_EQ(0, sd_switch_mm(c, s->mm));
+			EXPECT_EQ(0, sd_mmap(c, s->mm, kPage, P, RW));
+			// Present, so the mprotect flushes (and bumps tlb_gen).
+			EXPECT_EQ(0, sd_access(c, kPage, SD_WRITE, nullptr));
+			EXPECT_EQ(0, sd_mprotect(c, s->mm, kPage, P, SD_PROT_READ));
+			EXPECT_EQ(0, sd_switch_mm(c, nullptr));
+			s->cpu0 = sd_cpu_clock_ns(c);
+			s->step.store(1);
+			return;
+		}
+		while (!s->step.load())
+			std::this_thread::sleep_for(std::chrono::microseconds(50));
+		s->before = sd_cpu_clock_ns(c);
+		EXPECT_EQ(0, sd_switch_mm(c, s->mm));
+		s->after = sd_cpu_clock_ns(c);
+		EXPECT_EQ(0, sd_switch_mm(c, nullptr));
+	}, &s)) << sd_last_error();
+	EXPECT_EQ(0, sd_mm_destroy(s.mm));
+	EXPECT_EQ(0u, s.cpu0) << "CPU 0 wrote lines nobody had: no transfer";
+	EXPECT_EQ((uint64_t)(2 * T), s.after - s.before);
+}
+
 // ---- locks ----
 
 // Two CPUs in different packages take the mm lock in turn (an mprotect
