@@ -378,7 +378,8 @@ static void charge_lock(struct sd_cpu *c, uint64_t kind, uint64_t aux, bool acqu
 		c->model.locks_held--;
 		return;
 	}
-	uint64_t t = max_u64(c->model.clock_ps, l->free_at_ps);
+	uint64_t t = max_u64(c->model.clock_ps, l->free_at_ps) + mod->param_ps[SD_MP_LOCK_ACQUIRE];
+
 	if (l->last_cpu != UINT32_MAX && l->last_cpu != c->id)
 		t += dist_cost(mod, SD_MDP_LOCK_HANDOFF, l->last_cpu, c->id);
 	c->model.clock_ps = t;

@@ -49,7 +49,8 @@
 	X(MM_DESTROY,        "mm_destroy",        "tearing an address space down, apart from the tables and frames it frees: exit_mmap's fixed part, pgd_free, destroy_context") \
 	X(PT_ALLOC,          "pt_alloc",          "allocating and linking one page table below the top level (__pte_alloc, __pmd_alloc, __pud_alloc)") \
 	X(PT_FREE,           "pt_free",           "unlinking and freeing one page table (free_pgtables, pte_free_tlb)") \
-	X(TLB_SCAN_ENTRY,    "tlb_scan_entry",    "per TLB entry (L1 + L2) scanned by a whole-ASID or whole-TLB invalidation, on top of local_flush_asid/local_flush_all (0 where the invalidation does not scan)")
+	X(TLB_SCAN_ENTRY,    "tlb_scan_entry",    "per TLB entry (L1 + L2) scanned by a whole-ASID or whole-TLB invalidation, on top of local_flush_asid/local_flush_all (0 where the invalidation does not scan)") \
+	X(LOCK_ACQUIRE,      "lock_acquire",      "acquiring and releasing a lock that is free, whoever held it last (an atomic read-modify-write and a release store); a handoff from another CPU adds lock_handoff")
 
 /* X(enum suffix, JSON key, what one charge is), each a table by distance
  * class (enum sd_model_distance: core, llc, package, system). */

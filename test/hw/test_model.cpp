@@ -254,16 +254,18 @@ TEST(ModelByHand, SwitchFetchesTheLinesAnotherCpuWrote)
 // ---- locks ----
 
 // Two CPUs in different packages take the mm lock in turn (an mprotect
-// each); every acquisition after the other CPU's pays the handoff at the
-// system distance, and waits for the other's release: the i-th change
-// ends at i * K. The other classes' costs are set too, to see the right
-// one is used.
+// each); every acquisition pays lock_acquire A, and every one after the
+// other CPU's the handoff K at the system distance, waiting for the
+// other's release: the i-th change ends at i * K + (i + 1) * A (the
+// first, CPU 0's mmap, pays A alone). The other classes' costs are set
+// too, to see the right one is used.
 TEST(ModelByHand, LockHandedBackAndForthPaysTheHandoffEachTime)
 {
-	constexpr double K = 300;
+	constexpr double K = 300, A = 7;
 	constexpr int kRounds = 10;
 	Profile p("pack:2 core:1 pu:1", {{"lock_handoff.core", 1}, {"lock_handoff.llc", 2},
-					 {"lock_handoff.package", 3}, {"lock_handoff.system", K}});
+					 {"lock_handoff.package", 3}, {"lock_handoff.system", K},
+					 {"lock_acquire", A}});
 	Machine mach(modelled(2, "broadcast", p, 1000000000));
 	ASSERT_NE(nullptr, mach.m);
 	struct S {
@@ -294,7 +296,7 @@ TEST(ModelByHand, LockHandedBackAndForthPaysTheHandoffEachTime)
 	}, &s)) << sd_last_error();
 	EXPECT_EQ(0, sd_mm_destroy(s.mm));
 	for (int i = 0; i <= 2 * kRounds; i++)
-		EXPECT_EQ((uint64_t)(i * K), s.end[i]) << "change " << i;
+		EXPECT_EQ((uint64_t)(i * K + (i + 1) * A), s.end[i]) << "change " << i;
 }
 
 // ---- lax synchronisation ----
