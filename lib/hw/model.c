@@ -64,15 +64,19 @@ static uint64_t dist_cost(const struct sd_model *mod, enum sd_model_dist_param p
 /*
  * Reserve @occ ps of a shared resource for a user that wants it at @t:
  * it starts at the later of @t and the resource's free time (a FIFO queue
- * in modelled time; a user that reaches it later in real time but earlier
- * in modelled time queues behind, Graphite's approximation, bounded by the
- * window). Returns the start.
+ * in modelled time), unless it would be over before the last recorded use
+ * began (that use taken to be @occ long too): then it is earlier in
+ * modelled time, goes at once and leaves the record alone. Without that, a
+ * user that reaches the resource later in real time but earlier in
+ * modelled time would be pulled up to the other's clock. Returns the start.
  */
 static uint64_t reserve(SD_ATOMIC(uint64_t) *free_at, uint64_t t, uint64_t occ)
 {
 	uint64_t f = atomic_load_explicit(free_at, memory_order_relaxed), start;
 
 	do {
+		if (f >= 2 * occ && t + occ <= f - occ)
+			return t;
 		start = max_u64(f, t);
 	} while (!atomic_compare_exchange_weak_explicit(free_at, &f, start + occ,
 							memory_order_relaxed,
@@ -365,25 +369,71 @@ static void charge_broadcast(struct sd_cpu *c, uint64_t issue_ps, uint64_t targe
 	*done_ps = max_u64(*done_ps, start + occ + completion_ps);
 }
 
+/* The first gap of the lock's recent hold time at or after @t; the CPU
+ * that held it last before that gap in @prev (UINT32_MAX: nobody). */
+static uint64_t lock_gap(const struct sd_model_lock *l, uint64_t t, uint32_t *prev)
+{
+	uint64_t start = t;
+
+	*prev = l->last_cpu;
+	for (uint32_t i = 0; i < l->n; i++) {
+		if (l->busy[i].end_ps <= start) {
+			*prev = l->busy[i].cpu;
+			continue;
+		}
+		if (l->busy[i].start_ps >= start + l->hold_ps)
+			break;
+		start = l->busy[i].end_ps;
+		*prev = l->busy[i].cpu;
+	}
+	return start;
+}
+
+/*
+ * Record the hold that ends now; when full, the earliest is forgotten. An
+ * acquirer earlier still then goes at once, as if the lock were free: it
+ * may overlap a forgotten hold, which is less wrong than the alternative
+ * (waiting for every forgotten hold) once many CPUs share a lock: with
+ * more CPUs than slots inside a window, that would pull each acquirer up
+ * to the leaders' time.
+ */
+static void lock_record(struct sd_model_lock *l, uint64_t start, uint64_t end, uint32_t cpu)
+{
+	uint32_t i;
+
+	l->last_cpu = cpu;
+	if (l->n == SD_MODEL_LOCK_SLOTS)
+		memmove(&l->busy[0], &l->busy[1], --l->n * sizeof(l->busy[0]));
+	for (i = l->n; i > 0 && l->busy[i - 1].start_ps > start; i--)
+		l->busy[i] = l->busy[i - 1];
+	l->busy[i].start_ps = start;
+	l->busy[i].end_ps = end;
+	l->busy[i].cpu = cpu;
+	l->n++;
+	l->hold_ps = (3 * l->hold_ps + (end - start)) / 4;
+}
+
 static void charge_lock(struct sd_cpu *c, uint64_t kind, uint64_t aux, bool acquire)
 {
 	struct sd_model *mod = &c->m->model;
 	struct sd_model_lock *l = aux ? (struct sd_model_lock *)(uintptr_t)aux : &mod->lock[kind];
+	uint32_t prev;
 
 	/* The DVM lock is the interconnect, modelled as a resource. */
 	if (kind == SD_LOCK_DVM)
 		return;
 	if (!acquire) {
-		l->free_at_ps = c->model.clock_ps;
+		lock_record(l, l->cur_start_ps, max_u64(c->model.clock_ps, l->cur_start_ps), c->id);
 		c->model.locks_held--;
 		return;
 	}
-	uint64_t t = max_u64(c->model.clock_ps, l->free_at_ps) + mod->param_ps[SD_MP_LOCK_ACQUIRE];
+	uint64_t t = lock_gap(l, c->model.clock_ps, &prev);
 
-	if (l->last_cpu != UINT32_MAX && l->last_cpu != c->id)
-		t += dist_cost(mod, SD_MDP_LOCK_HANDOFF, l->last_cpu, c->id);
+	l->cur_start_ps = t;
+	t += mod->param_ps[SD_MP_LOCK_ACQUIRE];
+	if (prev != UINT32_MAX && prev != c->id)
+		t += dist_cost(mod, SD_MDP_LOCK_HANDOFF, prev, c->id);
 	c->model.clock_ps = t;
-	l->last_cpu = c->id;
 	c->model.locks_held++;
 }
 

@@ -87,13 +87,26 @@ struct sd_cpu_model {
 	unsigned irq_batch;            /* inside ipi_run_batch(): entry charged */
 };
 
-/* A modelled lock: free-at time and last holder, under the real lock. */
+/*
+ * A modelled lock, under the real lock it describes: its recent holds in
+ * modelled time, sorted by start. The real lock orders holders as they
+ * come in real time; a CPU that comes later in real time but earlier in
+ * modelled time takes the first free gap at or after its own time, so it
+ * is not pulled up to the clock of whoever happened to run first (which,
+ * with N CPUs on few PUs, would ratchet every clock up to the leader's).
+ * Holds older than the history are forgotten (model.c, lock_record()).
+ */
+#define SD_MODEL_LOCK_SLOTS 8
+
 struct sd_model_lock {
-	uint64_t free_at_ps;
-	unsigned last_cpu;             /* UINT32_MAX: never held */
+	uint32_t last_cpu;             /* the last to release it, real time */
+	uint32_t n;
+	uint64_t hold_ps;              /* recent hold time: the gap an acquirer needs */
+	uint64_t cur_start_ps;         /* the current hold's modelled start */
+	struct { uint64_t start_ps, end_ps; uint32_t cpu; } busy[SD_MODEL_LOCK_SLOTS];
 };
 
-#define SD_MODEL_LOCK_INIT { 0, 0xffffffffu }
+#define SD_MODEL_LOCK_INIT { .last_cpu = 0xffffffffu }
 
 /* At least enum sd_lock_kind's SD_LOCK_KIND_NR (model.c checks). */
 #define SD_MODEL_LOCK_KINDS 8
