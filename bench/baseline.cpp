@@ -117,8 +117,10 @@ void BM_signal_roundtrip(State &st)
 	st.counters["oversubscribed"] = 0;
 }
 
-void register_baseline(Set)
+void register_baseline(Set set)
 {
+	if (set == Set::patches)
+		return;
 	reg("baseline/cacheline_roundtrip", BM_cacheline_roundtrip);
 	reg("baseline/signal_roundtrip", BM_signal_roundtrip);
 	reg("baseline/membarrier", native::BM_membarrier);

@@ -40,15 +40,19 @@ struct Options {
 	std::string profile;            // --sd_profile=NAME|PATH: sd_machine_config.profile
 	std::string model_topology;     // --sd_model_topology=STR: .model_topology
 	uint64_t model_window_ns = 0;   // --sd_model_window=NS: .model_window_ns
+	bool patches_set = false;       // --sd_set=patches
 };
 
 extern Options g_opt;
 
 // ---- registration: one mechanism, one function per family ----
 
-// Which matrix is being registered: every variant (--sd_set=all) or the
-// comparison run's (--sd_set=main, at g_opt.cpus).
-enum class Set { all, main };
+// Which matrix is being registered: every variant (--sd_set=all), the
+// comparison run's (--sd_set=main, at g_opt.cpus), or each reproduced
+// patch's workloads at the patch's own CPU counts (--sd_set=patches: up to
+// 32, 36 or 64; oversubscribed on the host, meant for modelled time on the
+// patch machine's profile).
+enum class Set { all, main, patches };
 
 using FamilyFn = void (*)(Set set);
 

@@ -178,6 +178,13 @@ void BM_context_switch(State &st, const char *strategy, unsigned cpus,
 
 void register_context_switch(Set set)
 {
+	// The lazy mm_cpumask patch: hackbench on a 36-core Milan.
+	if (set == Set::patches) {
+		for (const char *s : { "ipi:cpumask=eager", "ipi:cpumask=lazy" })
+			reg("context_switch/" + std::string(s) + cpus_tail(36),
+			    [s](State &st) { BM_context_switch(st, s, 36); });
+		return;
+	}
 	if (set == Set::main) {
 		for (unsigned n : g_opt.cpus) {
 			for (const char *s : { "ipi:cpumask=eager", "ipi:cpumask=lazy", "broadcast",

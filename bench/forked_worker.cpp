@@ -135,6 +135,8 @@ void BM_forked_worker(State &st, const char *strategy, unsigned cpus)
 
 void register_forked_worker(Set set)
 {
+	if (set == Set::patches)
+		return;
 	static const std::vector<unsigned> all_cpus = { 2, 4 };
 	static const std::vector<const char *> all = { "ipi:cpumask=eager", "ipi:cpumask=lazy",
 						       "ipi:cpumask=lazy,trim_ms=1" };

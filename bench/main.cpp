@@ -36,6 +36,8 @@
 // Shared helpers and the registration mechanism (SD_BENCH_FAMILY) are in
 // common.hpp.
 //
+// --sd_set=patches registers each reproduced patch's workloads at the patch's
+// own CPU counts, for modelled runs on its machine's profile.
 // --sd_set=main registers instead the comparison run's matrix (scripts/compare):
 // every workload against every strategy that applies at --sd_cpus (default
 // 1, 2, PUs, 2x and 4x PUs), natives and baselines included. --sd_oracle=checked
@@ -119,8 +121,10 @@ void usage()
 {
 	fprintf(stderr,
 		"shootdown-bench's own flags (the rest go to Google Benchmark):\n"
-		"  --sd_set=all|main       all: every workload and variant (default);\n"
-		"                          main: the comparison run's matrix (scripts/compare)\n"
+		"  --sd_set=all|main|patches  all: every workload and variant (default);\n"
+		"                          main: the comparison run's matrix (scripts/compare);\n"
+		"                          patches: each reproduced patch's workloads at its own\n"
+		"                          CPU counts (up to 32, 36, 64), for --sd_profile runs\n"
 		"  --sd_cpus=N,N,...       CPU counts of the main set (default 1,2,PUs,2xPUs,4xPUs)\n"
 		"  --sd_oracle=checked     run every workload machine with the oracle checking;\n"
 		"                          each then reports `violations`\n"
@@ -145,8 +149,13 @@ bool parse_options(int *argc, char **argv)
 		const char *a = argv[i];
 		if (!strcmp(a, "--sd_set=main")) {
 			g_opt.main_set = true;
+			g_opt.patches_set = false;
 		} else if (!strcmp(a, "--sd_set=all")) {
 			g_opt.main_set = false;
+			g_opt.patches_set = false;
+		} else if (!strcmp(a, "--sd_set=patches")) {
+			g_opt.main_set = false;
+			g_opt.patches_set = true;
 		} else if (!strncmp(a, "--sd_cpus=", 10)) {
 			g_opt.cpus.clear();
 			for (const char *p = a + 10; *p;) {
@@ -312,7 +321,8 @@ int main(int argc, char **argv)
 	}
 	if (!locate_profile())
 		return 1;
-	register_families(g_opt.main_set ? Set::main : Set::all);
+	register_families(g_opt.patches_set ? Set::patches
+			  : g_opt.main_set ? Set::main : Set::all);
 	benchmark::Initialize(&argc, argv);
 	if (benchmark::ReportUnrecognizedArguments(argc, argv))
 		return 1;

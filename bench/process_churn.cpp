@@ -61,6 +61,8 @@ void BM_process_churn(State &st, const char *strategy, unsigned cpus)
 
 void register_process_churn(Set set)
 {
+	if (set == Set::patches)
+		return;
 	static const std::vector<unsigned> all_cpus = { 1, 2, 4, 8, 16 };
 	static const std::vector<const char *> all = { "broadcast", "local" };
 	static const std::vector<const char *> main_set = { "broadcast", "local", "ipi", "gbcast" };

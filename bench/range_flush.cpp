@@ -67,8 +67,10 @@ void register_range_flush(Set set)
 	static const char *const main_orders[] = { "ascending", "descending", "none" };
 
 	for (unsigned i = 0; i < 3; i++) {
-		const char *order = set == Set::main ? main_orders[i] : all_orders[i];
-		for (uint64_t p : set == Set::main ? main_pages : all_pages) {
+		// The patch set reads op counts at every size as main does.
+		const bool wide = set != Set::all;
+		const char *order = wide ? main_orders[i] : all_orders[i];
+		for (uint64_t p : wide ? main_pages : all_pages) {
 			// Kept for the program's life: the benchmark holds the pointer.
 			const char *s = strdup((std::string("broadcast:range=") + order).c_str());
 			reg("range_flush/" + std::string(s) + "/cpus:2/pages:" + std::to_string(p),

@@ -237,6 +237,19 @@ void reg_tlb_flush2(const char *workload, Tf2Config c, unsigned n, bool processe
 
 void register_tlb_flush2(Set set)
 {
+	// The INVLPGB series' four-way table on a 36-core Milan (vanilla, the
+	// LRU fix alone, INVLPGB alone, both) and the merged commit's scaling
+	// by threads, up to 36.
+	if (set == Set::patches) {
+		static const Tf2Config four[] = {
+			{ "ipi", SD_LRU_GLOBAL }, { "ipi", SD_LRU_PERCPU },
+			{ "gbcast", SD_LRU_GLOBAL }, { "gbcast", SD_LRU_PERCPU },
+		};
+		for (unsigned n : { 1u, 2u, 4u, 8u, 16u, 32u, 36u })
+			for (const Tf2Config &c : four)
+				reg_tlb_flush2("tlb_flush2_threads", c, n, false);
+		return;
+	}
 	if (set == Set::main) {
 		static const Tf2Config main_set[] = {
 			{ "ipi", SD_LRU_GLOBAL }, { "gbcast", SD_LRU_PERCPU },

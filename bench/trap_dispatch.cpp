@@ -109,7 +109,10 @@ const char *dispatch_name(sd_trap_dispatch mode)
 void register_trap_dispatch(Set set)
 {
 	static const std::vector<unsigned> all_threads = { 1, 2, 4, 8, 16 };
-	const std::vector<unsigned> &threads = set == Set::main ? g_opt.cpus : all_threads;
+	// The MRS rework's table: 1 to 64 threads in a 64-vCPU guest.
+	static const std::vector<unsigned> patch_threads = { 1, 2, 4, 8, 16, 32, 64 };
+	const std::vector<unsigned> &threads = set == Set::main ? g_opt.cpus
+					       : set == Set::patches ? patch_threads : all_threads;
 
 	for (sd_trap_dispatch mode : { SD_TRAP_LOCKED, SD_TRAP_RCU, SD_TRAP_DIRECT }) {
 		for (unsigned t : threads)
