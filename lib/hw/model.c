@@ -347,9 +347,22 @@ void sd_model_sync(struct sd_cpu *c)
 		c->model.sync_at_ps = c->model.clock_ps + mod->quantum_ps;
 		return;
 	}
+	/* The slowest running clock only grows (a CPU joins or rejoins at
+	 * it or above), so one seen before is a lower bound: while this CPU
+	 * is within a window of it, it is within a window of the slowest, and
+	 * the scan of every CPU's clock (a cache miss each) is not needed. */
+	if (c->model.clock_ps <= c->model.seen_min_ps + mod->window_ps) {
+		c->model.sync_at_ps = c->model.clock_ps + mod->quantum_ps;
+		if (c->model.seen_min_ps + mod->window_ps < c->model.sync_at_ps)
+			c->model.sync_at_ps = max_u64(c->model.seen_min_ps + mod->window_ps,
+						      c->model.clock_ps + 1);
+		return;
+	}
 	slowest_running(c, &min);
 	if (min != UINT64_MAX && c->model.clock_ps > min + mod->window_ps)
 		min = window_wait(c, min);
+	if (min != UINT64_MAX && min > c->model.seen_min_ps)
+		c->model.seen_min_ps = min;
 	note_lead(mod, c->model.clock_ps, min);
 	c->model.sync_at_ps = c->model.clock_ps + mod->quantum_ps;
 	if (min != UINT64_MAX && min + mod->window_ps < c->model.sync_at_ps)
@@ -370,12 +383,12 @@ static void charge_broadcast(struct sd_cpu *c, uint64_t issue_ps, uint64_t targe
 }
 
 /* The first gap of the lock's recent hold time at or after @t; the CPU
- * that held it last before that gap in @prev (UINT32_MAX: nobody). */
+ * that held it last before that gap in @prev (left as it is if none is
+ * remembered). */
 static uint64_t lock_gap(const struct sd_model_lock *l, uint64_t t, uint32_t *prev)
 {
 	uint64_t start = t;
 
-	*prev = l->last_cpu;
 	for (uint32_t i = 0; i < l->n; i++) {
 		if (l->busy[i].end_ps <= start) {
 			*prev = l->busy[i].cpu;
@@ -401,7 +414,6 @@ static void lock_record(struct sd_model_lock *l, uint64_t start, uint64_t end, u
 {
 	uint32_t i;
 
-	l->last_cpu = cpu;
 	if (l->n == SD_MODEL_LOCK_SLOTS)
 		memmove(&l->busy[0], &l->busy[1], --l->n * sizeof(l->busy[0]));
 	for (i = l->n; i > 0 && l->busy[i - 1].start_ps > start; i--)
@@ -411,6 +423,74 @@ static void lock_record(struct sd_model_lock *l, uint64_t start, uint64_t end, u
 	l->busy[i].cpu = cpu;
 	l->n++;
 	l->hold_ps = (3 * l->hold_ps + (end - start)) / 4;
+}
+
+/* The bucket for modelled time @t, emptied if it held an older time;
+ * NULL if it holds a newer one (@t is older than the calendar covers). */
+static struct sd_model_bucket *cal_bucket(struct sd_model_calendar *cal, uint64_t t)
+{
+	uint64_t epoch = t / cal->bucket_ps + 1;
+	struct sd_model_bucket *b = &cal->b[epoch & (cal->nr - 1)];
+
+	if (b->epoch > epoch)
+		return NULL;
+	if (b->epoch < epoch) {
+		b->epoch = epoch;
+		b->busy_ps = 0;
+		b->last_cpu = UINT32_MAX;
+	}
+	return b;
+}
+
+/*
+ * A fluid queue: each bucket has @bucket_ps of capacity, holds fill it
+ * from its start, and a hold longer than what is left of its bucket pours
+ * over into the next ones' free capacity. An acquirer starts at the first
+ * free capacity at or after @t; the CPU that held the lock last before
+ * that in @prev. Work is conserved (a saturated lock serialises exactly);
+ * where inside a bucket a hold sits is approximate, by at most a bucket.
+ */
+static uint64_t cal_gap(struct sd_model_calendar *cal, uint64_t t, uint32_t *prev)
+{
+	const uint64_t w = cal->bucket_ps;
+	uint64_t start = t;
+
+	for (uint32_t i = 0; i < cal->nr; i++) {
+		struct sd_model_bucket *b = cal_bucket(cal, start);
+		uint64_t from = start - start % w;
+
+		if (!b)
+			break;
+		if (b->busy_ps)
+			*prev = b->last_cpu;
+		if (b->busy_ps < w) {
+			start = max_u64(start, from + b->busy_ps);
+			break;
+		}
+		start = from + w;
+	}
+	return start;
+}
+
+/* Pour the hold of @len from @start into the buckets' free capacity. */
+static void cal_record(struct sd_model_calendar *cal, uint64_t start, uint64_t len, uint32_t cpu)
+{
+	const uint64_t w = cal->bucket_ps;
+
+	for (uint32_t i = 0; i < cal->nr && len; i++) {
+		struct sd_model_bucket *b = cal_bucket(cal, start);
+		uint64_t room, put;
+
+		if (!b)
+			break;
+		room = b->busy_ps < w ? w - b->busy_ps : 0;
+		put = len < room ? len : room;
+		b->busy_ps += put;
+		if (put)
+			b->last_cpu = cpu;
+		len -= put;
+		start = start - start % w + w;
+	}
 }
 
 static void charge_lock(struct sd_cpu *c, uint64_t kind, uint64_t aux, bool acquire)
@@ -423,11 +503,20 @@ static void charge_lock(struct sd_cpu *c, uint64_t kind, uint64_t aux, bool acqu
 	if (kind == SD_LOCK_DVM)
 		return;
 	if (!acquire) {
-		lock_record(l, l->cur_start_ps, max_u64(c->model.clock_ps, l->cur_start_ps), c->id);
+		uint64_t end = max_u64(c->model.clock_ps, l->cur_start_ps);
+
+		if (l->cal) {
+			cal_record(l->cal, l->cur_start_ps, end - l->cur_start_ps, c->id);
+		} else {
+			lock_record(l, l->cur_start_ps, end, c->id);
+		}
+		l->last_cpu = c->id;
 		c->model.locks_held--;
 		return;
 	}
-	uint64_t t = lock_gap(l, c->model.clock_ps, &prev);
+	prev = l->last_cpu;
+	uint64_t t = l->cal ? cal_gap(l->cal, c->model.clock_ps, &prev)
+			    : lock_gap(l, c->model.clock_ps, &prev);
 
 	l->cur_start_ps = t;
 	t += mod->param_ps[SD_MP_LOCK_ACQUIRE];

@@ -85,6 +85,7 @@ struct sd_cpu_model {
 	unsigned ipi_posts;            /* IPIs posted since the last wait */
 	unsigned locks_held;           /* modelled locks held: no window wait */
 	unsigned irq_batch;            /* inside ipi_run_batch(): entry charged */
+	uint64_t seen_min_ps;          /* the slowest running clock last seen */
 };
 
 /*
@@ -98,12 +99,34 @@ struct sd_cpu_model {
  */
 #define SD_MODEL_LOCK_SLOTS 8
 
+/*
+ * A machine-wide lock's occupancy by modelled time (the trap-hook, LRU,
+ * ASID and global-ASID locks, which every CPU may take millions of times a
+ * second): a ring of buckets of @bucket_ps, each the hold time that falls
+ * in it and who added to it last. Eight remembered holds cover a few
+ * nanoseconds of such a lock, far less than the CPUs drift apart inside
+ * the window; the buckets cover the window and more, so an acquirer
+ * behind the others still finds the holds around its own time, and a
+ * saturated lock serialises. Holds are packed from each bucket's start
+ * (an error of at most a bucket in where a gap lies).
+ */
+struct sd_model_calendar {
+	uint64_t bucket_ps;
+	uint32_t nr;                   /* buckets, a power of two */
+	struct sd_model_bucket {
+		uint64_t epoch;        /* time / bucket_ps + 1 it holds; 0: unused */
+		uint64_t busy_ps;
+		uint32_t last_cpu;
+	} *b;
+};
+
 struct sd_model_lock {
 	uint32_t last_cpu;             /* the last to release it, real time */
 	uint32_t n;
 	uint64_t hold_ps;              /* recent hold time: the gap an acquirer needs */
 	uint64_t cur_start_ps;         /* the current hold's modelled start */
 	struct { uint64_t start_ps, end_ps; uint32_t cpu; } busy[SD_MODEL_LOCK_SLOTS];
+	struct sd_model_calendar *cal; /* machine-wide locks: used instead of busy[] */
 };
 
 #define SD_MODEL_LOCK_INIT { .last_cpu = 0xffffffffu }
@@ -170,6 +193,7 @@ struct sd_model {
 	/* The machine-wide modelled locks, by enum sd_lock_kind (the mm
 	 * lock is per mm: struct sd_mm has its own). */
 	struct sd_model_lock lock[SD_MODEL_LOCK_KINDS];
+	struct sd_model_calendar cal[SD_MODEL_LOCK_KINDS];
 
 	sd_cacheline_aligned struct sd_model_queue interconnect;
 	sd_cacheline_aligned SD_ATOMIC(uint64_t) max_lead_ps;

@@ -432,6 +432,35 @@ static void fill_event_costs(struct sd_model *mod, unsigned tlb_entries)
 		mod->ev_ps[scans[i]] += mod->param_ps[SD_MP_TLB_SCAN_ENTRY] * tlb_entries;
 }
 
+/*
+ * The machine-wide locks' calendars (model.h): buckets of 32 ns over four
+ * windows and 10 us more (the CPUs' spread, with room for a step past the
+ * window), at most 64K buckets (1.5 MiB a lock); an acquirer older than
+ * that finds nothing and goes at once.
+ */
+#define CAL_BUCKET_PS (32u * 1000u)
+#define CAL_MAX_BUCKETS (64u * 1024u)
+
+static int calendars_init(struct sd_model *mod)
+{
+	uint64_t want = (4 * mod->window_ps + 10000u * 1000u) / CAL_BUCKET_PS;
+	uint32_t nr = 64;
+
+	while (nr < want && nr < CAL_MAX_BUCKETS)
+		nr *= 2;
+	for (unsigned k = 0; k < SD_MODEL_LOCK_KINDS; k++) {
+		struct sd_model_calendar *c = &mod->cal[k];
+
+		c->b = calloc(nr, sizeof(*c->b));
+		if (!c->b)
+			return sd_fail(-ENOMEM, "profile: no memory for the lock calendars");
+		c->nr = nr;
+		c->bucket_ps = CAL_BUCKET_PS;
+		mod->lock[k].cal = c;
+	}
+	return 0;
+}
+
 int sd_model_init(struct sd_model *mod, const char *profile, const char *topology,
 		  uint64_t window_ns, unsigned nr_cpus, unsigned tlb_entries)
 {
@@ -457,12 +486,21 @@ int sd_model_init(struct sd_model *mod, const char *profile, const char *topolog
 	fill_event_costs(mod, tlb_entries);
 	mod->window_ps = (window_ns ? window_ns : SD_MODEL_WINDOW_DEFAULT_NS) * 1000u;
 	mod->quantum_ps = mod->window_ps / 2;
+	if ((err = calendars_init(mod))) {
+		sd_model_fini(mod);
+		return err;
+	}
 	mod->on = true;
 	return 0;
 }
 
 void sd_model_fini(struct sd_model *mod)
 {
+	for (unsigned k = 0; k < SD_MODEL_LOCK_KINDS; k++) {
+		free(mod->cal[k].b);
+		mod->cal[k].b = NULL;
+		mod->lock[k].cal = NULL;
+	}
 	free(mod->place);
 	mod->place = NULL;
 	mod->on = false;
