@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: MIT
 """scripts/compare: the comparison run (usage in that file's docstring)."""
 import argparse
+import json
 import os
 import re
 import subprocess
@@ -173,17 +174,58 @@ def fidelity_cell(w, s, res, n, limits):
         if w["native"] and not s.startswith("native") else None
     lim = limits.get(limit_of(s))
     parts = ["%s nat" % fmt_x(t / nat)] if nat else []
-    parts.append("%s lim" % fmt_x(t / lim) if lim else "-")
+    if limits.get("spoiled"):
+        parts.append("lim ?")
+    else:
+        parts.append("%s lim" % fmt_x(t / lim) if lim else "-")
     return " ".join(parts)
 
 
-def fidelity_block(res, cpus, pus, out):
-    """Emulated / native twin and emulated / machine limit, per cell."""
+# ---- is the machine loaded? ----
+
+def cpu_share(seconds=0.2):
+    """The share of a PU a single-threaded busy loop gets: its CPU time over
+    the wall time it ran (about 1 on an idle machine, lower when other work
+    shares its PU)."""
+    w0, c0 = time.perf_counter(), time.thread_time()
+    x = 0
+    while time.perf_counter() - w0 < seconds:
+        x += 1
+    return (time.thread_time() - c0) / (time.perf_counter() - w0)
+
+
+def load_verdict(load1, shares, pus):
+    """Loaded or not, and why, from the 1-minute load average before the run
+    (only other work: ours had not started) and the busy loop's CPU shares
+    before and after it. Thresholds: a load above half a PU's worth, or a
+    loop that got less than 90% of its PU."""
+    why = []
+    if load1 is not None and load1 > 0.5:
+        why.append("load average %.2f before the run (%d PUs)" % (load1, pus))
+    low = [s for s in shares if s is not None and s < 0.9]
+    if low:
+        why.append("a single-threaded loop got %.0f%% of a PU" % (100 * min(low)))
+    return {"load1_before": load1, "cpu_share": shares, "loaded": bool(why),
+            "why": "; ".join(why)}
+
+
+def load_warning(load):
+    return ("WARNING: the machine was loaded (%s): times are spread and the ratios to "
+            "machine limits are not shown (lim ?); run again on a quiet machine"
+            % load["why"])
+
+
+def fidelity_block(res, cpus, pus, out, load=None):
+    """Emulated / native twin and emulated / machine limit, per cell; the
+    limit ratios are withheld when the machine was loaded (@load)."""
     out.append("")
     out.append("fidelity: emulated time / native twin's time, and / machine limit "
                "(cache-line RT for shared-memory strategies, signal RT for ipi, membarrier "
                "for native)")
     limits = {k: med(res.get(k)) for k in (CACHELINE, SIGNAL, MEMBARRIER)}
+    if load and load.get("loaded"):
+        out.append("  " + load_warning(load))
+        limits["spoiled"] = True
     out.append("  limits: cache-line round trip %s, signal round trip %s, membarrier %s" % tuple(
         fmt_time(limits[k]) for k in (CACHELINE, SIGNAL, MEMBARRIER)))
     rows = [["%s/%s" % (w["key"], s)] + [fidelity_cell(w, s, res, n, limits) for n in cpus]
@@ -191,8 +233,8 @@ def fidelity_block(res, cpus, pus, out):
     for s in FLUSH_PAGE:
         name = names.build("flush_page", s, 2, remote="busy")
         t, lim = med(res.get(name)), limits.get(limit_of(s))
-        rows.append([name, "%s (%s lim)" % (fmt_time(t), fmt_x(t / lim) if t and lim else "-")]
-                    + [""] * (len(cpus) - 1))
+        ratio = "?" if limits.get("spoiled") else fmt_x(t / lim) if t and lim else "-"
+        rows.append([name, "%s (%s lim)" % (fmt_time(t), ratio)] + [""] * (len(cpus) - 1))
     out += table(rows, ["workload/strategy"] + count_header({}, cpus, pus))
 
 
@@ -227,15 +269,17 @@ def range_block(res, out):
     out += table(rows, ["order"] + ["pages:%d" % p for p in pages])
 
 
-def report(res, cpus, pus, head):
-    """The tables, as lines after @head."""
+def report(res, cpus, pus, head, load=None):
+    """The tables, as lines after @head; @load: load_verdict() of the run."""
     out = list(head)
+    if load and load.get("loaded"):
+        out.append(load_warning(load))
     for w in WORKLOADS:
         if any(cell_name(w, s, n) in res for s in w["strategies"] for n in cpus):
             workload_block(w, res, cpus, pus, out)
     if any(k.startswith("range_flush/") for k in res):
         range_block(res, out)
-    fidelity_block(res, cpus, pus, out)
+    fidelity_block(res, cpus, pus, out, load)
     return out
 
 
@@ -301,6 +345,18 @@ def parse_args(argv, doc):
     return args
 
 
+def note_load(json_path, verdict):
+    """Record the load verdict in the run's JSON (key "shootdown_load")."""
+    try:
+        with open(json_path) as f:
+            doc = json.load(f)
+    except (OSError, ValueError):
+        return
+    doc["shootdown_load"] = verdict
+    with open(json_path, "w") as f:
+        json.dump(doc, f, indent=1)
+
+
 def cpu_counts(args, lines):
     """(PUs, the CPU counts to run) from --cpus, --tiny or the machine."""
     pus_line = next((l for l in lines if l.startswith("machine:")), "")
@@ -329,15 +385,22 @@ def main(argv=None, doc=__doc__):
 
     bench_names = list_benchmarks(args, cpus)
     json_path = os.path.join(out_dir, "compare.json")
+    load1 = os.getloadavg()[0]
+    share0 = cpu_share()
     t0 = time.time()
     rc = run_benchmarks(args, cpus, len(bench_names) * args.repetitions, json_path)
     took = time.time() - t0
+    verdict = load_verdict(load1, [share0, cpu_share()], pus)
+    note_load(json_path, verdict)
     _, res = load(json_path)
 
     out = report(res, cpus, pus, lines + [
         "benchmark run: %.0f s, %d benchmarks x %d repetition(s); cells are medians; "
         "x = speedup over the patch's before strategy; * oversubscribed"
-        % (took, len(bench_names), args.repetitions)])
+        % (took, len(bench_names), args.repetitions),
+        "machine load: 1-minute average %.2f before the run; a busy loop got %s of a PU "
+        "before and after" % (load1, " and ".join("%.0f%%" % (100 * s)
+                                                  for s in verdict["cpu_share"]))], verdict)
     text = "\n".join(out) + "\n"
     print(text)
     with open(os.path.join(out_dir, "compare.txt"), "w") as f:

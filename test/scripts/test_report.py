@@ -5,6 +5,7 @@
 aggregates: name parsing, compare's table and guard, bench-ratios' ratios,
 the reference data, and plot's exit status without matplotlib."""
 import copy
+import re
 import io
 import os
 import subprocess
@@ -144,6 +145,26 @@ class Compare(unittest.TestCase):
 
     def test_check_passes(self):
         self.assertEqual(compare.check(list(self.res), self.res), [])
+
+    def test_load_verdict(self):
+        quiet = compare.load_verdict(0.1, [0.99, 0.97], 2)
+        self.assertFalse(quiet["loaded"])
+        self.assertTrue(compare.load_verdict(1.5, [0.99, 0.99], 2)["loaded"])
+        squeezed = compare.load_verdict(0.1, [0.99, 0.45], 2)
+        self.assertTrue(squeezed["loaded"])
+        self.assertIn("45%", squeezed["why"])
+
+    def test_loaded_run_withholds_limit_ratios(self):
+        doc = copy.deepcopy(DOC)
+        doc["benchmarks"] += bench("baseline/cacheline_roundtrip", [{"real_time": 50}])
+        res = results.from_doc(doc)
+        quiet = compare.report(res, [2], 2, [], compare.load_verdict(0.0, [1.0, 1.0], 2))
+        loaded = compare.report(res, [2], 2, [], compare.load_verdict(3.0, [0.5, 0.5], 2))
+        self.assertFalse(any("WARNING" in l for l in quiet))
+        self.assertTrue(loaded[0].startswith("WARNING: the machine was loaded"))
+        self.assertTrue(any("lim ?" in l for l in loaded))
+        self.assertFalse(any(re.search(r"[0-9.]+x lim", l) for l in loaded))
+        self.assertTrue(any(re.search(r"[0-9.]+x lim", l) for l in quiet))
 
     def test_check_catches(self):
         res = copy.deepcopy(self.res)
