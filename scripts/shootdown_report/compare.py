@@ -143,9 +143,23 @@ def speedup(w, value, before):
     return value / before if w.get("metric") else before / value
 
 
+def spread(w, r):
+    """Half the range of a cell's repetitions over their median, as "±N%";
+    "" with fewer than 3 repetitions (a bare median is all there is)."""
+    if not r:
+        return ""
+    vals = r["counters"].get(w["metric"], []) if w.get("metric") else r["real_ns"]
+    vals = [v for v in vals if v]
+    if len(vals) < 3:
+        return ""
+    m = sorted(vals)[len(vals) // 2]
+    return " ±%.0f%%" % (50.0 * (max(vals) - min(vals)) / m) if m else ""
+
+
 def workload_block(w, res, cpus, pus, out):
     out.append("")
-    out.append("%s (%s): %s; before = %s" % (w["key"], w["patch"], w["what"], w["before"]))
+    out.append("%s (%s): %s; before = %s; ±: half the range of the repetitions"
+               % (w["key"], w["patch"], w["what"], w["before"]))
     rows = []
     for s in w["strategies"]:
         row = [s]
@@ -159,7 +173,7 @@ def workload_block(w, res, cpus, pus, out):
             if r and r["errors"] and v is None:
                 row.append("ERROR")
                 continue
-            shown = fmt_rate(v) if w.get("metric") else fmt_time(v)
+            shown = (fmt_rate(v) if w.get("metric") else fmt_time(v)) + spread(w, r)
             x = speedup(w, v, bv)
             row.append(shown if x is None else "%s %s" % (shown, fmt_x(x)))
         rows.append(row)
@@ -395,7 +409,8 @@ def main(argv=None, doc=__doc__):
     _, res = load(json_path)
 
     out = report(res, cpus, pus, lines + [
-        "benchmark run: %.0f s, %d benchmarks x %d repetition(s); cells are medians; "
+        "benchmark run: %.0f s, %d benchmarks x %d repetition(s); cells are medians "
+        "± half the range of the repetitions; "
         "x = speedup over the patch's before strategy; * oversubscribed"
         % (took, len(bench_names), args.repetitions),
         "machine load: 1-minute average %.2f before the run; a busy loop got %s of a PU "

@@ -138,8 +138,9 @@ class Compare(unittest.TestCase):
     def test_tables(self):
         self.assertEqual(cells(self.lines, "ipi/lru:global"), ["110k/s 1.00x"])
         self.assertEqual(cells(self.lines, "gbcast/lru:percpu"), ["330k/s 3.00x"])
-        self.assertEqual(cells(self.lines, "local"), ["200 ns 2.00x"])
-        self.assertEqual(cells(self.lines, "broadcast")[0], "400 ns 1.00x")
+        # Three repetitions: 190-210 and 380-420 ns, half the range 5%.
+        self.assertEqual(cells(self.lines, "local"), ["200 ns ±5% 2.00x"])
+        self.assertEqual(cells(self.lines, "broadcast")[0], "400 ns ±5% 1.00x")
         # Range ops reported as measured: 3 ops for 511 pages, 4.6 us.
         self.assertEqual(cells(self.lines, "descending"), ["3 (4.6 us)"])
 
