@@ -208,19 +208,38 @@ def cpu_share(seconds=0.2):
     return (time.thread_time() - c0) / (time.perf_counter() - w0)
 
 
-def load_verdict(load1, shares, pus):
-    """Loaded or not, and why, from the 1-minute load average before the run
-    (only other work: ours had not started) and the busy loop's CPU shares
-    before and after it. Thresholds: a load above half a PU's worth, or a
-    loop that got less than 90% of its PU."""
+def others_busy(seconds=0.5):
+    """PUs' worth of CPU time others used while we slept @seconds, from
+    /proc/stat (None where it cannot be read). The load average is no use
+    here: a minute's average still carries the build that just ran."""
+    def times():
+        with open("/proc/stat") as f:
+            v = [int(x) for x in f.readline().split()[1:]]
+        return sum(v), v[3] + (v[4] if len(v) > 4 else 0)     # all, idle + iowait
+    try:
+        t0, i0 = times()
+        time.sleep(seconds)
+        t1, i1 = times()
+    except (OSError, ValueError, IndexError):
+        return None
+    total = t1 - t0
+    return (os.cpu_count() or 1) * (1.0 - (i1 - i0) / total) if total > 0 else None
+
+
+def load_verdict(busy, shares, pus, load1=None):
+    """Loaded or not, and why, from what others used of the machine just
+    before the run (@busy, PUs' worth, others_busy()) and the busy loop's
+    CPU shares before and after it. Thresholds: others using more than half
+    a PU, or a loop that got less than 90% of its PU. @load1, the 1-minute
+    load average, is recorded for the reader, not judged."""
     why = []
-    if load1 is not None and load1 > 0.5:
-        why.append("load average %.2f before the run (%d PUs)" % (load1, pus))
+    if busy is not None and busy > 0.5:
+        why.append("other work used %.1f of the %d PUs before the run" % (busy, pus))
     low = [s for s in shares if s is not None and s < 0.9]
     if low:
         why.append("a single-threaded loop got %.0f%% of a PU" % (100 * min(low)))
-    return {"load1_before": load1, "cpu_share": shares, "loaded": bool(why),
-            "why": "; ".join(why)}
+    return {"others_busy_pus": busy, "cpu_share": shares, "load1_before": load1,
+            "loaded": bool(why), "why": "; ".join(why)}
 
 
 def load_warning(load):
@@ -400,11 +419,12 @@ def main(argv=None, doc=__doc__):
     bench_names = list_benchmarks(args, cpus)
     json_path = os.path.join(out_dir, "compare.json")
     load1 = os.getloadavg()[0]
+    busy = others_busy()
     share0 = cpu_share()
     t0 = time.time()
     rc = run_benchmarks(args, cpus, len(bench_names) * args.repetitions, json_path)
     took = time.time() - t0
-    verdict = load_verdict(load1, [share0, cpu_share()], pus)
+    verdict = load_verdict(busy, [share0, cpu_share()], pus, load1)
     note_load(json_path, verdict)
     _, res = load(json_path)
 
@@ -413,9 +433,10 @@ def main(argv=None, doc=__doc__):
         "± half the range of the repetitions; "
         "x = speedup over the patch's before strategy; * oversubscribed"
         % (took, len(bench_names), args.repetitions),
-        "machine load: 1-minute average %.2f before the run; a busy loop got %s of a PU "
-        "before and after" % (load1, " and ".join("%.0f%%" % (100 * s)
-                                                  for s in verdict["cpu_share"]))], verdict)
+        "machine load: others used %s PUs just before the run (1-minute load average %.2f); "
+        "a busy loop got %s of a PU before and after"
+        % ("?" if busy is None else "%.2f" % busy, load1,
+           " and ".join("%.0f%%" % (100 * s) for s in verdict["cpu_share"]))], verdict)
     text = "\n".join(out) + "\n"
     print(text)
     with open(os.path.join(out_dir, "compare.txt"), "w") as f:
