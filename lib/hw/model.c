@@ -329,6 +329,18 @@ static uint64_t window_wait(struct sd_cpu *c, uint64_t min)
 	return min;
 }
 
+/* The next synchronisation point: a quantum on, or sooner where the
+ * window would run out above @min, the slowest clock known (UINT64_MAX:
+ * none runs). */
+static void next_sync(struct sd_cpu *c, uint64_t min)
+{
+	const struct sd_model *mod = &c->m->model;
+
+	c->model.sync_at_ps = c->model.clock_ps + mod->quantum_ps;
+	if (min != UINT64_MAX && min + mod->window_ps < c->model.sync_at_ps)
+		c->model.sync_at_ps = max_u64(min + mod->window_ps, c->model.clock_ps + 1);
+}
+
 void sd_model_sync(struct sd_cpu *c)
 {
 	struct sd_model *mod = &c->m->model;
@@ -344,18 +356,16 @@ void sd_model_sync(struct sd_cpu *c)
 	 * wait: with interrupts off it could hold up a CPU that waits for
 	 * its ack, and a lock holder one that waits for the lock. */
 	if (state != SD_MODEL_RUNNING || c->irq_depth || c->model.locks_held) {
-		c->model.sync_at_ps = c->model.clock_ps + mod->quantum_ps;
+		next_sync(c, UINT64_MAX);
 		return;
 	}
 	/* The slowest running clock only grows (a CPU joins or rejoins at
 	 * it or above), so one seen before is a lower bound: while this CPU
 	 * is within a window of it, it is within a window of the slowest, and
-	 * the scan of every CPU's clock (a cache miss each) is not needed. */
+	 * the scan of every CPU's clock (a cache miss each) is not needed.
+	 * Owner-private: only this CPU reads or writes seen_min_ps. */
 	if (c->model.clock_ps <= c->model.seen_min_ps + mod->window_ps) {
-		c->model.sync_at_ps = c->model.clock_ps + mod->quantum_ps;
-		if (c->model.seen_min_ps + mod->window_ps < c->model.sync_at_ps)
-			c->model.sync_at_ps = max_u64(c->model.seen_min_ps + mod->window_ps,
-						      c->model.clock_ps + 1);
+		next_sync(c, c->model.seen_min_ps);
 		return;
 	}
 	slowest_running(c, &min);
@@ -364,9 +374,7 @@ void sd_model_sync(struct sd_cpu *c)
 	if (min != UINT64_MAX && min > c->model.seen_min_ps)
 		c->model.seen_min_ps = min;
 	note_lead(mod, c->model.clock_ps, min);
-	c->model.sync_at_ps = c->model.clock_ps + mod->quantum_ps;
-	if (min != UINT64_MAX && min + mod->window_ps < c->model.sync_at_ps)
-		c->model.sync_at_ps = max_u64(min + mod->window_ps, c->model.clock_ps + 1);
+	next_sync(c, min);
 }
 
 /* ---- charges out of line ---- */
