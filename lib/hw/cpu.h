@@ -92,6 +92,16 @@ static inline void sd_irq_off(struct sd_cpu *c)
 
 void sd_irq_run_pending(struct sd_cpu *c);
 
+/* Modelled time: a synchronisation that fell inside a lock or interrupt
+ * section (sd_model_sync()) happens at the section's end, once no real
+ * lock is held either: called after the real unlock, never before, or a
+ * CPU would wait at the window for one that waits for its lock. */
+static inline void sd_model_resync(struct sd_cpu *c)
+{
+	if (unlikely(c->model.sync_deferred) && !c->model.locks_held && !c->irq_depth)
+		sd_model_sync(c);
+}
+
 static inline void sd_irq_on(struct sd_cpu *c)
 {
 	atomic_signal_fence(memory_order_seq_cst);
@@ -104,6 +114,7 @@ static inline void sd_irq_on(struct sd_cpu *c)
 		atomic_signal_fence(memory_order_seq_cst);
 		if (unlikely(c->ipi_pending))
 			sd_irq_run_pending(c);
+		sd_model_resync(c);
 	}
 }
 

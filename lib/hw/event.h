@@ -200,7 +200,6 @@ static inline void sd_event_count(struct sd_cpu *c, enum sd_stat id, uint64_t n)
 
 /* Modelled time's side of the funnel (hw/model.c): out of line. */
 void sd_model_event(struct sd_cpu *c, enum sd_event ev, uint64_t arg, uint64_t aux);
-void sd_model_sync(struct sd_cpu *c);
 uint64_t sd_model_ipi_posted(struct sd_cpu *from, struct sd_cpu *t);
 void sd_model_ipi_run(struct sd_cpu *c, uint64_t sent_ps);
 void sd_model_ipi_acked(struct sd_cpu *from, struct sd_cpu *t, uint64_t acked_ps);
@@ -331,6 +330,7 @@ static inline void sd_event_spin_unlock(struct sd_cpu *c, struct sd_spinlock *l,
 {
 	sd_event(c, SD_EV_LOCK_RELEASE, kind, 0);
 	sd_spin_unlock(l);
+	sd_model_resync(c);
 }
 
 /* A hot line read or written (mm_cpumask, tlb_gen, IPI queue heads). */

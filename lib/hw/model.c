@@ -356,9 +356,18 @@ void sd_model_sync(struct sd_cpu *c)
 	 * wait: with interrupts off it could hold up a CPU that waits for
 	 * its ack, and a lock holder one that waits for the lock. */
 	if (state != SD_MODEL_RUNNING || c->irq_depth || c->model.locks_held) {
+		/* Retry where the section ends (sd_model_resync()):
+		 * a CPU whose syncs all fell inside its sections would never
+		 * wait at all (a locked trap loop whose steps outside the lock
+		 * are shorter than the quantum). Not from an IPI handler
+		 * (irq_batch): it would wait in the handler at its exit, with
+		 * its clock just pulled up to its sender's. */
+		if (state == SD_MODEL_RUNNING && !c->model.irq_batch)
+			c->model.sync_deferred = true;
 		next_sync(c, UINT64_MAX);
 		return;
 	}
+	c->model.sync_deferred = false;
 	/* The slowest running clock only grows (a CPU joins or rejoins at
 	 * it or above), so one seen before is a lower bound: while this CPU
 	 * is within a window of it, it is within a window of the slowest, and
@@ -659,10 +668,13 @@ void sd_model_irq_exit(struct sd_cpu *c)
 {
 	if (!c->model.irq_batch)
 		return;
-	c->model.irq_batch = 0;
 	c->model.clock_ps += c->m->model.param_ps[SD_MP_IRQ_EXIT];
+	/* Still in the handler (irq_batch set): a sync here is only put
+	 * off, and the interrupted code retries its own at its section's
+	 * end, not because of us. */
 	if (c->model.clock_ps >= c->model.sync_at_ps)
 		sd_model_sync(c);
+	c->model.irq_batch = 0;
 }
 
 void sd_model_ipi_acked(struct sd_cpu *from, struct sd_cpu *t, uint64_t acked_ps)
@@ -697,6 +709,7 @@ void sd_model_cpu_online(struct sd_cpu *c)
 		return;
 	c->model.ipi_posts = 0;
 	c->model.locks_held = 0;
+	c->model.sync_deferred = false;
 	c->model.irq_batch = 0;
 	rejoin(c);
 	c->model.sync_at_ps = c->model.clock_ps;

@@ -84,6 +84,7 @@ struct sd_cpu_model {
 	uint64_t invlpgb_done_ps;      /* this CPU's INVLPGBs all done (TLBSYNC) */
 	unsigned ipi_posts;            /* IPIs posted since the last wait */
 	unsigned locks_held;           /* modelled locks held: no window wait */
+	bool sync_deferred;            /* a sync fell in a section: retry at its end */
 	unsigned irq_batch;            /* inside ipi_run_batch(): entry charged */
 	uint64_t seen_min_ps;          /* the slowest running clock last seen */
 };
@@ -218,5 +219,8 @@ enum sd_model_distance sd_model_distance_of(const struct sd_model *mod, unsigned
 void sd_model_cpu_init(struct sd_cpu *c);
 void sd_model_cpu_online(struct sd_cpu *c);
 void sd_model_cpu_offline(struct sd_cpu *c);
+/* A lax-synchronisation point (model.c): publish the clock and keep within
+ * the window; deferred inside a lock or interrupt section to its end. */
+void sd_model_sync(struct sd_cpu *c);
 
 #endif

@@ -95,6 +95,7 @@ static inline void sd_mm_unlock(struct sd_cpu *c, struct sd_mm *mm)
 {
 	sd_event(c, SD_EV_LOCK_RELEASE, SD_LOCK_MM, (uint64_t)(uintptr_t)&mm->lock_model);
 	pthread_mutex_unlock(&mm->lock);
+	sd_model_resync(c);
 }
 
 #endif

@@ -399,18 +399,25 @@ TEST(ModelByHand, LockTakenEarlierInModelledTimeIsNotPulledUp)
 // time 0, entering each trap in E and holding the lock A (the acquisition;
 // no other cost). Each CPU alone would need 1000 (E + A) = 300 us, but the
 // lock is busy 4000 A = 400 us in all: it is the bottleneck, so the last
-// CPU ends at 400 us at least (less a calendar bucket) and not much later:
-// within 10%. Eight remembered holds (the per-mm
-// lock's history) let a CPU behind the others take the lock "before" them
-// at once: about 300 us. E is outside the lock: a CPU whose clock moves
-// only inside a lock or with interrupts off does not wait at the window
-// (docs/design.md, "Modelled time").
-TEST(ModelByHand, SaturatedLockSerialisesInModelledTime)
+// CPU ends at 400 us at least (less a calendar bucket) and not much later.
+// How much later is the calendar's unfairness: the lock is granted in the
+// host's order among requests within a window of each other, so a CPU the
+// host ran less finds the capacity ahead of it taken, does fewer traps in
+// the same modelled time and finishes alone, with the lock idle while it
+// enters traps (measured: 1-10% over, 15% allowed). Eight remembered holds
+// (the per-mm lock's history) let a CPU behind the others take the lock
+// "before" them at once: about 300 us.
+// E is outside the lock, and the lock is taken with interrupts off: at a
+// 500 ns window the quantum (250 ns) is longer than E, so every
+// synchronisation point falls inside the section; unless it is retried at
+// the section's end (sd_model_resync()) no CPU ever waits, the CPUs drift
+// apart past the calendar's reach and the holds overlap (316 us).
+static void saturated_lock(uint64_t window_ns)
 {
 	constexpr double A = 100, E = 200;
 	constexpr int kTraps = 1000;
 	Profile p("pack:1 core:4 pu:1", {{"lock_acquire", A}, {"trap_entry", E}});
-	sd_machine_config cfg = modelled(4, "broadcast", p);
+	sd_machine_config cfg = modelled(4, "broadcast", p, window_ns);
 	cfg.trap_dispatch = SD_TRAP_LOCKED;
 	Machine mach(cfg);
 	ASSERT_NE(nullptr, mach.m);
@@ -422,10 +429,23 @@ TEST(ModelByHand, SaturatedLockSerialisesInModelledTime)
 	sd_model_info info = SD_MODEL_INFO_INIT;
 	ASSERT_EQ(0, sd_machine_model_info(mach.m, &info));
 	const double busy = 4 * kTraps * A;
-	std::printf("[model] saturated lock: last CPU at %llu ns, the lock busy %.0f ns\n",
-		    (unsigned long long)info.clock_max_ns, busy);
+	std::printf("[model] saturated lock, window %llu ns: last CPU at %llu ns, the lock busy "
+		    "%.0f ns, %llu window waits, lead %llu ns\n",
+		    (unsigned long long)info.window_ns, (unsigned long long)info.clock_max_ns, busy,
+		    (unsigned long long)info.window_waits, (unsigned long long)info.max_lead_ns);
 	EXPECT_GE((double)info.clock_max_ns, busy - 32) << "holds overlapped in modelled time";
-	EXPECT_LE((double)info.clock_max_ns, 1.1 * busy) << "gaps left in a saturated lock";
+	EXPECT_LE((double)info.clock_max_ns, 1.15 * busy) << "gaps left in a saturated lock";
+	EXPECT_GT(info.window_waits, 0u) << "no CPU ever waited at the window";
+}
+
+TEST(ModelByHand, SaturatedLockSerialisesInModelledTime)
+{
+	saturated_lock(0);
+}
+
+TEST(ModelByHand, SaturatedLockSerialisesWhenEverySyncFallsInTheLock)
+{
+	saturated_lock(500);
 }
 
 // ---- lax synchronisation ----
