@@ -448,6 +448,43 @@ TEST(ModelByHand, SaturatedLockSerialisesWhenEverySyncFallsInTheLock)
 	saturated_lock(500);
 }
 
+// Two CPUs take the locked trap-hook lock 1000 times each, entering each
+// trap in E; a hold is the acquisition A, plus the handoff K whenever the
+// CPU before it in modelled time was the other one. A FIFO lock alternates
+// here (the other's hold, A + K, is longer than E: each CPU finds the lock
+// taken when it comes back), so every acquisition is a handoff and the
+// last CPU ends at 2000 (A + K) = 620 us. That holds only with a window
+// shorter than a hold: the calendar is filled in the host's order, and a
+// CPU that runs a window ahead alone takes its holds back to back, paying
+// no handoff, while the other's holds pour in between without pushing it.
+// Measured: 620 us at windows of 50-300 ns, 478 at 1 us, 355 at the 2 us
+// default (docs/design.md, "Modelled time": choose the window below the
+// contended hold time when few CPUs share a lock).
+TEST(ModelByHand, HandoffsAreChargedInModelledOrder)
+{
+	constexpr double A = 10, E = 200, K = 300;
+	constexpr int kTraps = 1000;
+	Profile p("pack:1 core:2 pu:1", {{"lock_acquire", A}, {"trap_entry", E},
+					 {"lock_handoff.core", K}, {"lock_handoff.llc", K},
+					 {"lock_handoff.package", K}, {"lock_handoff.system", K}});
+	sd_machine_config cfg = modelled(2, "broadcast", p, 300);
+	cfg.trap_dispatch = SD_TRAP_LOCKED;
+	Machine mach(cfg);
+	ASSERT_NE(nullptr, mach.m);
+	Watchdog w("Handoffs: a CPU stuck", 60);
+	ASSERT_EQ(0, sd_machine_run(mach.m, [](sd_cpu *c, void *) {
+		for (int i = 0; i < kTraps; i++)
+			ASSERT_EQ(0, sd_trap(c, SD_ID_AA64ISAR0_EL1(0)));
+	}, nullptr)) << sd_last_error();
+	sd_model_info info = SD_MODEL_INFO_INIT;
+	ASSERT_EQ(0, sd_machine_model_info(mach.m, &info));
+	const double fifo = 2 * kTraps * (A + K);
+	std::printf("[model] handoffs: last CPU at %llu ns, a FIFO lock %.0f ns\n",
+		    (unsigned long long)info.clock_max_ns, fifo);
+	EXPECT_GE((double)info.clock_max_ns, 0.99 * fifo) << "handoffs missed";
+	EXPECT_LE((double)info.clock_max_ns, 1.01 * fifo) << "handoffs charged twice";
+}
+
 // ---- lax synchronisation ----
 
 // Oversubscribed (8 CPUs on the host's PUs), each charging random work:
