@@ -395,6 +395,24 @@ TEST(ModelByHand, LockTakenEarlierInModelledTimeIsNotPulledUp)
 	EXPECT_EQ((uint64_t)(A + A + K), s.t[1]) << "pulled up to CPU 0's time";
 }
 
+// @cpus CPUs each run 1000 locked MRS traps on profile @p with @window_ns;
+// the machine's modelled-time summary in @info.
+static constexpr int kLockedTraps = 1000;
+
+static void locked_traps(const Profile &p, unsigned cpus, uint64_t window_ns, sd_model_info *info)
+{
+	sd_machine_config cfg = modelled(cpus, "broadcast", p, window_ns);
+	cfg.trap_dispatch = SD_TRAP_LOCKED;
+	Machine mach(cfg);
+	ASSERT_NE(nullptr, mach.m);
+	Watchdog w("locked traps: a CPU stuck", 60);
+	ASSERT_EQ(0, sd_machine_run(mach.m, [](sd_cpu *c, void *) {
+		for (int i = 0; i < kLockedTraps; i++)
+			ASSERT_EQ(0, sd_trap(c, SD_ID_AA64ISAR0_EL1(0)));
+	}, nullptr)) << sd_last_error();
+	ASSERT_EQ(0, sd_machine_model_info(mach.m, info));
+}
+
 // Four CPUs each take the locked trap-hook lock 1000 times from modelled
 // time 0, entering each trap in E and holding the lock A (the acquisition;
 // no other cost). Each CPU alone would need 1000 (E + A) = 300 us, but the
@@ -415,20 +433,12 @@ TEST(ModelByHand, LockTakenEarlierInModelledTimeIsNotPulledUp)
 static void saturated_lock(uint64_t window_ns)
 {
 	constexpr double A = 100, E = 200;
-	constexpr int kTraps = 1000;
 	Profile p("pack:1 core:4 pu:1", {{"lock_acquire", A}, {"trap_entry", E}});
-	sd_machine_config cfg = modelled(4, "broadcast", p, window_ns);
-	cfg.trap_dispatch = SD_TRAP_LOCKED;
-	Machine mach(cfg);
-	ASSERT_NE(nullptr, mach.m);
-	Watchdog w("SaturatedLock: a CPU stuck", 60);
-	ASSERT_EQ(0, sd_machine_run(mach.m, [](sd_cpu *c, void *) {
-		for (int i = 0; i < kTraps; i++)
-			ASSERT_EQ(0, sd_trap(c, SD_ID_AA64ISAR0_EL1(0)));
-	}, nullptr)) << sd_last_error();
 	sd_model_info info = SD_MODEL_INFO_INIT;
-	ASSERT_EQ(0, sd_machine_model_info(mach.m, &info));
-	const double busy = 4 * kTraps * A;
+	locked_traps(p, 4, window_ns, &info);
+	if (testing::Test::HasFatalFailure())
+		return;
+	const double busy = 4 * kLockedTraps * A;
 	std::printf("[model] saturated lock, window %llu ns: last CPU at %llu ns, the lock busy "
 		    "%.0f ns, %llu window waits, lead %llu ns\n",
 		    (unsigned long long)info.window_ns, (unsigned long long)info.clock_max_ns, busy,
@@ -463,22 +473,12 @@ TEST(ModelByHand, SaturatedLockSerialisesWhenEverySyncFallsInTheLock)
 TEST(ModelByHand, HandoffsAreChargedInModelledOrder)
 {
 	constexpr double A = 10, E = 200, K = 300;
-	constexpr int kTraps = 1000;
 	Profile p("pack:1 core:2 pu:1", {{"lock_acquire", A}, {"trap_entry", E},
 					 {"lock_handoff.core", K}, {"lock_handoff.llc", K},
 					 {"lock_handoff.package", K}, {"lock_handoff.system", K}});
-	sd_machine_config cfg = modelled(2, "broadcast", p, 300);
-	cfg.trap_dispatch = SD_TRAP_LOCKED;
-	Machine mach(cfg);
-	ASSERT_NE(nullptr, mach.m);
-	Watchdog w("Handoffs: a CPU stuck", 60);
-	ASSERT_EQ(0, sd_machine_run(mach.m, [](sd_cpu *c, void *) {
-		for (int i = 0; i < kTraps; i++)
-			ASSERT_EQ(0, sd_trap(c, SD_ID_AA64ISAR0_EL1(0)));
-	}, nullptr)) << sd_last_error();
 	sd_model_info info = SD_MODEL_INFO_INIT;
-	ASSERT_EQ(0, sd_machine_model_info(mach.m, &info));
-	const double fifo = 2 * kTraps * (A + K);
+	ASSERT_NO_FATAL_FAILURE(locked_traps(p, 2, 300, &info));
+	const double fifo = 2 * kLockedTraps * (A + K);
 	std::printf("[model] handoffs: last CPU at %llu ns, a FIFO lock %.0f ns\n",
 		    (unsigned long long)info.clock_max_ns, fifo);
 	EXPECT_GE((double)info.clock_max_ns, 0.99 * fifo) << "handoffs missed";
