@@ -87,10 +87,17 @@ struct sd_model_info {
 	/** CPUs that came back from idle, a wait or a stall outside the
 	 *  library and were moved up to the running CPUs' time. */
 	uint64_t rejoins;
+	/** A virtual machine's profile (vcpu_preempt_interval not 0): host
+	 *  preemptions charged to its vCPUs, in all. Added in 0.2.1; a caller
+	 *  built against the older struct (size up to rejoins) still works. */
+	uint64_t vcpu_preemptions;
+	/** Of those, the ones that found the vCPU holding a modelled lock
+	 *  (lock-holder preemption: the lock stays held meanwhile). */
+	uint64_t vcpu_preemptions_locked;
 };
 
 /** Initialiser for struct sd_model_info. */
-#define SD_MODEL_INFO_INIT { sizeof(struct sd_model_info), 0, "", "", "", 0, 0, 0, 0, 0, 0, 0 }
+#define SD_MODEL_INFO_INIT { sizeof(struct sd_model_info), 0, "", "", "", 0, 0, 0, 0, 0, 0, 0, 0, 0 }
 
 /**
  * sd_cpu_clock_ns() - @cpu's modelled clock, in ns.

@@ -15,6 +15,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <sched.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -176,6 +177,16 @@ static uint64_t latest_attached(const struct sd_cpu *c)
 	return max;
 }
 
+/* The host's first preemption of this vCPU after its clock: the same
+ * instants on every vCPU, as the host's ticks are unless skew_tick=1
+ * (kernel/time/tick-sched.c). */
+static void next_preempt(struct sd_cpu *c)
+{
+	uint64_t every = c->m->model.param_ps[SD_MP_VCPU_PREEMPT_INTERVAL];
+
+	c->model.preempt_at_ps = every ? (c->model.clock_ps / every + 1) * every : UINT64_MAX;
+}
+
 /* Back in the running set after idle, a stall or attach: time went on
  * while the CPU was away, so it moves up to the slowest running CPU, or,
  * if none runs, to the latest time any CPU reached. */
@@ -189,6 +200,8 @@ static void rejoin(struct sd_cpu *c)
 		min = latest_attached(c);
 	if (c->model.clock_ps < min)
 		c->model.clock_ps = min;
+	/* Preemptions while away were not on the CPU's way. */
+	next_preempt(c);
 	publish(c);
 	atomic_store_explicit(&c->model_pub.state, SD_MODEL_RUNNING, memory_order_relaxed);
 	atomic_fetch_add_explicit(&mod->rejoins, 1, memory_order_relaxed);
@@ -329,6 +342,28 @@ static uint64_t window_wait(struct sd_cpu *c, uint64_t min)
 	return min;
 }
 
+/* The vCPU's clock reached a host preemption: it is off its physical CPU
+ * for vcpu_preempt, whatever it was doing, a lock it holds included
+ * (lock-holder preemption: the guest's spinlock cannot yield, so the
+ * waiters spin on). The step that crossed the preemption is pushed back
+ * by it whole; a vCPU spinning for a lock meanwhile pays it again after
+ * the lock, which overcharges a waiter by at most vcpu_preempt a tick. */
+static void vcpu_preempt(struct sd_cpu *c)
+{
+	c->model.clock_ps += c->m->model.param_ps[SD_MP_VCPU_PREEMPT];
+	next_preempt(c);
+	/* Owner-written: plain adds, read by sd_machine_model_info(). */
+	atomic_store_explicit(&c->model_pub.preemptions,
+			      atomic_load_explicit(&c->model_pub.preemptions,
+						   memory_order_relaxed) + 1,
+			      memory_order_relaxed);
+	if (c->model.locks_held)
+		atomic_store_explicit(&c->model_pub.preemptions_locked,
+				      atomic_load_explicit(&c->model_pub.preemptions_locked,
+							   memory_order_relaxed) + 1,
+				      memory_order_relaxed);
+}
+
 /* The next synchronisation point: a quantum on, or sooner where the
  * window would run out above @min, the slowest clock known (UINT64_MAX:
  * none runs). */
@@ -339,6 +374,8 @@ static void next_sync(struct sd_cpu *c, uint64_t min)
 	c->model.sync_at_ps = c->model.clock_ps + mod->quantum_ps;
 	if (min != UINT64_MAX && min + mod->window_ps < c->model.sync_at_ps)
 		c->model.sync_at_ps = max_u64(min + mod->window_ps, c->model.clock_ps + 1);
+	if (c->model.preempt_at_ps < c->model.sync_at_ps)
+		c->model.sync_at_ps = c->model.preempt_at_ps;
 }
 
 void sd_model_sync(struct sd_cpu *c)
@@ -347,6 +384,10 @@ void sd_model_sync(struct sd_cpu *c)
 	int state = atomic_load_explicit(&c->model_pub.state, memory_order_relaxed);
 	uint64_t min;
 
+	/* The host preempts a vCPU whatever the guest is doing: in a lock,
+	 * with interrupts off, before any window wait. */
+	if (c->model.clock_ps >= c->model.preempt_at_ps)
+		vcpu_preempt(c);
 	publish(c);
 	if (state == SD_MODEL_STALLED) {
 		rejoin(c);
@@ -700,6 +741,9 @@ void sd_model_cpu_init(struct sd_cpu *c)
 	atomic_init(&c->model_pub.clock_ps, 0);
 	atomic_init(&c->model_pub.state, SD_MODEL_OFF);
 	atomic_init(&c->model_pub.window_waits, 0);
+	atomic_init(&c->model_pub.preemptions, 0);
+	atomic_init(&c->model_pub.preemptions_locked, 0);
+	c->model.preempt_at_ps = UINT64_MAX;
 	sd_model_line_init(&c->ipi_line);
 }
 
@@ -732,9 +776,13 @@ int sd_machine_model_info(const struct sd_machine *m, struct sd_model_info *info
 
 	if (!m || !info)
 		return sd_fail(-EINVAL, "sd_machine_model_info: NULL argument");
-	if (info->size != sizeof(out))
-		return sd_fail(-EINVAL, "sd_machine_model_info: unknown size %zu (this release: %zu)",
-			       info->size, sizeof(out));
+	/* 0.2.0's struct ended at rejoins: fill that much for its callers. */
+	const size_t v020 = offsetof(struct sd_model_info, vcpu_preemptions);
+	const size_t size = info->size;
+
+	if (size != sizeof(out) && size != v020)
+		return sd_fail(-EINVAL, "sd_machine_model_info: unknown size %zu (this release: %zu, "
+			       "or 0.2.0's %zu)", size, sizeof(out), v020);
 	mod = &m->model;
 	out.modelled = mod->on;
 	if (mod->on) {
@@ -751,11 +799,16 @@ int sd_machine_model_info(const struct sd_machine *m, struct sd_model_info *info
 			out.clock_max_ns = v > out.clock_max_ns ? v : out.clock_max_ns;
 			out.window_waits += atomic_load_explicit(&m->cpus[i]->model_pub.window_waits,
 								 memory_order_relaxed);
+			out.vcpu_preemptions += atomic_load_explicit(
+				&m->cpus[i]->model_pub.preemptions, memory_order_relaxed);
+			out.vcpu_preemptions_locked += atomic_load_explicit(
+				&m->cpus[i]->model_pub.preemptions_locked, memory_order_relaxed);
 		}
 		out.max_lead_ns = atomic_load_explicit(&mod->max_lead_ps, memory_order_relaxed) /
 				  PS_PER_NS;
 		out.rejoins = atomic_load_explicit(&mod->rejoins, memory_order_relaxed);
 	}
-	*info = out;
+	out.size = size;
+	memcpy(info, &out, size);
 	return 0;
 }

@@ -73,6 +73,8 @@ struct sd_model_pub {
 	sd_cacheline_aligned SD_ATOMIC(uint64_t) clock_ps;
 	SD_ATOMIC(int) state;          /* enum sd_model_run */
 	SD_ATOMIC(uint64_t) window_waits;  /* the CPU's own, for its stats */
+	SD_ATOMIC(uint64_t) preemptions;   /* vCPU preemptions charged, owner-written */
+	SD_ATOMIC(uint64_t) preemptions_locked;  /* ...of them with a modelled lock held */
 };
 
 /* The CPU's own modelled state (owner-private line of struct sd_cpu). */
@@ -87,6 +89,7 @@ struct sd_cpu_model {
 	bool sync_deferred;            /* a sync fell in a section: retry at its end */
 	unsigned irq_batch;            /* inside ipi_run_batch(): entry charged */
 	uint64_t seen_min_ps;          /* the slowest running clock last seen */
+	uint64_t preempt_at_ps;        /* the host's next preemption (UINT64_MAX: none) */
 };
 
 /*

@@ -9,6 +9,9 @@
  * calibrator tools/calibrate writes them all). The distance-class tables
  * (line_transfer, lock_handoff) are separate: SD_MODEL_DIST_PARAMS.
  *
+ * vcpu_preempt_interval and vcpu_preempt may be left out of a profile (a
+ * machine that is not a virtual machine); every other one is required.
+ *
  * Kept free of every other header so the calibrator and the docs check
  * read the same list.
  */
@@ -50,7 +53,9 @@
 	X(PT_ALLOC,          "pt_alloc",          "allocating and linking one page table below the top level (__pte_alloc, __pmd_alloc, __pud_alloc)") \
 	X(PT_FREE,           "pt_free",           "unlinking and freeing one page table (free_pgtables, pte_free_tlb)") \
 	X(TLB_SCAN_ENTRY,    "tlb_scan_entry",    "per TLB entry (L1 + L2) scanned by a whole-ASID or whole-TLB invalidation, on top of local_flush_asid/local_flush_all (0 where the invalidation does not scan)") \
-	X(LOCK_ACQUIRE,      "lock_acquire",      "acquiring and releasing a lock that is free, whoever held it last (an atomic read-modify-write and a release store); a handoff from another CPU adds lock_handoff")
+	X(LOCK_ACQUIRE,      "lock_acquire",      "acquiring and releasing a lock that is free, whoever held it last (an atomic read-modify-write and a release store); a handoff from another CPU adds lock_handoff") \
+	X(VCPU_PREEMPT_INTERVAL, "vcpu_preempt_interval", "a virtual machine's vCPUs: modelled time between two host preemptions of a vCPU, the same instants on every vCPU (0: not a virtual machine; optional, 0 when left out)") \
+	X(VCPU_PREEMPT,      "vcpu_preempt",      "a virtual machine's vCPUs: how long the host keeps a vCPU off its physical CPU at each preemption, a lock it holds held on (optional, 0 when left out)")
 
 /* X(enum suffix, JSON key, what one charge is), each a table by distance
  * class (enum sd_model_distance: core, llc, package, system). */

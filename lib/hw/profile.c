@@ -204,6 +204,12 @@ static int read_dist_table(struct json_object *o, const char *name, double out[S
 	return 0;
 }
 
+/* A virtual machine's parameters: absent means not a virtual machine. */
+static bool param_optional(int i)
+{
+	return i == SD_MP_VCPU_PREEMPT_INTERVAL || i == SD_MP_VCPU_PREEMPT;
+}
+
 static int read_costs(struct json_object *costs, struct sd_model *mod)
 {
 	bool seen[SD_MP_NR] = { false }, seen_dist[SD_MDP_NR] = { false };
@@ -227,8 +233,18 @@ static int read_costs(struct json_object *costs, struct sd_model *mod)
 		}
 	}
 	for (i = 0; i < SD_MP_NR; i++)
-		if (!seen[i])
+		if (!seen[i] && !param_optional(i))
 			return sd_fail(-EINVAL, "profile: costs has no '%s'", param_key[i]);
+	if (seen[SD_MP_VCPU_PREEMPT] != seen[SD_MP_VCPU_PREEMPT_INTERVAL])
+		return sd_fail(-EINVAL, "profile: costs has one of 'vcpu_preempt' and "
+			       "'vcpu_preempt_interval' without the other");
+	if (mod->param_ns[SD_MP_VCPU_PREEMPT] > 0 &&
+	    mod->param_ns[SD_MP_VCPU_PREEMPT] >= mod->param_ns[SD_MP_VCPU_PREEMPT_INTERVAL])
+		return sd_fail(-EINVAL, "profile: vcpu_preempt (%g ns) must be shorter than "
+			       "vcpu_preempt_interval (%g ns; 0: not a virtual machine, and "
+			       "vcpu_preempt 0 too)",
+			       mod->param_ns[SD_MP_VCPU_PREEMPT],
+			       mod->param_ns[SD_MP_VCPU_PREEMPT_INTERVAL]);
 	for (i = 0; i < SD_MDP_NR; i++)
 		if (!seen_dist[i])
 			return sd_fail(-EINVAL, "profile: costs has no '%s'", dist_param_key[i]);

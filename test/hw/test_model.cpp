@@ -485,6 +485,68 @@ TEST(ModelByHand, HandoffsAreChargedInModelledOrder)
 	EXPECT_LE((double)info.clock_max_ns, 1.01 * fifo) << "handoffs charged twice";
 }
 
+// ---- a virtual machine's vCPUs ----
+
+// The host preempts every vCPU at each multiple of I (10 us) for P (1 us).
+// One vCPU working 100 ns at a time for 100 us of work: each 10 us of its
+// clock holds 9 of work, so the work ends at 111 us after 11 preemptions.
+TEST(ModelByHand, HostPreemptsAVcpuAtEachTick)
+{
+	constexpr double I = 10000, P = 1000;
+	Profile p("pack:1 core:1 pu:1", {{"vcpu_preempt_interval", I}, {"vcpu_preempt", P}});
+	Machine mach(modelled(1, "broadcast", p));
+	ASSERT_NE(nullptr, mach.m);
+	ASSERT_EQ(0, sd_machine_run(mach.m, [](sd_cpu *c, void *) {
+		for (int i = 0; i < 1000; i++)
+			ASSERT_EQ(0, sd_cpu_work(c, 100));
+	}, nullptr)) << sd_last_error();
+	sd_model_info info = SD_MODEL_INFO_INIT;
+	ASSERT_EQ(0, sd_machine_model_info(mach.m, &info));
+	EXPECT_EQ(111000u, info.clock_max_ns);
+	EXPECT_EQ(11u, info.vcpu_preemptions);
+	EXPECT_EQ(0u, info.vcpu_preemptions_locked);
+}
+
+// Lock-holder preemption: a vCPU that holds the trap-hook lock 900 of
+// every 1000 ns (A = 900 inside, E = 100 outside) is mostly preempted with
+// the lock held, and the lock stays held meanwhile: a second vCPU that
+// waits for it waits the preemption out, so both end later than the lock's
+// work alone (2 x 1000 x 900 ns) by about P a tick.
+TEST(ModelByHand, PreemptedLockHolderKeepsTheLock)
+{
+	constexpr double I = 10000, P = 1000, A = 900, E = 100;
+	Profile p("pack:1 core:2 pu:1", {{"vcpu_preempt_interval", I}, {"vcpu_preempt", P},
+					 {"lock_acquire", A}, {"trap_entry", E}});
+	sd_model_info info = SD_MODEL_INFO_INIT;
+	ASSERT_NO_FATAL_FAILURE(locked_traps(p, 2, 300, &info));
+	const double work = 2 * kLockedTraps * A;
+	std::printf("[model] preempted holder: last CPU at %llu ns, lock work %.0f ns, "
+		    "%llu preemptions, %llu with the lock held\n",
+		    (unsigned long long)info.clock_max_ns, work,
+		    (unsigned long long)info.vcpu_preemptions,
+		    (unsigned long long)info.vcpu_preemptions_locked);
+	EXPECT_GE(info.vcpu_preemptions_locked, info.vcpu_preemptions / 2);
+	EXPECT_GE((double)info.clock_max_ns, work * (1 + 0.5 * P / I))
+		<< "a preempted holder's lock was taken by the other vCPU";
+	EXPECT_LE((double)info.clock_max_ns, work * (1 + 2 * P / I));
+}
+
+// A caller built against 0.2.0's struct (ending at rejoins) is still served.
+TEST(ModelApi, InfoOfTheOlderSizeIsFilled)
+{
+	Profile p("pack:1 core:1 pu:1", {});
+	Machine mach(modelled(1, "broadcast", p));
+	ASSERT_NE(nullptr, mach.m);
+	sd_model_info info = SD_MODEL_INFO_INIT;
+	info.vcpu_preemptions = 77;
+	info.size = offsetof(sd_model_info, vcpu_preemptions);
+	ASSERT_EQ(0, sd_machine_model_info(mach.m, &info)) << sd_last_error();
+	EXPECT_EQ(1, info.modelled);
+	EXPECT_EQ(77u, info.vcpu_preemptions) << "written past the caller's struct";
+	info.size = 3;
+	EXPECT_EQ(-EINVAL, sd_machine_model_info(mach.m, &info));
+}
+
 // ---- lax synchronisation ----
 
 // Oversubscribed (8 CPUs on the host's PUs), each charging random work:
@@ -624,6 +686,11 @@ TEST(ModelProfile, BadFilesAreRefusedWithTheFieldNamed)
 		 "warp_drive"},
 		{"", "", "pack:1 core:2 pu:1", 4, -EINVAL, "models 2 PUs"},
 		{"", "", "not a topology", 2, -EINVAL, "synthetic"},
+		// A virtual machine's pair is optional, but not half of it, and
+		// a vCPU preempted for longer than it runs is refused.
+		{"vcpu_preempt", "", "pack:1 core:2 pu:1", 2, -EINVAL, "without the other"},
+		{"vcpu_preempt", "\"vcpu_preempt\": {\"ns\": 5000, \"source\": \"x\"}",
+		 "pack:1 core:2 pu:1", 2, -EINVAL, "shorter than"},
 	};
 	for (const Case &k : cases) {
 		Profile p(k.topo, {}, k.drop, k.extra);
