@@ -451,15 +451,19 @@ static void fill_event_costs(struct sd_model *mod, unsigned tlb_entries)
 /*
  * The machine-wide locks' calendars (model.h): buckets of 32 ns over four
  * windows and 10 us more (the CPUs' spread, with room for a step past the
- * window), at most 64K buckets (1.5 MiB a lock); an acquirer older than
- * that finds nothing and goes at once.
+ * window), plus 2 us a CPU: a saturated lock's queue runs ahead of the
+ * slowest clock by a hold per waiting CPU (64 CPUs trading a 200-400 ns
+ * hold: 13-26 us, past a 16 us calendar at a 200 ns window, whose wrapped
+ * buckets let late acquirers overlap). At most 64K buckets (1.5 MiB a
+ * lock); an acquirer older than that finds nothing and goes at once.
  */
 #define CAL_BUCKET_PS (32u * 1000u)
 #define CAL_MAX_BUCKETS (64u * 1024u)
 
-static int calendars_init(struct sd_model *mod)
+static int calendars_init(struct sd_model *mod, unsigned nr_cpus)
 {
-	uint64_t want = (4 * mod->window_ps + 10000u * 1000u) / CAL_BUCKET_PS;
+	uint64_t want = (4 * mod->window_ps + 10000u * 1000u + nr_cpus * 2000ull * 1000u) /
+			CAL_BUCKET_PS;
 	uint32_t nr = 64;
 
 	while (nr < want && nr < CAL_MAX_BUCKETS)
@@ -502,7 +506,7 @@ int sd_model_init(struct sd_model *mod, const char *profile, const char *topolog
 	fill_event_costs(mod, tlb_entries);
 	mod->window_ps = (window_ns ? window_ns : SD_MODEL_WINDOW_DEFAULT_NS) * 1000u;
 	mod->quantum_ps = mod->window_ps / 2;
-	if ((err = calendars_init(mod))) {
+	if ((err = calendars_init(mod, nr_cpus))) {
 		sd_model_fini(mod);
 		return err;
 	}

@@ -458,6 +458,23 @@ TEST(ModelByHand, SaturatedLockSerialisesWhenEverySyncFallsInTheLock)
 	saturated_lock(500);
 }
 
+// Sixteen CPUs saturating a lock held 2 us a time keep a queue of holds
+// 16 x 2 us ahead of the slowest clock: the calendar must reach that far
+// (it did not at a 200 ns window, 16 us, and late acquirers overlapped
+// the wrapped holds).
+TEST(ModelByHand, SaturatedLockQueueFitsTheCalendar)
+{
+	constexpr double A = 2000, E = 200;
+	Profile p("pack:1 core:16 pu:1", {{"lock_acquire", A}, {"trap_entry", E}});
+	sd_model_info info = SD_MODEL_INFO_INIT;
+	ASSERT_NO_FATAL_FAILURE(locked_traps(p, 16, 200, &info));
+	const double busy = 16 * kLockedTraps * A;
+	std::printf("[model] 16 CPUs, 2 us holds: last CPU at %llu ns, the lock busy %.0f ns\n",
+		    (unsigned long long)info.clock_max_ns, busy);
+	EXPECT_GE((double)info.clock_max_ns, busy - 32) << "holds overlapped in modelled time";
+	EXPECT_LE((double)info.clock_max_ns, 1.15 * busy) << "gaps left in a saturated lock";
+}
+
 // Two CPUs take the locked trap-hook lock 1000 times each, entering each
 // trap in E; a hold is the acquisition A, plus the handoff K whenever the
 // CPU before it in modelled time was the other one. A FIFO lock alternates
