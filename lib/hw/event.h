@@ -103,6 +103,7 @@
 	X(DSB,                NONE,               UNTRACED, ONE) /* the flush's barrier */ \
 	X(SYSCALL_ENTER,      NONE,               UNTRACED, ONE)                \
 	X(SYSCALL_EXIT,       NONE,               UNTRACED, ONE)                \
+	X(VMA_CHANGE,         NONE,               UNTRACED, ONE) /* under the mm lock */ \
 	X(PTE_UPDATE,         NONE,               UNTRACED, ONE) /* arg PTEs */  \
 	X(PAGE_FREE,          NONE,               UNTRACED, ONE) /* arg frames */ \
 	/* arg enum sd_lock_kind, aux the struct sd_model_lock (0: the kind's) */ \

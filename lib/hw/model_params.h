@@ -53,6 +53,7 @@
 	X(PT_ALLOC,          "pt_alloc",          "allocating and linking one page table below the top level (__pte_alloc, __pmd_alloc, __pud_alloc)") \
 	X(PT_FREE,           "pt_free",           "unlinking and freeing one page table (free_pgtables, pte_free_tlb)") \
 	X(TLB_SCAN_ENTRY,    "tlb_scan_entry",    "per TLB entry (L1 + L2) scanned by a whole-ASID or whole-TLB invalidation, on top of local_flush_asid/local_flush_all (0 where the invalidation does not scan)") \
+	X(VMA_CHANGE,        "vma_change",        "the kernel's own work for a call that creates, removes or changes a mapping (mmap, munmap, mprotect: find_vma, the VMA split or merge, mprotect_fixup), under the mm's lock, apart from the PTE writes, frees and flushes charged on their own") \
 	X(LOCK_ACQUIRE,      "lock_acquire",      "acquiring and releasing a lock that is free, whoever held it last (an atomic read-modify-write and a release store); a handoff from another CPU adds lock_handoff") \
 	X(VCPU_PREEMPT_INTERVAL, "vcpu_preempt_interval", "a virtual machine's vCPUs: modelled time between two host preemptions of a vCPU, the same instants on every vCPU (0: not a virtual machine; optional, 0 when left out)") \
 	X(VCPU_PREEMPT,      "vcpu_preempt",      "a virtual machine's vCPUs: how long the host keeps a vCPU off its physical CPU at each preemption, a lock it holds held on (optional, 0 when left out)")

@@ -234,7 +234,9 @@ static int read_costs(struct json_object *costs, struct sd_model *mod)
 	}
 	for (i = 0; i < SD_MP_NR; i++)
 		if (!seen[i] && !param_optional(i))
-			return sd_fail(-EINVAL, "profile: costs has no '%s'", param_key[i]);
+			return sd_fail(-EINVAL, "profile: costs has no '%s' (a profile from an older "
+				       "release: add it with its source, or run sd-calibrate again for "
+				       "host and host-kernel)", param_key[i]);
 	if (seen[SD_MP_VCPU_PREEMPT] != seen[SD_MP_VCPU_PREEMPT_INTERVAL])
 		return sd_fail(-EINVAL, "profile: costs has one of 'vcpu_preempt' and "
 			       "'vcpu_preempt_interval' without the other");
@@ -420,6 +422,7 @@ static void fill_event_costs(struct sd_model *mod, unsigned tlb_entries)
 		{ SD_EV_TRAP_END, SD_MP_TRAP_EXIT },
 		{ SD_EV_SYSCALL_ENTER, SD_MP_SYSCALL_ENTRY },
 		{ SD_EV_SYSCALL_EXIT, SD_MP_SYSCALL_EXIT },
+		{ SD_EV_VMA_CHANGE, SD_MP_VMA_CHANGE },
 		{ SD_EV_MM_CREATE, SD_MP_MM_CREATE },
 		{ SD_EV_MM_DESTROY, SD_MP_MM_DESTROY },
 		{ SD_EV_PT_ALLOC, SD_MP_PT_ALLOC },

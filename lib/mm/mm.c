@@ -516,6 +516,8 @@ static int do_mmap(struct sd_cpu *c, struct sd_mm *mm, uint64_t va, uint64_t len
 	if (prot & ~(unsigned)(SD_PROT_READ | SD_PROT_WRITE))
 		return sd_fail(-EINVAL, "sd_mmap: unknown prot bits 0x%x", prot);
 	sd_mm_lock(c, mm);
+	/* The kernel's VMA work (vma_merge or a new VMA), under the lock. */
+	sd_event(c, SD_EV_VMA_CHANGE, 0, 0);
 	for_each_pte(mm, vpn, nr, leaf, slot) {
 		if (atomic_load_explicit(slot, memory_order_relaxed)) {
 			sd_mm_unlock(c, mm);
@@ -552,6 +554,8 @@ static int do_munmap(struct sd_cpu *c, struct sd_mm *mm, uint64_t va, uint64_t l
 	if (err)
 		return err;
 	sd_mm_lock(c, mm);
+	/* The kernel's VMA work (do_vmi_munmap: split, detach), under the lock. */
+	sd_event(c, SD_EV_VMA_CHANGE, 0, 0);
 	version = change_begin(c, mm, &g);
 	for_each_pte(mm, vpn, nr, leaf, slot) {
 		uint64_t old = atomic_load_explicit(slot, memory_order_relaxed);
@@ -635,6 +639,8 @@ static int do_mprotect(struct sd_cpu *c, struct sd_mm *mm, uint64_t va, uint64_t
 	if (prot & ~(unsigned)(SD_PROT_READ | SD_PROT_WRITE))
 		return sd_fail(-EINVAL, "sd_mprotect: unknown prot bits 0x%x", prot);
 	sd_mm_lock(c, mm);
+	/* The kernel's VMA work (mprotect_fixup: split, merge), under the lock. */
+	sd_event(c, SD_EV_VMA_CHANGE, 0, 0);
 	for_each_pte(mm, vpn, nr, leaf, slot)
 		mapped += !!(atomic_load_explicit(slot, memory_order_relaxed) & SD_PTE_VMA);
 	if (mapped != nr) {

@@ -502,6 +502,53 @@ TEST(ModelByHand, HandoffsAreChargedInModelledOrder)
 	EXPECT_LE((double)info.clock_max_ns, 1.01 * fifo) << "handoffs charged twice";
 }
 
+// ---- the kernel's own work for a mapping change ----
+
+// vma_change is charged once per sd_mmap, sd_munmap and sd_mprotect (not
+// madvise), and inside the mm lock: two CPUs changing one mm's mappings
+// serialise on it. One CPU: a map, ten mprotects, a madvise and an unmap
+// take 12 V. Two CPUs, a map and 100 mprotects each of their own page in
+// one mm: 202 V (about 101 V if it were charged outside the lock).
+static void vma_work_run(const Profile &p, unsigned cpus, sd_cpu_fn body, sd_model_info *info)
+{
+	Machine mach(modelled(cpus, "broadcast", p, 300));
+	ASSERT_NE(nullptr, mach.m);
+	sd_mm *mm = nullptr;
+	ASSERT_EQ(0, sd_mm_create(mach.m, &mm));
+	Watchdog w("VmaWork: a CPU stuck", 60);
+	ASSERT_EQ(0, sd_machine_run(mach.m, body, mm)) << sd_last_error();
+	ASSERT_EQ(0, sd_machine_model_info(mach.m, info));
+	EXPECT_EQ(0, sd_mm_destroy(mm));
+}
+
+TEST(ModelByHand, VmaWorkIsChargedUnderTheMmLock)
+{
+	constexpr double V = 1000;
+	Profile p("pack:1 core:2 pu:1", {{"vma_change", V}});
+	sd_model_info info = SD_MODEL_INFO_INIT;
+	ASSERT_NO_FATAL_FAILURE(vma_work_run(p, 1, [](sd_cpu *c, void *arg) {
+		auto *mm = static_cast<sd_mm *>(arg);
+
+		ASSERT_EQ(0, sd_mmap(c, mm, kPage, P, RW));
+		for (int i = 0; i < 10; i++)
+			ASSERT_EQ(0, sd_mprotect(c, mm, kPage, P, i % 2 ? RW : (unsigned)SD_PROT_READ));
+		ASSERT_EQ(0, sd_madvise_dontneed(c, mm, kPage, P));
+		ASSERT_EQ(0, sd_munmap(c, mm, kPage, P));
+	}, &info));
+	EXPECT_EQ((uint64_t)(12 * V), info.clock_max_ns);
+	ASSERT_NO_FATAL_FAILURE(vma_work_run(p, 2, [](sd_cpu *c, void *arg) {
+		auto *mm = static_cast<sd_mm *>(arg);
+		uint64_t va = kPage + sd_cpu_id(c) * P;
+
+		ASSERT_EQ(0, sd_mmap(c, mm, va, P, RW));
+		for (int i = 0; i < 100; i++)
+			ASSERT_EQ(0, sd_mprotect(c, mm, va, P, i % 2 ? RW : (unsigned)SD_PROT_READ));
+	}, &info));
+	std::printf("[model] vma work: two CPUs' map and 100 mprotects each took %llu ns, "
+		    "V = %.0f\n", (unsigned long long)info.clock_max_ns, V);
+	EXPECT_GE((double)info.clock_max_ns, 202 * V) << "vma_change charged outside the mm lock";
+}
+
 // ---- a virtual machine's vCPUs ----
 
 // The host preempts every vCPU at each multiple of I (10 us) for P (1 us).

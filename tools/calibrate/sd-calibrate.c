@@ -671,6 +671,8 @@ static int host_flush(void)
 	    "(checks, mm lock, range walk, flush bookkeeping)", mp1);
 	set(&host, P_SYSCALL_EXIT, call, "sd-calibrate --only flush: the other half (see "
 	    "syscall_entry)");
+	set(&host, P_VMA_CHANGE, 0, "0: the emulator keeps no VMAs; its mapping calls' own path "
+	    "is in syscall_entry and syscall_exit");
 	set(&host, P_PAGE_FREE, mds - mps, "sd-calibrate --only flush: per-page slope of "
 	    "sd_madvise_dontneed() of 1 -> 32 populated pages (%.1f -> %.1f ns) minus that of "
 	    "sd_mprotect() (the PTE write and flush both have)", md1, md32);
@@ -1520,6 +1522,9 @@ static int kern_flush(void)
 		return sys_fail("mmap");
 	bind_self(cal.pu0);
 	double one = madvise_ns(p, 1, true, false), none = madvise_ns(p, 1, false, false);
+	/* A page in the middle: each mprotect splits the VMA in three and
+	 * the one back merges it (the mprotect-threaded benchmark's case). */
+	double split = madvise_ns(p + 256 * 4096, 1, true, true);
 
 	fit_sizes(p, small, 5, false, &cs, &ss);
 	fit_sizes(p, large, 4, false, &cl, &sl);
@@ -1546,6 +1551,11 @@ static int kern_flush(void)
 	    "is local_flush_asid whatever the TLB's size");
 	set(&kern, P_PTE_UPDATE, psl, "sd-calibrate --only flush: per-page slope of mprotect(RW -> "
 	    "R) over 64-512 written pages (one full flush, so only the PTE writes grow)");
+	set(&kern, P_VMA_CHANGE, pos(split - sys - psl - (ss - sl)), "sd-calibrate --only flush: "
+	    "median mprotect(RW -> R) of one written page in the middle of a 512-page mapping "
+	    "(%.1f ns: the VMA split in three, merged back by the next call) minus getppid() "
+	    "(%.1f ns), one PTE write (pte_update) and one INVLPG (local_flush_range_page)",
+	    split, sys);
 	set(&kern, P_PAGE_FREE, sl - psl, "sd-calibrate --only flush: per-page slope of "
 	    "madvise(DONTNEED) over 64-512 pages (%.1f ns) minus that of mprotect (%.1f ns): the "
 	    "freeing of the page", sl, psl);
