@@ -8,7 +8,7 @@ import subprocess
 import sys
 import time
 
-from . import DEFAULT_BENCH, ROOT, names
+from . import DEFAULT_BENCH, ROOT, modelled, names
 from .fmt import fmt_rate, fmt_time, fmt_x, table
 from .results import load, med
 
@@ -370,6 +370,8 @@ def parse_args(argv, doc):
     ap.add_argument("--min-time", type=float, default=None)
     ap.add_argument("--filter", default=None, help="only benchmarks matching this regex")
     ap.add_argument("--no-plot", action="store_true")
+    ap.add_argument("--no-model", action="store_true",
+                    help="skip the modelled section (each patch on its machine's profile)")
     args = ap.parse_args(argv)
     if args.repetitions is None:
         args.repetitions = 1 if (args.quick or args.tiny) else 5
@@ -416,6 +418,12 @@ def main(argv=None, doc=__doc__):
     print("emulated CPU counts: %s (* = more CPUs than the %d PUs: oversubscribed)"
           % (", ".join("%d%s" % (n, "*" if n > pus else "") for n in cpus), pus), flush=True)
 
+    model_lines, model_res = [], {}
+    if not args.no_model:
+        model_res, model_s = modelled.run_all(args.bench, out_dir, tiny=args.tiny)
+        model_lines, model_rows = modelled.report(model_res, model_s)
+        modelled.write_json(os.path.join(out_dir, "modelled.json"), model_rows, model_s)
+
     bench_names = list_benchmarks(args, cpus)
     json_path = os.path.join(out_dir, "compare.json")
     load1 = os.getloadavg()[0]
@@ -437,7 +445,9 @@ def main(argv=None, doc=__doc__):
         "a busy loop got %s of a PU before and after"
         % ("?" if busy is None else "%.2f" % busy, load1,
            " and ".join("%.0f%%" % (100 * s) for s in verdict["cpu_share"]))], verdict)
-    text = "\n".join(out) + "\n"
+    text = "\n".join(model_lines + ([""] if model_lines else []) +
+                     ["== Measured: this host, emulated and native ==" if model_lines else ""] +
+                     out) + "\n"
     print(text)
     with open(os.path.join(out_dir, "compare.txt"), "w") as f:
         f.write(text)
@@ -450,7 +460,8 @@ def main(argv=None, doc=__doc__):
         if plot.returncode not in (0, 3):    # 3: matplotlib missing, said so
             status = 1
     if args.check:
-        bad = check(bench_names, res)
+        bad = check(bench_names, res) + (
+            [] if args.no_model else modelled.check(model_res, tiny=args.tiny))
         for b in bad:
             print("CHECK FAILED: " + b)
         print("check: %d benchmarks, %d problem(s)" % (len(bench_names), len(bad)))

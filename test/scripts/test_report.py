@@ -17,7 +17,7 @@ SCRIPTS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__)))), "scripts")
 sys.path.insert(0, SCRIPTS)
 
-from shootdown_report import ab, compare, model, names, ratios, reference, results  # noqa: E402
+from shootdown_report import ab, compare, model, modelled, names, ratios, reference, results  # noqa: E402,E501
 
 
 def bench(name, reps, time_unit="ns", **counters):
@@ -288,6 +288,62 @@ class Model(unittest.TestCase):
         rows = model.native(results.from_doc(doc))
         self.assertEqual(["pass", "miss"], [r[-1] for r in rows])
         self.assertEqual("0.70", rows[0][3])
+
+
+class Modelled(unittest.TestCase):
+    """compare's modelled section: rows beside the patches' figures, verdicts,
+    and the guard's checks (no time asserted)."""
+
+    @staticmethod
+    def res(entries):
+        doc = {"benchmarks": [Model.bench(n, 1000, m) for n, m in entries]}
+        return results.from_doc(doc)
+
+    def test_verdict_needs_half_the_gain_of_a_speedup(self):
+        self.assertEqual("within", modelled.verdict(1.3, 1.39, speedup=True))
+        self.assertTrue(modelled.verdict(1.02, 1.39, speedup=True).startswith("miss (gain"))
+        self.assertEqual("within", modelled.verdict(1.02, 1.39))
+        self.assertEqual("miss (+100%)", modelled.verdict(2.0, 1.0, speedup=True))
+        self.assertEqual("within", modelled.verdict(1.0, 1.0, speedup=True))
+        self.assertEqual("-", modelled.verdict(None, 1.0))
+
+    def test_invlpgb_rows_from_model_ns(self):
+        base = "tlb_flush2_threads/%s/cpus:36"
+        res = self.res([(base % "ipi/lru:global", 68000), (base % "ipi/lru:percpu", 50000),
+                        (base % "gbcast/lru:global", 68000), (base % "gbcast/lru:percpu", 31000)])
+        rows = modelled.rows_invlpgb(res, reference.load())
+        self.assertEqual("529k/s", rows[0][4])          # 36 threads / 68 us
+        self.assertEqual(["within"] * 4, [r[5] for r in rows])
+        self.assertEqual("1.36x", rows[1][4])
+
+    def test_mrs_rows_take_the_floor_at_64(self):
+        res = self.res([("trap_dispatch/locked/threads:1", 3.6e6),
+                        ("trap_dispatch/direct/threads:1", 3.1e6),
+                        ("trap_dispatch/locked/threads:64", 1.6e8),
+                        ("trap_dispatch/direct/threads:64", 3.1e6)])
+        rows = modelled.rows_mrs(res, reference.load())
+        self.assertEqual(2, len(rows))
+        self.assertEqual("within", rows[0][5])
+        self.assertTrue(rows[1][5].startswith("within (goal >= 50x)"), rows[1])
+
+    def test_check_names_missing_unmodelled_and_stale(self):
+        res = {"skip_broadcast": self.res([("mprotect_threaded/local/cpus:1", 100)]),
+               "mrs": self.res([("trap_dispatch/locked/threads:1", None)])}
+        doc = {"benchmarks": [dict(Model.bench("context_switch/ipi:cpumask=lazy/cpus:36", 10, 5),
+                                   violations=2)]}
+        res["lazy_cpumask"] = results.from_doc(doc)
+        bad = "\n".join(modelled.check(res))
+        self.assertIn("modelled invlpgb: no result", bad)
+        self.assertIn("trap_dispatch/locked/threads:1 has no model_ns", bad)
+        self.assertIn("served 2 stale translations", bad)
+        self.assertNotIn("mprotect_threaded/local/cpus:1", bad)
+
+    def test_report_lists_the_fitted_parameters(self):
+        lines, rows = modelled.report({}, 0)
+        text = "\n".join(lines)
+        self.assertIn("thunderx2-64-vm ipi_delivery: fitted", text)
+        self.assertTrue(all(len(r) == 6 for r in rows))
+
 
 if __name__ == "__main__":
     unittest.main()
