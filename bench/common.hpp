@@ -34,6 +34,7 @@ struct Options {
 	std::vector<unsigned> cpus;     // --sd_cpus=: its CPU counts
 	bool oracle = false;            // --sd_oracle=checked: every workload machine checked
 	uint64_t trap_reads = 1000000;  // --sd_trap_reads=: trap_dispatch's reads per thread
+	uint64_t iterations = 0;        // --sd_iterations=: fixed iterations (0: by min_time)
 	bool print_machine = false;     // --sd_machine: print the machine and exit
 	// Modelled time (<shootdown/model.h>): every workload machine gets
 	// these (make_config()); empty / 0 = the library's default.
@@ -75,7 +76,11 @@ void register_families(Set set);
 template <class F>
 benchmark::internal::Benchmark *reg(const std::string &name, F f)
 {
-	return benchmark::RegisterBenchmark(name.c_str(), f)->UseRealTime();
+	benchmark::internal::Benchmark *b = benchmark::RegisterBenchmark(name.c_str(), f);
+
+	if (g_opt.iterations)
+		b->Iterations((benchmark::IterationCount)g_opt.iterations);
+	return b->UseRealTime();
 }
 
 inline std::string cpus_tail(unsigned n)

@@ -129,6 +129,10 @@ void usage()
 		"  --sd_oracle=checked     run every workload machine with the oracle checking;\n"
 		"                          each then reports `violations`\n"
 		"  --sd_trap_reads=N       ID register reads per thread in trap_dispatch (10^6)\n"
+		"  --sd_iterations=N       run every benchmark exactly N iterations instead of\n"
+		"                          as many as fill --benchmark_min_time: the same work\n"
+		"                          in every run, for modelled time (trap_dispatch keeps\n"
+		"                          its own 2)\n"
 		"  --sd_machine            print the machine (hwloc, CPU, kernel, pinning) and exit\n"
 		"  --sd_profile=NAME|PATH  modelled time: every workload machine gets this machine\n"
 		"                          profile (a name as sd_profile_locate() finds it, or a\n"
@@ -176,6 +180,11 @@ bool parse_options(int *argc, char **argv)
 			char *end;
 			g_opt.trap_reads = strtoull(a + 16, &end, 10);
 			if (*end || !g_opt.trap_reads)
+				return false;
+		} else if (!strncmp(a, "--sd_iterations=", 16)) {
+			char *end;
+			g_opt.iterations = strtoull(a + 16, &end, 10);
+			if (*end || !g_opt.iterations || g_opt.iterations > 1000000000ull)
 				return false;
 		} else if (!strcmp(a, "--sd_machine")) {
 			g_opt.print_machine = true;
