@@ -45,6 +45,9 @@ inline uint64_t next_rand(uint64_t *s)
 // a CPU, the task it switched to frees its buffer page (madvise(DONTNEED),
 // a flush) and touches it again; the flush_every:N variants change that rate
 // (flush_every:0: never, as in hackbench itself, whose pipes flush nothing).
+// In modelled time each switch also pays its half of the message, the
+// sender's write or the receiver's read (message_half_ns()); the wakeup of a
+// sleeping receiver is not modelled.
 //
 // What lazy mode pays here: a flush IPIs every CPU of the mask that is in
 // the middle of a switch (LOADED_MM_SWITCHING, the CVE-2025-37964 rule),
@@ -69,6 +72,7 @@ struct alignas(64) CsTask {
 
 struct CsArg : RunArg {
 	unsigned groups = 0;
+	uint64_t message_ns = 0;                // modelled: half a message a switch
 	uint64_t flush_every = kCsFlushEvery;   // 0: never
 	std::unique_ptr<CsTask[]> tasks;
 	std::atomic<uint64_t> migrations{0};
@@ -127,6 +131,8 @@ void context_switch_body(sd_cpu *c, void *p)
 		if (!err)
 			err = sd_access(c, kRegion + (1 + (i >> 1) % (kCsPages - 1)) * SD_PAGE_SIZE,
 					SD_READ, nullptr);
+		if (!err && r->message_ns)
+			err = sd_cpu_work(c, r->message_ns);
 		if (!err && r->flush_every && (i + 1) % r->flush_every == 0) {
 			err = sd_madvise_dontneed(c, mm, kRegion, SD_PAGE_SIZE);
 			if (!err)
@@ -139,6 +145,21 @@ void context_switch_body(sd_cpu *c, void *p)
 	r->migrations.fetch_add(migrations, std::memory_order_relaxed);
 	r->claim_misses.fetch_add(misses, std::memory_order_relaxed);
 	note_error(r, err ? err : serr);
+}
+
+// In modelled time, the pipe: a sender's write or a receiver's read on each
+// switch, its system call's entry and exit and half of the profile's
+// pipe_message (the two calls' bodies and the copy). A profile without
+// pipe_message (the host's own, which times the emulator, not a kernel)
+// models no message, so the switch alone is charged as before.
+uint64_t message_half_ns(const sd_machine *m)
+{
+	double msg = sd_model_cost_ns(m, "pipe_message");
+
+	if (msg <= 0)
+		return 0;
+	return (uint64_t)(sd_model_cost_ns(m, "syscall_entry") +
+			  sd_model_cost_ns(m, "syscall_exit") + msg / 2 + 0.5);
 }
 
 void BM_context_switch(State &st, const char *strategy, unsigned cpus,
@@ -156,12 +177,14 @@ void BM_context_switch(State &st, const char *strategy, unsigned cpus,
 		return;
 	arg.groups = groups;
 	arg.flush_every = flush_every;
+	arg.message_ns = message_half_ns(rm.m());
 	arg.tasks.reset(new CsTask[tasks]);
 	RunTimes times;
 	if (!run_batches(st, rm, context_switch_body, kCsBatch, "context_switch run", &d, &arg,
 			 &times))
 		return;
 	st.counters["pu_share"] = times.pu_share;
+	st.counters["message_ns_per_switch"] = (double)arg.message_ns;
 	// Every run ends with one switch to no mm per CPU: not a task switch.
 	const uint64_t switches = d.counter[SD_STAT_CTX_SWITCH];
 	report_ipi_common(st, d);

@@ -204,10 +204,12 @@ static int read_dist_table(struct json_object *o, const char *name, double out[S
 	return 0;
 }
 
-/* A virtual machine's parameters: absent means not a virtual machine. */
+/* A virtual machine's parameters (absent: not a virtual machine) and a
+ * workload's own message cost (absent: 0), which the library never charges. */
 static bool param_optional(int i)
 {
-	return i == SD_MP_VCPU_PREEMPT_INTERVAL || i == SD_MP_VCPU_PREEMPT;
+	return i == SD_MP_VCPU_PREEMPT_INTERVAL || i == SD_MP_VCPU_PREEMPT ||
+	       i == SD_MP_PIPE_MESSAGE;
 }
 
 static int read_costs(struct json_object *costs, struct sd_model *mod)

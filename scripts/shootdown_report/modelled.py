@@ -202,10 +202,29 @@ def report(res, seconds):
     return out, rows
 
 
+def profile_costs(name):
+    with open(os.path.join(ROOT, "profiles", name + ".json")) as f:
+        return {k: v["ns"] for k, v in json.load(f)["costs"].items() if "ns" in v}
+
+
+def message_ns(costs):
+    """What context_switch charges a switch for its half of a pipe message
+    (bench/context_switch.cpp, message_half_ns())."""
+    msg = costs.get("pipe_message", 0)
+    return 0 if msg <= 0 else int(costs["syscall_entry"] + costs["syscall_exit"] + msg / 2 + 0.5)
+
+
 def check(res, tiny=False):
     """What is wrong whatever the numbers: a workload missing, not modelled,
-    or serving a stale translation (the oracle checks in --tiny runs)."""
+    serving a stale translation (the oracle checks in --tiny runs), or
+    hackbench's shape not charged its messages."""
     bad = []
+    want = message_ns(profile_costs("milan-36"))
+    for name, r in res.get("lazy_cpumask", {}).items():
+        got = med(r, "message_ns_per_switch")
+        if r["real_ns"] and got != want:
+            bad.append("modelled lazy_cpumask: %s charged %s ns a switch for its message, "
+                       "not %d" % (name, got, want))
     for run in RUNS:
         got = res.get(run["key"], {})
         pattern = re.compile(run["tiny"] if tiny else run["filter"])
