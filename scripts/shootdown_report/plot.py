@@ -4,7 +4,7 @@ import argparse
 import os
 import sys
 
-from . import names
+from . import names, reference
 from .results import load, med
 
 RATE_WORKLOADS = {"tlb_flush2_threads": "loops_per_s", "tlb_flush2_processes": "loops_per_s"}
@@ -191,6 +191,53 @@ def plot_range(plt, res, out_dir):
     return save(plt, fig, out_dir, "range_ops.png")
 
 
+# The modelled section's two colours, the same in both panels.
+OURS, PATCH = "tab:blue", "tab:orange"
+
+
+def modelled_ratios(res, top, bottom, key, counts):
+    """[(n, model_ns(top) / model_ns(bottom))] at the counts both ran."""
+    out = []
+    for n in counts:
+        a = med(res.get(top % (key, n)), "model_ns")
+        b = med(res.get(bottom % (key, n)), "model_ns")
+        if a and b:
+            out.append((n, a / b))
+    return out
+
+
+def plot_modelled(plt, out_dir):
+    """modelled.png: each patch's speedup in modelled time on its machine's
+    profile against the patch's own figures (compare's modelled section,
+    modelled-<patch>.json beside the comparison's JSON); None if absent."""
+    paths = {k: os.path.join(out_dir, "modelled-%s.json" % k) for k in ("mrs", "skip_broadcast")}
+    if not all(os.path.exists(p) for p in paths.values()):
+        return None
+    ref = reference.load()
+    mrs, skip = load(paths["mrs"])[1], load(paths["skip_broadcast"])[1]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.5))
+    trap = reference.by_count(ref["trap_dispatch"])
+    ours = modelled_ratios(mrs, "trap_dispatch/locked/%s:%d", "trap_dispatch/direct/%s:%d",
+                           "threads", (1, 2, 4, 8, 16, 32, 64))
+    theirs = [(n, v[0] / v[2]) for n, v in sorted(trap.items())]
+    for ax, pts, title, xlabel, fig_pts in (
+            (left, ours, "arm64 MRS emulation, thunderx2-64-vm", "threads", theirs),
+            (right, modelled_ratios(skip, "mprotect_threaded/broadcast/%s:%d",
+                                    "mprotect_threaded/local/%s:%d", "cpus",
+                                    (1, 2, 4, 8, 16, 32)),
+             "arm64 skip TLBI broadcast, ampere-emag-32", "CPUs",
+             [(int(n), v[0] / v[1]) for n, v in ref["mprotect_threaded"]["cpus"].items()])):
+        log_axes(ax, xlabel, "speedup, before / after (higher is better for the patch)")
+        if pts:
+            ax.plot([x for x, _ in pts], [y for _, y in pts], "-o", color=OURS,
+                    label="modelled here")
+        ax.plot([x for x, _ in fig_pts], [y for _, y in fig_pts], "--s", color=PATCH,
+                markerfacecolor="none", label="the patch's figure")
+        ax.set_title(title, fontsize=10)
+        ax.legend(fontsize=8)
+    return save(plt, fig, out_dir, "modelled.png")
+
+
 def import_pyplot():
     """matplotlib.pyplot, or None when it is not installed."""
     try:
@@ -228,7 +275,8 @@ def main(argv=None):
         if w == "trap_dispatch" or len({n for pts in strategies.values() for n, _, _ in pts}) < 2:
             continue
         made.append(plot_scaling(plt, w, strategies, out_dir))
-    made += [p for p in (plot_trap(plt, res, out_dir), plot_range(plt, res, out_dir)) if p]
+    made += [p for p in (plot_trap(plt, res, out_dir), plot_range(plt, res, out_dir),
+                         plot_modelled(plt, out_dir)) if p]
     for p in made:
         print("plot: wrote %s" % p)
     return 0 if made else 1

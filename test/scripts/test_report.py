@@ -256,6 +256,25 @@ class Plot(unittest.TestCase):
         self.assertEqual(p.returncode, 3, p.stdout + p.stderr)
         self.assertIn("matplotlib is not installed", p.stdout)
 
+    def test_modelled_ratios_and_plot(self):
+        from shootdown_report import plot
+        doc = {"benchmarks": [Model.bench("trap_dispatch/locked/threads:1", 10, 330),
+                              Model.bench("trap_dispatch/direct/threads:1", 10, 300),
+                              Model.bench("trap_dispatch/locked/threads:2", 10, 600)]}
+        res = results.from_doc(doc)
+        self.assertEqual([(1, 1.1)], [(n, round(v, 3)) for n, v in plot.modelled_ratios(
+            res, "trap_dispatch/locked/%s:%d", "trap_dispatch/direct/%s:%d", "threads", (1, 2))])
+        plt = plot.import_pyplot()
+        if plt is None:
+            self.skipTest("matplotlib not installed")
+        with tempfile.TemporaryDirectory() as tmp:
+            self.assertIsNone(plot.plot_modelled(plt, tmp))      # no modelled runs there
+            import json
+            for key in ("mrs", "skip_broadcast"):
+                with open(os.path.join(tmp, "modelled-%s.json" % key), "w") as f:
+                    json.dump(doc, f)
+            self.assertTrue(os.path.exists(plot.plot_modelled(plt, tmp)))
+
 
 
 class Model(unittest.TestCase):
