@@ -138,7 +138,7 @@ void usage()
 		"                          profile (a name as sd_profile_locate() finds it, or a\n"
 		"                          .json path) and reports model_ns, model_slowdown and\n"
 		"                          model_window_waits; \"host\" runs sd-calibrate if there\n"
-		"                          is no host profile yet\n"
+		"                          is no host profile yet, or an older release's\n"
 		"  --sd_model_topology=STR the modelled topology (hwloc synthetic string) instead\n"
 		"                          of the profile's, e.g. 'pack:2 core:32 pu:1'\n"
 		"  --sd_model_window=NS    lax-synchronisation window in modelled ns (default 2000)\n");
@@ -254,17 +254,41 @@ std::string find_calibrator()
 	return "";
 }
 
-// --sd_profile: check it can be found before any benchmark runs. "host"
-// with no host profile yet runs the calibrator once, which writes it
+// Does the profile load (a 1-CPU machine with it, created and destroyed)?
+// The reason is in sd_last_error() if not.
+bool profile_loads()
+{
+	sd_machine_config cfg = make_config(1, SD_ORACLE_OFF, "broadcast", SD_LRU_PERCPU);
+	sd_machine *m = nullptr;
+
+	if (sd_machine_create(&cfg, &m))
+		return false;
+	sd_machine_destroy(m);
+	return true;
+}
+
+// --sd_profile: check it can be found and loaded before any benchmark runs.
+// "host" with no host profile yet, or one an older sd-calibrate wrote (a
+// parameter missing), runs the calibrator once, which writes it
 // ($SD_PROFILE_DIR, else the user's profiles directory). False after saying
 // why on stderr.
 bool locate_profile()
 {
 	char path[PATH_MAX];
+	const char *why = "no 'host' profile yet";
 
-	if (g_opt.profile.empty() || !sd_profile_locate(g_opt.profile.c_str(), path, sizeof(path)))
+	if (g_opt.profile.empty())
 		return true;
-	if (g_opt.profile != "host") {
+	if (!sd_profile_locate(g_opt.profile.c_str(), path, sizeof(path))) {
+		if (profile_loads())
+			return true;
+		if (g_opt.profile != "host" || !strstr(sd_last_error(), "older release")) {
+			fprintf(stderr, "shootdown-bench: --sd_profile=%s: %s\n",
+				g_opt.profile.c_str(), sd_last_error());
+			return false;
+		}
+		why = "the 'host' profile is from an older release";
+	} else if (g_opt.profile != "host") {
 		fprintf(stderr, "shootdown-bench: --sd_profile=%s: %s\n", g_opt.profile.c_str(),
 			sd_last_error());
 		return false;
@@ -276,7 +300,7 @@ bool locate_profile()
 			sd_last_error());
 		return false;
 	}
-	fprintf(stderr, "shootdown-bench: no 'host' profile yet; running sd-calibrate (about 15 s)\n");
+	fprintf(stderr, "shootdown-bench: %s; running sd-calibrate (about 25 s)\n", why);
 	fflush(stderr);
 	pid_t pid;
 	char *args[] = { const_cast<char *>(cal.c_str()), nullptr };
@@ -300,7 +324,9 @@ bool locate_profile()
 		return false;
 	}
 	if (!sd_profile_locate("host", path, sizeof(path)))
-		return true;
+		return profile_loads() ||
+		       (fprintf(stderr, "shootdown-bench: the new 'host' profile does not load: %s\n",
+				sd_last_error()), false);
 	// $SD_PROFILE_DIR is where sd-calibrate wrote, but not where
 	// sd_profile_locate() looks (that is SD_PROFILE_PATH): use the file.
 	const char *dir = getenv("SD_PROFILE_DIR");
