@@ -323,10 +323,13 @@ bool locate_profile()
 			WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
 		return false;
 	}
-	if (!sd_profile_locate("host", path, sizeof(path)))
-		return profile_loads() ||
-		       (fprintf(stderr, "shootdown-bench: the new 'host' profile does not load: %s\n",
-				sd_last_error()), false);
+	if (!sd_profile_locate("host", path, sizeof(path))) {
+		if (profile_loads())
+			return true;
+		fprintf(stderr, "shootdown-bench: the new 'host' profile does not load: %s\n",
+			sd_last_error());
+		return false;
+	}
 	// $SD_PROFILE_DIR is where sd-calibrate wrote, but not where
 	// sd_profile_locate() looks (that is SD_PROFILE_PATH): use the file.
 	const char *dir = getenv("SD_PROFILE_DIR");

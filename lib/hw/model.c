@@ -177,6 +177,16 @@ static uint64_t latest_attached(const struct sd_cpu *c)
 	return max;
 }
 
+/* One more on a counter of the CPU's public line that only the CPU itself
+ * writes: a plain load and store, no read-modify-write, since no other
+ * writer can race it; relaxed, as its readers (stats snapshots,
+ * sd_machine_model_info()) only sum it. */
+static inline void own_inc(SD_ATOMIC(uint64_t) *v)
+{
+	atomic_store_explicit(v, atomic_load_explicit(v, memory_order_relaxed) + 1,
+			      memory_order_relaxed);
+}
+
 /* The host's first preemption of this vCPU after its clock: the same
  * instants on every vCPU, as the host's ticks are unless skew_tick=1
  * (kernel/time/tick-sched.c). */
@@ -328,11 +338,7 @@ static uint64_t window_wait(struct sd_cpu *c, uint64_t min)
 	struct sd_backoff b = SD_BACKOFF_INIT;
 	unsigned who;
 
-	/* Owner-written: a plain add, read by stats snapshots. */
-	atomic_store_explicit(&c->model_pub.window_waits,
-			      atomic_load_explicit(&c->model_pub.window_waits,
-						   memory_order_relaxed) + 1,
-			      memory_order_relaxed);
+	own_inc(&c->model_pub.window_waits);
 	do {
 		window_backoff(c, &b);
 		who = slowest_running(c, &min);
@@ -352,16 +358,9 @@ static void vcpu_preempt(struct sd_cpu *c)
 {
 	c->model.clock_ps += c->m->model.param_ps[SD_MP_VCPU_PREEMPT];
 	next_preempt(c);
-	/* Owner-written: plain adds, read by sd_machine_model_info(). */
-	atomic_store_explicit(&c->model_pub.preemptions,
-			      atomic_load_explicit(&c->model_pub.preemptions,
-						   memory_order_relaxed) + 1,
-			      memory_order_relaxed);
+	own_inc(&c->model_pub.preemptions);
 	if (c->model.locks_held)
-		atomic_store_explicit(&c->model_pub.preemptions_locked,
-				      atomic_load_explicit(&c->model_pub.preemptions_locked,
-							   memory_order_relaxed) + 1,
-				      memory_order_relaxed);
+		own_inc(&c->model_pub.preemptions_locked);
 }
 
 /* The next synchronisation point: a quantum on, or sooner where the
