@@ -50,7 +50,8 @@ namespace {
 // takes the lruvec lock in vanilla; SD_LRU_PERCPU is the INVLPGB series'
 // lru_add_drain removal.
 // Besides that lock and the flush, the threads of one mm share its lock
-// (mm->lock, taken by each fault and each madvise) and its tlb_gen line.
+// mmap_lock (read: each madvise, and each fault as the per-VMA lock; write:
+// the munmap and mmap of each pass) and its tlb_gen line.
 constexpr uint64_t kTf2Pages = 256;
 constexpr uint64_t kTf2Batch = 1024;
 

@@ -6,7 +6,7 @@
  *
  * An address space (mm) has a 4-level radix page table over a 48-bit virtual
  * address space with 4 KiB pages, in shared memory. A mapping change edits
- * PTEs under the mm's lock, asks the machine's strategy to flush the changed
+ * PTEs under the mm's locks, asks the machine's strategy to flush the changed
  * range with the calling CPU as initiator, then returns: when it returns, no
  * access that starts afterwards, on any CPU, is served by a translation of
  * the range older than the PTE state the call saw, including changes made by

@@ -40,6 +40,8 @@ enum sd_order_point {
 	SD_ORDER_CHANGE_FLUSH,   /* mm layer: a mapping change (PTEs edited,
 				  * unlocked) or a TLB batch flush is about to
 				  * call the strategy's flush */
+	SD_ORDER_RECLAIM_ZAPPED, /* sd_reclaim(): its zap done, every split lock
+				  * dropped, the mmap_lock still held for read */
 	SD_ORDER_TRACE_CLAIMED,  /* trace ring: a slot claimed, not yet filled
 				  * (test_trace records from here, as the
 				  * CPU's own IPI handler may) */

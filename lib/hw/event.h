@@ -103,7 +103,7 @@
 	X(DSB,                NONE,               UNTRACED, ONE) /* the flush's barrier */ \
 	X(SYSCALL_ENTER,      NONE,               UNTRACED, ONE)                \
 	X(SYSCALL_EXIT,       NONE,               UNTRACED, ONE)                \
-	X(VMA_CHANGE,         NONE,               UNTRACED, ONE) /* under the mm lock */ \
+	X(VMA_CHANGE,         NONE,               UNTRACED, ONE) /* under the mmap_lock */ \
 	X(PTE_UPDATE,         NONE,               UNTRACED, ONE) /* arg PTEs */  \
 	X(PAGE_FREE,          NONE,               UNTRACED, ONE) /* arg frames */ \
 	/* arg enum sd_lock_kind, aux the struct sd_model_lock (0: the kind's) */ \
@@ -167,9 +167,12 @@ enum sd_lock_kind {
 	SD_LOCK_DVM,            /* broadcast: the interconnect's TLBI serialisation */
 	SD_LOCK_LRU,            /* lru=global: the lruvec lock of release_pages() */
 	SD_LOCK_GLOBAL_ASID,    /* gbcast: global_asid_lock */
-	SD_LOCK_MM,             /* an mm's mmap_lock and page-table lock (per mm) */
+	SD_LOCK_MM,             /* an mm's mmap_lock, held for write (aux its rwsem) */
 	SD_LOCK_TRAP,           /* trap dispatch, locked: the hook-list lock */
 	SD_LOCK_ASID,           /* arm64: cpu_asid_lock of the ASID allocator */
+	SD_LOCK_MM_READ,        /* an mm's mmap_lock, held for read (aux its rwsem) */
+	SD_LOCK_MM_VMA,         /* read, charged as the per-VMA lock of a fault */
+	SD_LOCK_PTL,            /* a leaf page table's split lock (aux its model) */
 	SD_LOCK_KIND_NR
 };
 

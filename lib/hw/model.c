@@ -439,10 +439,11 @@ static void charge_broadcast(struct sd_cpu *c, uint64_t issue_ps, uint64_t targe
 	*done_ps = max_u64(*done_ps, start + occ + completion_ps);
 }
 
-/* The first gap of the lock's recent hold time at or after @t; the CPU
- * that held it last before that gap in @prev (left as it is if none is
- * remembered). */
-static uint64_t lock_gap(const struct sd_model_lock *l, uint64_t t, uint32_t *prev)
+/* The first gap of @need ps among the lock's remembered holds at or after
+ * @t; the CPU that held it last before that gap in @prev (left as it is if
+ * none is remembered). Holds may overlap (an rwsem's readers): sorted by
+ * start, each one that reaches into the gap moves it past its end. */
+static uint64_t gap_of(const struct sd_model_lock *l, uint64_t t, uint64_t need, uint32_t *prev)
 {
 	uint64_t start = t;
 
@@ -451,12 +452,18 @@ static uint64_t lock_gap(const struct sd_model_lock *l, uint64_t t, uint32_t *pr
 			*prev = l->busy[i].cpu;
 			continue;
 		}
-		if (l->busy[i].start_ps >= start + l->hold_ps)
+		if (l->busy[i].start_ps >= start + need)
 			break;
 		start = l->busy[i].end_ps;
 		*prev = l->busy[i].cpu;
 	}
 	return start;
+}
+
+/* The first gap of the lock's recent hold time at or after @t. */
+static uint64_t lock_gap(const struct sd_model_lock *l, uint64_t t, uint32_t *prev)
+{
+	return gap_of(l, t, l->hold_ps, prev);
 }
 
 /*
@@ -550,6 +557,81 @@ static void cal_record(struct sd_model_calendar *cal, uint64_t start, uint64_t l
 	}
 }
 
+/* The count's line moves to @c for a down or an up (an atomic RMW), after
+ * the moves before it: lock_handoff at the distance from its last owner. */
+static void charge_count(struct sd_cpu *c, struct sd_model_rwsem *rw)
+{
+	struct sd_model *mod = &c->m->model;
+
+	if (rw->count_owner != UINT32_MAX && rw->count_owner != c->id) {
+		uint64_t cost = dist_cost(mod, SD_MDP_LOCK_HANDOFF, rw->count_owner, c->id);
+		c->model.clock_ps = reserve(&rw->count_free_ps, c->model.clock_ps, cost) + cost;
+	}
+	rw->count_owner = c->id;
+}
+
+/* The first time at or after @t with a gap of @need in both histories:
+ * each search can only move the start later, and each move passes a
+ * remembered hold, so it ends within their number of rounds. */
+static uint64_t rwsem_write_gap(const struct sd_model_rwsem *rw, uint64_t t, uint64_t need)
+{
+	uint32_t prev;
+
+	for (unsigned round = 0; round <= 2 * SD_MODEL_LOCK_SLOTS; round++) {
+		uint64_t after_w = gap_of(&rw->writers, t, need, &prev);
+		uint64_t after_r = gap_of(&rw->readers, after_w, need, &prev);
+
+		if (after_r == t)
+			break;
+		t = after_r;
+	}
+	return t;
+}
+
+/*
+ * down_read() / down_write() and their ups on an mm's mmap_lock (struct
+ * sd_model_rwsem). Taken under the real rwlock, and @rw->lock orders the
+ * modelled state among the readers that share it. A CPU holds at most one
+ * read hold at a time (the library never nests them): its start is kept
+ * in the CPU's own state.
+ */
+static void charge_rwsem(struct sd_cpu *c, uint64_t kind, struct sd_model_rwsem *rw, bool acquire)
+{
+	struct sd_model *mod = &c->m->model;
+	bool write = kind == SD_LOCK_MM, vma = kind == SD_LOCK_MM_VMA;
+
+	sd_spin_lock(&rw->lock);
+	if (!acquire) {
+		if (!vma)
+			charge_count(c, rw);
+		if (write)
+			lock_record(&rw->writers, rw->writers.cur_start_ps,
+				    max_u64(c->model.clock_ps, rw->writers.cur_start_ps), c->id);
+		else
+			lock_record(&rw->readers, c->model.read_start_ps,
+				    max_u64(c->model.clock_ps, c->model.read_start_ps), c->id);
+		sd_spin_unlock(&rw->lock);
+		c->model.locks_held--;
+		return;
+	}
+	/* The RMW that takes the lock comes once it is free (a waiter's
+	 * spin ends at the release), as charge_lock() adds the handoff
+	 * after the gap. */
+	uint32_t prev = UINT32_MAX;
+	uint64_t t = write ? rwsem_write_gap(rw, c->model.clock_ps, rw->writers.hold_ps)
+			   : gap_of(&rw->writers, c->model.clock_ps, rw->readers.hold_ps, &prev);
+	if (write)
+		rw->writers.cur_start_ps = t;
+	else
+		c->model.read_start_ps = t;
+	c->model.clock_ps = t;
+	if (!vma)
+		charge_count(c, rw);
+	sd_spin_unlock(&rw->lock);
+	c->model.clock_ps += mod->param_ps[SD_MP_LOCK_ACQUIRE];
+	c->model.locks_held++;
+}
+
 static void charge_lock(struct sd_cpu *c, uint64_t kind, uint64_t aux, bool acquire)
 {
 	struct sd_model *mod = &c->m->model;
@@ -559,6 +641,10 @@ static void charge_lock(struct sd_cpu *c, uint64_t kind, uint64_t aux, bool acqu
 	/* The DVM lock is the interconnect, modelled as a resource. */
 	if (kind == SD_LOCK_DVM)
 		return;
+	if (kind == SD_LOCK_MM || kind == SD_LOCK_MM_READ || kind == SD_LOCK_MM_VMA) {
+		charge_rwsem(c, kind, (struct sd_model_rwsem *)(uintptr_t)aux, acquire);
+		return;
+	}
 	if (!acquire) {
 		uint64_t end = max_u64(c->model.clock_ps, l->cur_start_ps);
 

@@ -86,6 +86,7 @@ struct sd_cpu_model {
 	uint64_t invlpgb_done_ps;      /* this CPU's INVLPGBs all done (TLBSYNC) */
 	unsigned ipi_posts;            /* IPIs posted since the last wait */
 	unsigned locks_held;           /* modelled locks held: no window wait */
+	uint64_t read_start_ps;        /* the start of this CPU's mmap_lock read hold */
 	bool sync_deferred;            /* a sync fell in a section: retry at its end */
 	unsigned irq_batch;            /* inside ipi_run_batch(): entry charged */
 	uint64_t seen_min_ps;          /* the slowest running clock last seen */
@@ -135,8 +136,34 @@ struct sd_model_lock {
 
 #define SD_MODEL_LOCK_INIT { .last_cpu = 0xffffffffu }
 
+/*
+ * An mm's mmap_lock in modelled time: a reader-writer semaphore. Readers
+ * share the real lock, so the modelled state has a lock of its own
+ * (@lock, taken only when modelling, never waited on for long: every use
+ * is a few dozen instructions). Write holds and read holds are two
+ * histories. A reader starts at the first gap in the write holds at or
+ * after its time, a writer at the first gap in both. A down or up of the
+ * kernel's rwsem is an atomic RMW of its count: the count's line moves to
+ * the acquirer (lock_handoff at the distance from its last owner), and
+ * those moves serialise (@count_free_ps). A fault is charged as the
+ * kernel's per-VMA lock (lock_vma_under_rcu(), Linux 6.4 on): no count
+ * transfer, but it waits for a writer's hold as vma_start_write() makes
+ * it. Read holds beyond the history are forgotten, as in lock_record().
+ */
+struct sd_model_rwsem {
+	struct sd_spinlock lock;
+	uint32_t count_owner;          /* the CPU whose RMW of the count was last */
+	SD_ATOMIC(uint64_t) count_free_ps;
+	struct sd_model_lock writers;
+	struct sd_model_lock readers;
+};
+
+#define SD_MODEL_RWSEM_INIT                                                           \
+	{ .count_owner = 0xffffffffu, .writers = SD_MODEL_LOCK_INIT,                    \
+	  .readers = SD_MODEL_LOCK_INIT }
+
 /* At least enum sd_lock_kind's SD_LOCK_KIND_NR (model.c checks). */
-#define SD_MODEL_LOCK_KINDS 8
+#define SD_MODEL_LOCK_KINDS 10
 
 /* A hot cache line the algorithms fight over (mm_cpumask, tlb_gen, active
  * counts, IPI queue heads). */

@@ -17,7 +17,8 @@
  * The stale-translation oracle (invariants (docs/invariants.md) 1 and 3), checked mode only.
  *
  * Versions come from one machine-wide clock, taken once per mapping change
- * under the mm's lock, so versions grow along each page's history. The floor
+ * under the mm's mmap_lock before its edits (a fault's under its split lock),
+ * so a present PTE's version is newer than that of every change before it. The floor
  * of a page (the oldest version still allowed to serve an access) lives in
  * a sparse per-mm radix that is never shrunk while the mm lives, so it
  * survives the page-table pages it describes being freed.
@@ -94,8 +95,9 @@ int sd_oracle_floor_touch(struct sd_oracle_floor *f, uint64_t vpn);
  * floor of every page of [vpn, vpn + nr) that has a slot, skipping absent
  * nodes whole, so a huge sparse range costs what was ever present in it.
  * Called once the change's flush is done, with the version the change took
- * under the mm lock: every PTE of the range was, under that lock, either
- * rewritten at @version or not present, so any cached translation older
+ * before its edits: every PTE of the range was then, under its table's
+ * split lock, either rewritten at @version or not present (or filled since,
+ * at a newer version), so any cached translation older
  * than @version is stale, whichever call (this one or a concurrent one
  * whose flush is still in flight) made it so.
  */

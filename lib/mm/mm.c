@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Address spaces: mapping changes, the access path and context switches.
- * A change edits PTEs under mm->lock, drops it, asks the strategy to flush
+ * A change edits PTEs under the mm's mmap_lock (for write, or for read
+ * with each leaf table's split lock), drops it, asks the strategy to flush
  * (the initiator is the calling CPU), raises the oracle floors, and only then
  * frees frames and (after a grace period) page-table pages: the mmu_gather
  * order of zap, flush, free.
@@ -48,8 +49,21 @@ int sd_mm_create(struct sd_machine *m, struct sd_mm **out)
 		free(mm);
 		return err;
 	}
-	pthread_mutex_init(&mm->lock, NULL);
-	mm->lock_model = (struct sd_model_lock)SD_MODEL_LOCK_INIT;
+	/* rw_semaphore: a reader that comes while a writer waits queues
+	 * behind it, so mprotect() is not starved by a stream of faults. */
+	pthread_rwlockattr_t attr;
+	pthread_rwlockattr_init(&attr);
+	pthread_rwlockattr_setkind_np(&attr, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+	err = pthread_rwlock_init(&mm->mmap_lock, &attr);
+	pthread_rwlockattr_destroy(&attr);
+	if (err) {
+		m->ops->mm_fini(m, mm, mm->strategy);
+		sd_oracle_floor_fini(&mm->floor);
+		sd_pt_free(mm->pgd);
+		free(mm);
+		return sd_fail(-err, "sd_mm_create: pthread_rwlock_init failed");
+	}
+	mm->mmap_model = (struct sd_model_rwsem)SD_MODEL_RWSEM_INIT;
 	atomic_init(&mm->batch_pending, 0);
 	atomic_init(&mm->flush_pending, 0);
 	mm->id = atomic_fetch_add(&m->next_mm_id, 1) + 1;
@@ -227,7 +241,7 @@ int sd_mm_destroy(struct sd_mm *mm)
 		sd_event(self, SD_EV_MM_DESTROY, 0, 0);
 	}
 	sd_oracle_floor_fini(&mm->floor);
-	pthread_mutex_destroy(&mm->lock);
+	pthread_rwlock_destroy(&mm->mmap_lock);
 	free(mm);
 	atomic_fetch_sub(&m->nr_mms, 1);
 	return 0;
@@ -311,11 +325,13 @@ struct gather {
 };
 
 /*
- * inc_tlb_flush_pending(): under the mm lock, before the PTE edits. A change
- * that takes the lock after ours and finds our count learns that PTEs it
- * sees may still be cached under their old values. Relaxed: the mm lock
- * (our unlock's release, the next locker's acquire) orders it before any
- * read of the count that can matter, all of which are under the lock.
+ * inc_tlb_flush_pending(): under the mmap_lock, before the PTE edits. A
+ * change that edits a PTE after ours and finds our count learns that PTEs
+ * it sees may still be cached under their old values. Relaxed: the lock
+ * that orders the two edits (the split lock of the PTE's table, or the
+ * mmap_lock between a writer and anyone else: our unlock's release, the
+ * next locker's acquire) orders it before any read of the count that can
+ * matter, all of which follow such an acquire.
  */
 static void flush_pending_inc(struct sd_mm *mm)
 {
@@ -323,8 +339,8 @@ static void flush_pending_inc(struct sd_mm *mm)
 }
 
 /*
- * mm_tlb_flush_nested(): under the mm lock, after our own edits. Another
- * change counted (it edited before us and has not finished its flush): the
+ * mm_tlb_flush_nested(): after our own edits, still under the mmap_lock.
+ * Another change counted (it edited before us and has not finished its flush): the
  * PTEs we found already changed may still be cached, so we must flush our
  * range even if we changed nothing. Acquire pairs with the release in
  * flush_pending_dec(): a change whose decrement we saw had finished its
@@ -342,28 +358,66 @@ static void flush_pending_dec(struct sd_mm *mm)
 }
 
 /*
- * flush_tlb_batched_pending(): read under the mm lock. A reclaim that zapped
- * PTEs of this mm and deferred its flush into a batch counted itself before
- * unlocking, so a change that follows sees it and flushes the whole mm
- * rather than return while old translations may still be cached.
+ * flush_tlb_batched_pending(): read under a leaf table's split lock, before
+ * its PTEs are edited. A reclaim that zapped PTEs of this table and deferred
+ * its flush into a batch counted itself under the same lock, so a change
+ * that edits the table after it sees that and flushes the whole mm rather
+ * than return while old translations may still be cached.
  */
-static void note_batched_pending(struct sd_mm *mm, struct gather *g)
+static bool batched_pending(struct sd_mm *mm)
 {
-	g->owed = atomic_load_explicit(&mm->batch_pending, memory_order_acquire) != 0;
+	return atomic_load_explicit(&mm->batch_pending, memory_order_acquire) != 0;
 }
 
-/* Under mm->lock, before a change's PTE edits (@c checked already): its
- * oracle version, whether a TLB batch still owes the mm a flush, and the
- * change counted in flush_pending (inc_tlb_flush_pending()). */
+/* Under the mmap_lock, before a change's PTE edits (@c checked already):
+ * its oracle version and the change counted in flush_pending
+ * (inc_tlb_flush_pending()). Taken before any split lock, the version of a
+ * change made under a read hold may be older than that of a fault which
+ * fills a PTE of its range before the change edits that PTE's table: the
+ * floor it raises is then lower than it could be (a stale entry of that
+ * fault goes unseen), never higher than a live entry's version. */
 static uint32_t change_begin(struct sd_cpu *c, struct sd_mm *mm, struct gather *g)
 {
 	uint32_t version = sd_mm_change_version(mm);
 
 	g->checked = c->checked;
-
-	note_batched_pending(mm, g);
 	flush_pending_inc(mm);
 	return version;
+}
+
+/*
+ * The PTE edits of a change, a leaf table at a time under its split lock
+ * (zap_pte_range(), change_pte_range() under pte_offset_map_lock()):
+ * @edit(@arg, @leaf, vpn, end) edits the slots of [vpn, end), all in
+ * @leaf. Every existing leaf of the range is visited; empty upper-level
+ * tables are skipped whole. *@owed (if not NULL) learns whether a TLB
+ * batch owes the mm a flush, read under each lock.
+ */
+static void edit_leaves(struct sd_cpu *c, struct sd_mm *mm, uint64_t vpn, uint64_t nr,
+			bool *owed,
+			void (*edit)(void *arg, struct sd_pt *leaf, uint64_t vpn, uint64_t end),
+			void *arg)
+{
+	const uint64_t end = vpn + nr;
+	struct sd_pt *leaf;
+
+	for (uint64_t v = vpn; (leaf = sd_pt_next_leaf(mm->pgd, &v, end)) != NULL;) {
+		uint64_t leaf_end = (v | (SD_PT_ENTRIES - 1)) + 1;
+
+		if (leaf_end > end)
+			leaf_end = end;
+		sd_ptl_lock(c, leaf);
+		if (owed && batched_pending(mm))
+			*owed = true;
+		edit(arg, leaf, v, leaf_end);
+		sd_ptl_unlock(c, leaf);
+		v = leaf_end;
+	}
+}
+
+static inline SD_ATOMIC(uint64_t) *pte_slot(struct sd_pt *leaf, uint64_t vpn)
+{
+	return &leaf->e[vpn & (SD_PT_ENTRIES - 1)];
 }
 
 /* A present PTE changed; @pfn != 0 if its frame goes too. */
@@ -515,19 +569,19 @@ static int do_mmap(struct sd_cpu *c, struct sd_mm *mm, uint64_t va, uint64_t len
 		return err;
 	if (prot & ~(unsigned)(SD_PROT_READ | SD_PROT_WRITE))
 		return sd_fail(-EINVAL, "sd_mmap: unknown prot bits 0x%x", prot);
-	sd_mm_lock(c, mm);
+	sd_mmap_write_lock(c, mm);
 	/* The kernel's VMA work (vma_merge or a new VMA), under the lock. */
 	sd_event(c, SD_EV_VMA_CHANGE, 0, 0);
 	for_each_pte(mm, vpn, nr, leaf, slot) {
 		if (atomic_load_explicit(slot, memory_order_relaxed)) {
-			sd_mm_unlock(c, mm);
+			sd_mmap_write_unlock(c, mm);
 			return sd_fail(-EEXIST, "sd_mmap: page 0x%llx already mapped",
 				       (unsigned long long)(__i << SD_PAGE_SHIFT));
 		}
 	}
 	err = build_tables(c, mm, vpn, nr);
 	if (err) {
-		sd_mm_unlock(c, mm);
+		sd_mmap_write_unlock(c, mm);
 		return err;
 	}
 	uint32_t version = sd_mm_change_version(mm);
@@ -536,16 +590,27 @@ static int do_mmap(struct sd_cpu *c, struct sd_mm *mm, uint64_t va, uint64_t len
 		atomic_store_explicit(slot, pte, memory_order_release);
 	sd_event(c, SD_EV_PTE_UPDATE, nr, 0);
 	bool unmap_in_flight = atomic_load_explicit(&mm->flush_pending, memory_order_acquire) != 0;
-	sd_mm_unlock(c, mm);
+	sd_mmap_write_unlock(c, mm);
 	finish_mmap(c, mm, vpn, nr, version, unmap_in_flight);
 	return 0;
+}
+
+/* zap_pte_range() for an unmap: the slot goes, mapping and all. */
+static void unmap_leaf(void *arg, struct sd_pt *leaf, uint64_t vpn, uint64_t end)
+{
+	for (uint64_t v = vpn; v < end; v++) {
+		uint64_t old = atomic_load_explicit(pte_slot(leaf, v), memory_order_relaxed);
+		if (!old)
+			continue;
+		atomic_store_explicit(pte_slot(leaf, v), 0, memory_order_release);
+		if (old & SD_PTE_PRESENT)
+			gather_page(arg, sd_pte_pfn(old));
+	}
 }
 
 static int do_munmap(struct sd_cpu *c, struct sd_mm *mm, uint64_t va, uint64_t len)
 {
 	uint64_t vpn = va >> SD_PAGE_SHIFT, nr = len >> SD_PAGE_SHIFT;
-	struct sd_pt *leaf;
-	SD_ATOMIC(uint64_t) *slot;
 	struct gather g = { 0 };
 	struct sd_pt_freelist fl = { 0 };
 	uint32_t version;
@@ -553,18 +618,11 @@ static int do_munmap(struct sd_cpu *c, struct sd_mm *mm, uint64_t va, uint64_t l
 
 	if (err)
 		return err;
-	sd_mm_lock(c, mm);
+	sd_mmap_write_lock(c, mm);
 	/* The kernel's VMA work (do_vmi_munmap: split, detach), under the lock. */
 	sd_event(c, SD_EV_VMA_CHANGE, 0, 0);
 	version = change_begin(c, mm, &g);
-	for_each_pte(mm, vpn, nr, leaf, slot) {
-		uint64_t old = atomic_load_explicit(slot, memory_order_relaxed);
-		if (!old)
-			continue;
-		atomic_store_explicit(slot, 0, memory_order_release);
-		if (old & SD_PTE_PRESENT)
-			gather_page(&g, sd_pte_pfn(old));
-	}
+	edit_leaves(c, mm, vpn, nr, &g.owed, unmap_leaf, &g);
 	/* On -ENOMEM the empty tables just stay linked: still correct. */
 	(void)sd_pt_unlink_empty(mm->pgd, vpn, nr, &fl);
 	/* After the unlinks, before the deferred free: pairs with the acquire
@@ -573,30 +631,44 @@ static int do_munmap(struct sd_cpu *c, struct sd_mm *mm, uint64_t va, uint64_t l
 		atomic_fetch_add_explicit(&mm->table_gen, 1, memory_order_release);
 	g.nested = flush_nested(mm);
 	sd_event(c, SD_EV_PTE_UPDATE, g.ptes, 0);
-	sd_mm_unlock(c, mm);
+	sd_mmap_write_unlock(c, mm);
 	finish_change(c, mm, vpn, nr, version, &g, &fl);
 	return 0;
 }
 
 /*
  * zap_pte_range(): drop the frame of every present page of the range, keep
- * the mapping; @zapped(@arg, vpn, pfn) hears of each. Under mm->lock.
+ * the mapping; @zapped(@arg, vpn, pfn) hears of each, under the split lock
+ * of its table. Under the mmap_lock (for read at least).
  */
-void sd_mm_zap_present(struct sd_mm *mm, uint64_t vpn, uint64_t nr, uint32_t version,
-		       void (*zapped)(void *arg, uint64_t vpn, uint64_t pfn), void *arg)
-{
-	struct sd_pt *leaf;
-	SD_ATOMIC(uint64_t) *slot;
+struct zap {
+	uint32_t version;
+	void (*zapped)(void *arg, uint64_t vpn, uint64_t pfn);
+	void *arg;
+};
 
-	for_each_pte(mm, vpn, nr, leaf, slot) {
-		uint64_t old = atomic_load_explicit(slot, memory_order_relaxed);
+static void zap_leaf(void *arg, struct sd_pt *leaf, uint64_t vpn, uint64_t end)
+{
+	const struct zap *z = arg;
+
+	for (uint64_t v = vpn; v < end; v++) {
+		uint64_t old = atomic_load_explicit(pte_slot(leaf, v), memory_order_relaxed);
 		if (!(old & SD_PTE_PRESENT))
 			continue;
-		atomic_store_explicit(slot,
-				      sd_pte_make(0, old & (SD_PTE_VMA | SD_PTE_PROT_MASK), version),
+		atomic_store_explicit(pte_slot(leaf, v),
+				      sd_pte_make(0, old & (SD_PTE_VMA | SD_PTE_PROT_MASK), z->version),
 				      memory_order_release);
-		zapped(arg, __i, sd_pte_pfn(old));
+		z->zapped(z->arg, v, sd_pte_pfn(old));
 	}
+}
+
+void sd_mm_zap_present(struct sd_cpu *c, struct sd_mm *mm, uint64_t vpn, uint64_t nr,
+		       uint32_t version, bool *owed,
+		       void (*zapped)(void *arg, uint64_t vpn, uint64_t pfn), void *arg)
+{
+	struct zap z = { .version = version, .zapped = zapped, .arg = arg };
+
+	edit_leaves(c, mm, vpn, nr, owed, zap_leaf, &z);
 }
 
 static void gather_zapped(void *g, uint64_t vpn, uint64_t pfn)
@@ -614,14 +686,37 @@ static int do_madvise_dontneed(struct sd_cpu *c, struct sd_mm *mm, uint64_t va, 
 
 	if (err)
 		return err;
-	sd_mm_lock(c, mm);
+	/* madvise_lock(): MADV_DONTNEED takes the mmap_lock for read. */
+	sd_mmap_read_lock(c, mm, SD_LOCK_MM_READ);
 	version = change_begin(c, mm, &g);
-	sd_mm_zap_present(mm, vpn, nr, version, gather_zapped, &g);
+	sd_mm_zap_present(c, mm, vpn, nr, version, &g.owed, gather_zapped, &g);
 	g.nested = flush_nested(mm);
 	sd_event(c, SD_EV_PTE_UPDATE, g.ptes, 0);
-	sd_mm_unlock(c, mm);
+	sd_mmap_read_unlock(c, mm, SD_LOCK_MM_READ);
 	finish_change(c, mm, vpn, nr, version, &g, NULL);
 	return 0;
+}
+
+/* change_pte_range(): every slot of the range takes the new protection. */
+struct protect {
+	struct gather *g;
+	uint64_t flags;
+	uint32_t version;
+};
+
+static void protect_leaf(void *arg, struct sd_pt *leaf, uint64_t vpn, uint64_t end)
+{
+	const struct protect *pr = arg;
+
+	for (uint64_t v = vpn; v < end; v++) {
+		uint64_t old = atomic_load_explicit(pte_slot(leaf, v), memory_order_relaxed);
+		uint64_t keep = old & (SD_PTE_VMA | SD_PTE_PRESENT);
+		atomic_store_explicit(pte_slot(leaf, v),
+				      sd_pte_make(sd_pte_pfn(old), keep | pr->flags, pr->version),
+				      memory_order_release);
+		if (old & SD_PTE_PRESENT)
+			gather_page(pr->g, 0);
+	}
 }
 
 static int do_mprotect(struct sd_cpu *c, struct sd_mm *mm, uint64_t va, uint64_t len, unsigned prot)
@@ -638,30 +733,22 @@ static int do_mprotect(struct sd_cpu *c, struct sd_mm *mm, uint64_t va, uint64_t
 		return err;
 	if (prot & ~(unsigned)(SD_PROT_READ | SD_PROT_WRITE))
 		return sd_fail(-EINVAL, "sd_mprotect: unknown prot bits 0x%x", prot);
-	sd_mm_lock(c, mm);
+	sd_mmap_write_lock(c, mm);
 	/* The kernel's VMA work (mprotect_fixup: split, merge), under the lock. */
 	sd_event(c, SD_EV_VMA_CHANGE, 0, 0);
 	for_each_pte(mm, vpn, nr, leaf, slot)
 		mapped += !!(atomic_load_explicit(slot, memory_order_relaxed) & SD_PTE_VMA);
 	if (mapped != nr) {
-		sd_mm_unlock(c, mm);
+		sd_mmap_write_unlock(c, mm);
 		return sd_fail(-ENOMEM, "sd_mprotect: %llu of %llu pages are not mapped",
 			       (unsigned long long)(nr - mapped), (unsigned long long)nr);
 	}
 	version = change_begin(c, mm, &g);
-	for_each_pte(mm, vpn, nr, leaf, slot) {
-		uint64_t old = atomic_load_explicit(slot, memory_order_relaxed);
-		uint64_t keep = old & (SD_PTE_VMA | SD_PTE_PRESENT);
-		atomic_store_explicit(slot,
-				      sd_pte_make(sd_pte_pfn(old), keep | sd_pte_flags_from_prot(prot),
-						  version),
-				      memory_order_release);
-		if (old & SD_PTE_PRESENT)
-			gather_page(&g, 0);
-	}
+	struct protect pr = { .g = &g, .flags = sd_pte_flags_from_prot(prot), .version = version };
+	edit_leaves(c, mm, vpn, nr, &g.owed, protect_leaf, &pr);
 	g.nested = flush_nested(mm);
 	sd_event(c, SD_EV_PTE_UPDATE, g.ptes, 0);
-	sd_mm_unlock(c, mm);
+	sd_mmap_write_unlock(c, mm);
 	finish_change(c, mm, vpn, nr, version, &g, NULL);
 	return 0;
 }
@@ -746,39 +833,53 @@ static inline bool pte_allows(uint64_t pte, enum sd_access_kind kind)
 	return pte & (kind == SD_WRITE ? SD_PTE_WRITE : SD_PTE_READ);
 }
 
-/* First touch: populate the page under the lock (interrupts on, as the
- * kernel's fault handler runs). */
+/*
+ * First touch: populate the page (interrupts on, as the kernel's fault
+ * handler runs), under the mmap_lock for read, charged as the per-VMA lock
+ * the kernel's fault takes (lock_vma_under_rcu()), and the split lock of
+ * the page's table (do_anonymous_page()). The frame is allocated before
+ * the split lock, as the kernel allocates the folio first; a fault that
+ * loses the race for the PTE gives it back.
+ */
 static int populate(struct sd_cpu *c, struct sd_mm *mm, uint64_t vpn)
 {
 	struct sd_pt *leaf;
-	int err = 0;
+	uint64_t pfn;
+	bool used = false;
 
-	sd_mm_lock(c, mm);
+	if (sd_frame_alloc(&c->m->frames, &c->frames, &pfn))
+		return sd_fail(-ENOMEM, "sd_access: out of frames");
+	sd_mmap_read_lock(c, mm, SD_LOCK_MM_VMA);
+	/* Tables are linked and unlinked under the lock for write only. */
 	leaf = sd_pt_walk_leaf(mm->pgd, vpn);
-	SD_ATOMIC(uint64_t) *slot = leaf ? &leaf->e[vpn & (SD_PT_ENTRIES - 1)] : NULL;
-	uint64_t pte = slot ? atomic_load_explicit(slot, memory_order_relaxed) : 0;
+	if (leaf) {
+		sd_ptl_lock(c, leaf);
+		uint64_t pte = atomic_load_explicit(pte_slot(leaf, vpn), memory_order_relaxed);
 
-	if ((pte & SD_PTE_VMA) && !(pte & SD_PTE_PRESENT)) {
-		uint64_t pfn;
-		err = sd_frame_alloc(&c->m->frames, &c->frames, &pfn);
-		/* Checked mode: a page made present gets a floor slot, so the
-		 * per-call floors find it (sd_oracle_floor_raise_known()). */
-		if (!err && c->checked)
-			(void)sd_oracle_floor_touch(&mm->floor, vpn);
-		if (!err) {
-			atomic_store_explicit(slot,
+		if ((pte & SD_PTE_VMA) && !(pte & SD_PTE_PRESENT)) {
+			/* Checked mode: a page made present gets a floor slot, so
+			 * the per-call floors find it (sd_oracle_floor_raise_known());
+			 * out of memory, a missed check, never a false alarm. */
+			if (c->checked)
+				(void)sd_oracle_floor_touch(&mm->floor, vpn);
+			atomic_store_explicit(pte_slot(leaf, vpn),
 					      sd_pte_make(pfn, (pte & (SD_PTE_VMA | SD_PTE_PROT_MASK)) |
 								 SD_PTE_PRESENT,
 							  sd_mm_change_version(mm)),
 					      memory_order_release);
-			sd_event(c, SD_EV_PAGE_FAULT, vpn, 0);
+			used = true;
 			sd_event(c, SD_EV_PTE_UPDATE, 1, 0);
-		} else {
-			err = sd_fail(-ENOMEM, "sd_access: out of frames");
 		}
+		sd_ptl_unlock(c, leaf);
 	}
-	sd_mm_unlock(c, mm);
-	return err;
+	sd_mmap_read_unlock(c, mm, SD_LOCK_MM_VMA);
+	/* A population (page_faults), charged the exception's entry and exit
+	 * outside the locks, where the kernel pays them. */
+	if (used)
+		sd_event(c, SD_EV_PAGE_FAULT, vpn, 0);
+	else
+		sd_frame_free(&c->m->frames, &c->frames, pfn);
+	return 0;
 }
 
 static void report_violation(struct sd_cpu *c, struct sd_mm *mm, uint64_t vpn,

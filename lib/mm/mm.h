@@ -36,11 +36,18 @@ struct sd_mm {
 	 * strategy's flush() invalidates.
 	 */
 	SD_ATOMIC(uint64_t) table_gen;
-	/* Serialises PTE edits (mmap_lock and the page-table lock in one).
-	 * Flushes run after it is dropped, so flushes of one mm overlap as
-	 * they do under the kernel's read-held mmap_lock. */
-	pthread_mutex_t lock;
-	struct sd_model_lock lock_model;  /* @lock in modelled time, under it */
+	/*
+	 * mmap_lock: held for write by the changes that edit the mapping
+	 * itself (sd_mmap(), sd_munmap(), sd_mprotect()), which alone link
+	 * and unlink page tables; for read by faults, madvise(DONTNEED) and
+	 * reclaim, which edit PTEs under the leaf tables' split locks
+	 * (sd_pt.ptl). Writers are preferred, as the kernel's rwsem queues
+	 * readers behind a waiting writer. Flushes run after it is dropped,
+	 * so flushes of one mm overlap as they do in the kernel after
+	 * madvise() drops its read hold.
+	 */
+	pthread_rwlock_t mmap_lock;
+	struct sd_model_rwsem mmap_model;  /* @mmap_lock in modelled time */
 	void *strategy;                /* the strategy's per-mm state */
 	struct sd_oracle_floor floor;  /* checked mode only */
 	/* TLB batches that owe this mm a flush (mm->tlb_flush_batched). */
@@ -67,8 +74,12 @@ int sd_mm_check_change(struct sd_cpu *c, struct sd_mm *mm, uint64_t va, uint64_t
 /* The oracle version of a change (0 unchecked). */
 uint32_t sd_mm_change_version(struct sd_mm *mm);
 /* zap_pte_range(): drop the frame of every present page of the range, keep
- * the mapping; @zapped(@arg, vpn, pfn) hears of each. Under mm->lock. */
-void sd_mm_zap_present(struct sd_mm *mm, uint64_t vpn, uint64_t nr, uint32_t version,
+ * the mapping; @zapped(@arg, vpn, pfn) hears of each under the split lock of
+ * its table, and *@owed (if not NULL) whether a TLB batch owes the mm a
+ * flush (flush_tlb_batched_pending()). @c holds the mmap_lock, for read at
+ * least. */
+void sd_mm_zap_present(struct sd_cpu *c, struct sd_mm *mm, uint64_t vpn, uint64_t nr,
+		       uint32_t version, bool *owed,
 		       void (*zapped)(void *arg, uint64_t vpn, uint64_t pfn), void *arg);
 
 /* Free reclaimed frames after their flush, through the LRU lock when the
@@ -76,25 +87,64 @@ void sd_mm_zap_present(struct sd_mm *mm, uint64_t vpn, uint64_t nr, uint32_t ver
 void sd_mm_free_frames(struct sd_cpu *c, const uint64_t *pfns, size_t n);
 
 /*
- * The mm lock, as an event: a wait is a lock-wait slice (and, in modelled
- * time, the waiter holds nobody back), an acquisition and a release are
- * charged the lock's handoff and hold in modelled time. @c is the caller,
- * attached as that CPU.
+ * The locks of an mm, as events: a wait is a lock-wait slice (and, in
+ * modelled time, the waiter holds nobody back), an acquisition and a
+ * release are charged in modelled time (hw/model.c: the rwsem's count
+ * transfers and holds; a split lock's handoff and hold). @c is the caller,
+ * attached as that CPU. A CPU holds one mm's mmap_lock at a time.
  */
-static inline void sd_mm_lock(struct sd_cpu *c, struct sd_mm *mm)
+static inline void sd_mmap_write_lock(struct sd_cpu *c, struct sd_mm *mm)
 {
-	if (pthread_mutex_trylock(&mm->lock)) {
+	if (pthread_rwlock_trywrlock(&mm->mmap_lock)) {
 		sd_event(c, SD_EV_LOCK_WAIT_BEGIN, SD_LOCK_MM, 0);
-		pthread_mutex_lock(&mm->lock);
+		pthread_rwlock_wrlock(&mm->mmap_lock);
 		sd_event(c, SD_EV_LOCK_WAIT_END, SD_LOCK_MM, 0);
 	}
-	sd_event(c, SD_EV_LOCK_ACQUIRE, SD_LOCK_MM, (uint64_t)(uintptr_t)&mm->lock_model);
+	sd_event(c, SD_EV_LOCK_ACQUIRE, SD_LOCK_MM, (uint64_t)(uintptr_t)&mm->mmap_model);
 }
 
-static inline void sd_mm_unlock(struct sd_cpu *c, struct sd_mm *mm)
+static inline void sd_mmap_write_unlock(struct sd_cpu *c, struct sd_mm *mm)
 {
-	sd_event(c, SD_EV_LOCK_RELEASE, SD_LOCK_MM, (uint64_t)(uintptr_t)&mm->lock_model);
-	pthread_mutex_unlock(&mm->lock);
+	sd_event(c, SD_EV_LOCK_RELEASE, SD_LOCK_MM, (uint64_t)(uintptr_t)&mm->mmap_model);
+	pthread_rwlock_unlock(&mm->mmap_lock);
+	sd_model_resync(c);
+}
+
+/* @kind: SD_LOCK_MM_READ (madvise), or SD_LOCK_MM_VMA for a fault or a
+ * reclaim, which the kernel does without the mmap_lock's count (per-VMA
+ * lock; rmap); both take the real lock for read. */
+static inline void sd_mmap_read_lock(struct sd_cpu *c, struct sd_mm *mm, enum sd_lock_kind kind)
+{
+	if (pthread_rwlock_tryrdlock(&mm->mmap_lock)) {
+		sd_event(c, SD_EV_LOCK_WAIT_BEGIN, kind, 0);
+		pthread_rwlock_rdlock(&mm->mmap_lock);
+		sd_event(c, SD_EV_LOCK_WAIT_END, kind, 0);
+	}
+	sd_event(c, SD_EV_LOCK_ACQUIRE, kind, (uint64_t)(uintptr_t)&mm->mmap_model);
+}
+
+static inline void sd_mmap_read_unlock(struct sd_cpu *c, struct sd_mm *mm, enum sd_lock_kind kind)
+{
+	sd_event(c, SD_EV_LOCK_RELEASE, kind, (uint64_t)(uintptr_t)&mm->mmap_model);
+	pthread_rwlock_unlock(&mm->mmap_lock);
+	sd_model_resync(c);
+}
+
+/* pte_offset_map_lock() / pte_unmap_unlock() on a leaf table. */
+static inline void sd_ptl_lock(struct sd_cpu *c, struct sd_pt *leaf)
+{
+	if (unlikely(!sd_spin_trylock(&leaf->ptl))) {
+		sd_event(c, SD_EV_LOCK_WAIT_BEGIN, SD_LOCK_PTL, 0);
+		sd_spin_lock_slow(&leaf->ptl);
+		sd_event(c, SD_EV_LOCK_WAIT_END, SD_LOCK_PTL, 0);
+	}
+	sd_event(c, SD_EV_LOCK_ACQUIRE, SD_LOCK_PTL, (uint64_t)(uintptr_t)&leaf->ptl_model);
+}
+
+static inline void sd_ptl_unlock(struct sd_cpu *c, struct sd_pt *leaf)
+{
+	sd_event(c, SD_EV_LOCK_RELEASE, SD_LOCK_PTL, (uint64_t)(uintptr_t)&leaf->ptl_model);
+	sd_spin_unlock(&leaf->ptl);
 	sd_model_resync(c);
 }
 

@@ -24,11 +24,15 @@ static bool injected_failure(void)
 
 struct sd_pt *sd_pt_alloc(void)
 {
-	struct sd_pt *pt = injected_failure() ? NULL
-					      : aligned_alloc(sizeof(struct sd_pt), sizeof(struct sd_pt));
+	/* Cache-line aligned, not page aligned: the entries are 4 KiB and the
+	 * lock follows them on a line of its own. */
+	struct sd_pt *pt = injected_failure() ? NULL : aligned_alloc(SD_CACHELINE, sizeof(struct sd_pt));
 
-	if (pt)
+	if (pt) {
 		memset(pt, 0, sizeof(*pt));
+		sd_spin_init(&pt->ptl);
+		pt->ptl_model = (struct sd_model_lock)SD_MODEL_LOCK_INIT;
+	}
 	return pt;
 }
 

@@ -8,6 +8,8 @@
 #endif
 
 #include "../core/compiler.h"
+#include "../core/spinlock.h"
+#include "../hw/model.h"
 #include "../hw/pte.h"
 
 /*
@@ -15,7 +17,12 @@
  * of 8 bytes per level, one 4 KiB table each. Upper levels hold pointers to
  * the next table; the leaf level holds PTEs (tlb/pte.h).
  *
- * Writers hold the mm's lock and publish with release stores. Walkers take
+ * The mm's mmap_lock (mm.h) decides who may link and unlink tables: the
+ * holders for write only, so a reader's walk of the upper levels finds the
+ * tables it found before. PTE edits take the leaf table's split lock
+ * (@ptl, the kernel's pte_offset_map_lock()), which orders the readers
+ * that edit one table (faults, madvise, reclaim); writers take it too, as
+ * the kernel does. Everyone publishes with release stores. Walkers take
  * no lock: they run inside an RCU read-side section (a QSBR reader between
  * quiescent states), and unlinked tables are freed only after the flush and
  * a grace period (invariant 4 (docs/invariants.md)).
@@ -26,6 +33,10 @@
 
 struct sd_pt {
 	SD_ATOMIC(uint64_t) e[SD_PT_ENTRIES];
+	/* The split page-table lock (ptdesc->ptl), used in leaf tables;
+	 * @ptl_model is it in modelled time, under it. */
+	sd_cacheline_aligned struct sd_spinlock ptl;
+	struct sd_model_lock ptl_model;
 };
 
 static inline unsigned sd_pt_index(uint64_t vpn, unsigned level)
@@ -53,18 +64,19 @@ static inline struct sd_pt *sd_pt_walk_leaf(struct sd_pt *pgd, uint64_t vpn)
 }
 
 /*
- * Under the mm lock: the first leaf table covering a page at or after *@vpn
+ * Under the mmap_lock (read or write): the first leaf table covering a page at or after *@vpn
  * and below @end, skipping empty upper-level entries whole; *@vpn moves to
  * the first page it covers at or after the old *@vpn. NULL when none.
  */
 struct sd_pt *sd_pt_next_leaf(struct sd_pt *pgd, uint64_t *vpn, uint64_t end);
 
-/* Under the mm lock: the leaf for @vpn, creating missing tables. NULL: -ENOMEM. */
+/* Under the mmap_lock for write: the leaf for @vpn, creating missing tables.
+ * NULL: -ENOMEM. */
 struct sd_pt *sd_pt_leaf_alloc(struct sd_pt *pgd, uint64_t vpn);
 
 /*
  * sd_mmap() links every table it needs or none ("nothing half changed"):
- * under the mm lock it counts the missing tables, allocates them all, and
+ * under the mmap_lock for write it counts the missing tables, allocates them all, and
  * only then links them, each from the reserve.
  */
 struct sd_pt_reserve {
@@ -72,11 +84,11 @@ struct sd_pt_reserve {
 	struct sd_pt **tables;
 };
 
-/* Under the mm lock: tables missing for [vpn, vpn + nr), nr > 0. */
+/* Under the mmap_lock: tables missing for [vpn, vpn + nr), nr > 0. */
 uint64_t sd_pt_count_missing(const struct sd_pt *pgd, uint64_t vpn, uint64_t nr);
 /* Allocate @n zeroed tables into @r: 0, or -ENOMEM with nothing allocated. */
 int sd_pt_reserve(struct sd_pt_reserve *r, uint64_t n);
-/* Under the mm lock: the leaf for @vpn, missing tables taken from @r.
+/* Under the mmap_lock for write: the leaf for @vpn, missing tables taken from @r.
  * NULL only if @r ran short (it was sized by sd_pt_count_missing()). */
 struct sd_pt *sd_pt_leaf_link(struct sd_pt *pgd, uint64_t vpn, struct sd_pt_reserve *r);
 /* Free the tables of @r that were not linked, and @r's array. */
@@ -96,7 +108,7 @@ struct sd_pt_freelist {
 };
 
 /*
- * Under the mm lock, after [vpn, vpn + nr) was cleared: unlink every table
+ * Under the mmap_lock for write, after [vpn, vpn + nr) was cleared: unlink every table
  * in the range that is now empty, bottom up (free_pgtables()).
  * Return: 0; -ENOMEM if the list could not grow (tables then stay linked).
  */

@@ -7,6 +7,7 @@
 #include <pthread.h>
 
 #include "../core/error.h"
+#include "../core/ordering.h"
 #include "../hw/machine.h"
 #include "mm.h"
 #include "tlbbatch.h"
@@ -15,6 +16,7 @@
  * the zap of sd_madvise_dontneed(), but the flush, the frees and the floors
  * all wait for sd_tlbbatch_flush(). */
 struct reclaim {
+	struct sd_cpu *cpu;
 	struct sd_tlbbatch *batch;
 	struct sd_mm *mm;
 	uint32_t version;
@@ -22,12 +24,19 @@ struct reclaim {
 	bool zapped;
 };
 
+/* Under the split lock of @vpn's table: the first zap notes the mm in the
+ * batch (set_tlb_ubc_flush_pending()), so that a change that edits the
+ * table after us sees the flush owed (flush_tlb_batched_pending()). */
 static void reclaim_zapped(void *arg, uint64_t vpn, uint64_t pfn)
 {
 	struct reclaim *r = arg;
 
 	(void)vpn;
-	r->zapped = true;
+	if (!r->zapped) {
+		/* Room was reserved: cannot fail. */
+		(void)sd_tlbbatch_note(r->cpu, r->batch, r->mm);
+		r->zapped = true;
+	}
 	/* Out of memory: leak the frame (see gather_page). */
 	(void)sd_tlbbatch_hold_frame(r->batch, pfn);
 }
@@ -35,7 +44,7 @@ static void reclaim_zapped(void *arg, uint64_t vpn, uint64_t pfn)
 int sd_reclaim(struct sd_cpu *c, struct sd_tlbbatch *b, struct sd_mm *mm, uint64_t va,
 	       uint64_t len)
 {
-	struct reclaim r = { .batch = b, .mm = mm };
+	struct reclaim r = { .cpu = c, .batch = b, .mm = mm };
 	int err = sd_mm_check_change(c, mm, va, len, "sd_reclaim");
 
 	if (err)
@@ -43,27 +52,34 @@ int sd_reclaim(struct sd_cpu *c, struct sd_tlbbatch *b, struct sd_mm *mm, uint64
 	r.checked = c->checked;
 	if (!b || b->m != c->m)
 		return sd_fail(-EINVAL, "sd_reclaim: batch is NULL or belongs to another machine");
-	/* Room first, so that noting the mm after the zap cannot fail. */
+	/* Room first, so that noting the mm under a split lock cannot fail. */
 	if (sd_tlbbatch_reserve(b))
 		return sd_fail(-ENOMEM, "sd_reclaim: out of memory");
-	sd_mm_lock(c, mm);
+	/* The kernel's rmap walk takes no mmap_lock; ours takes it for read
+	 * (charged as a fault's per-VMA lock) so that no unmap frees the
+	 * tables under it. */
+	sd_mmap_read_lock(c, mm, SD_LOCK_MM_VMA);
 	r.version = sd_mm_change_version(mm);
-	sd_mm_zap_present(mm, va >> SD_PAGE_SHIFT, len >> SD_PAGE_SHIFT, r.version, reclaim_zapped, &r);
+	sd_mm_zap_present(c, mm, va >> SD_PAGE_SHIFT, len >> SD_PAGE_SHIFT, r.version, NULL,
+			  reclaim_zapped, &r);
+	/* Test instrumentation: a change of the zapped table from here on
+	 * must find the flush owed (test_nested_flush). */
+	sd_order_point(SD_ORDER_RECLAIM_ZAPPED, c->id);
 	/* Nested (mm_tlb_flush_nested(), and another batch's pending flush):
 	 * pages we found already zapped may still be cached, so our batch
 	 * must flush this mm too even if we zapped nothing. */
 	bool nested = atomic_load_explicit(&mm->flush_pending, memory_order_acquire) ||
 		      atomic_load_explicit(&mm->batch_pending, memory_order_acquire);
-	/* Noted before unlocking: the next change of this mm sees it owed. */
 	bool noted = r.zapped || nested;
 	if (noted) {
-		(void)sd_tlbbatch_note(c, b, mm);
+		if (!r.zapped)
+			(void)sd_tlbbatch_note(c, b, mm);
 		/* Out of memory: a missed check, never a false alarm. */
 		if (r.checked)
 			(void)sd_tlbbatch_hold_floor(b, mm, va >> SD_PAGE_SHIFT,
 						     len >> SD_PAGE_SHIFT, r.version);
 	}
-	sd_mm_unlock(c, mm);
+	sd_mmap_read_unlock(c, mm, SD_LOCK_MM_VMA);
 	/* Nothing zapped, no flush in flight: our part is done already. */
 	if (!noted && r.checked)
 		sd_oracle_floor_raise_known(&mm->floor, va >> SD_PAGE_SHIFT, len >> SD_PAGE_SHIFT,

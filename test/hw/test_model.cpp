@@ -322,8 +322,9 @@ TEST(ModelByHand, LineUsedEarlierInModelledTimeIsNotPulledUp)
 
 // ---- locks ----
 
-// Two CPUs in different packages take the mm lock in turn (an mprotect
-// each); every acquisition pays lock_acquire A, and every one after the
+// Two CPUs in different packages take the mmap_lock for write in turn (an
+// mmap each, of the next page in one page table, so no split lock is
+// taken); every acquisition pays lock_acquire A, and every one after the
 // other CPU's the handoff K at the system distance, waiting for the
 // other's release: the i-th change ends at i * K + (i + 1) * A (the
 // first, CPU 0's mmap, pays A alone). The other classes' costs are set
@@ -358,7 +359,7 @@ TEST(ModelByHand, LockHandedBackAndForthPaysTheHandoffEachTime)
 		for (int i = 1 + (int)(id == 0); i <= 2 * kRounds; i += 2) {
 			while (s->turn.load() != i)
 				std::this_thread::sleep_for(std::chrono::microseconds(20));
-			EXPECT_EQ(0, sd_mprotect(c, s->mm, kPage, P, i % 4 < 2 ? (unsigned)SD_PROT_READ : RW));
+			EXPECT_EQ(0, sd_mmap(c, s->mm, kPage + (uint64_t)i * P, P, RW));
 			s->end[i] = sd_cpu_clock_ns(c);
 			s->turn.store(i + 1);
 		}
@@ -368,11 +369,12 @@ TEST(ModelByHand, LockHandedBackAndForthPaysTheHandoffEachTime)
 		EXPECT_EQ((uint64_t)(i * K + (i + 1) * A), s.end[i]) << "change " << i;
 }
 
-// CPU 0 maps the page (the mm lock held at [0, A]), works a millisecond
-// and changes the mapping (the lock at 1 ms); then, later in real time,
-// CPU 1 changes it at its time 0. It takes the lock after the hold at
-// [0, A], not after the one at 1 ms: its change ends at A + A + K (the
-// wait, its own acquisition, the handoff from CPU 0).
+// CPU 0 maps the page (the mmap_lock held at [0, A]), works a millisecond
+// and changes the mapping (the lock at 1 ms, and the page table's split
+// lock, A more); then, later in real time, CPU 1 changes it at its time 0.
+// It takes the mmap_lock after the hold at [0, A], not after the one at
+// 1 ms: A + A + K (the wait, its own acquisition, the count's handoff from
+// CPU 0), then the split lock, A + K (its last holder was CPU 0).
 TEST(ModelByHand, LockTakenEarlierInModelledTimeIsNotPulledUp)
 {
 	constexpr double K = 300, A = 7;
@@ -391,8 +393,71 @@ TEST(ModelByHand, LockTakenEarlierInModelledTimeIsNotPulledUp)
 		EXPECT_EQ(0, sd_mprotect(c, s->mm, kPage, P, RW));
 		s->t[1] = sd_cpu_clock_ns(c);
 	});
-	EXPECT_EQ((uint64_t)(A + kAhead + A), s.t[0]);
-	EXPECT_EQ((uint64_t)(A + A + K), s.t[1]) << "pulled up to CPU 0's time";
+	EXPECT_EQ((uint64_t)(A + kAhead + A + A), s.t[0]);
+	EXPECT_EQ((uint64_t)(A + A + K + A + K), s.t[1]) << "pulled up to CPU 0's time";
+}
+
+// The mmap_lock is a reader-writer lock in modelled time. CPU 0 maps a page
+// in each of two page tables, works a millisecond and faults on the first
+// (a read hold [b0, e0]: its split lock A, the PTE U; the fault charged as
+// the per-VMA lock, so no count transfer). Later in real time CPU 1 starts
+// at b0 + 1, inside that hold, and either faults on the second page (a
+// reader: it shares the hold, so ends at b0 + 1 + A + A + U) or maps a
+// third (a writer: it waits for e0, then the count's handoff from CPU 0,
+// its acquisition and the PTE).
+enum class Rw { Reader, Writer };
+
+uint64_t rwsem_second(Rw who, uint64_t *b0, uint64_t *e0)
+{
+	constexpr double K = 300, A = 7, U = 1000;
+	constexpr uint64_t kOther = kPage + 512 * P;   // the next page table
+	static Rw s_who;
+	Profile p("pack:2 core:1 pu:1", {{"lock_handoff.system", K}, {"lock_acquire", A},
+					 {"pte_update", U}});
+	Turns s;
+	s_who = who;
+	run_turns(p, "ipi", s, [](sd_cpu *c, Turns *s) {
+		if (sd_cpu_id(c) == 0) {
+			EXPECT_EQ(0, sd_mmap(c, s->mm, kPage, P, RW));
+			EXPECT_EQ(0, sd_mmap(c, s->mm, kOther, P, RW));
+			EXPECT_EQ(0, sd_switch_mm(c, s->mm));
+			EXPECT_EQ(0, sd_cpu_work(c, kAhead));
+			s->t[0] = sd_cpu_clock_ns(c);
+			EXPECT_EQ(0, sd_access(c, kPage, SD_WRITE, nullptr));
+			s->t[1] = sd_cpu_clock_ns(c);
+			EXPECT_EQ(0, sd_switch_mm(c, nullptr));
+			s->step.store(1);
+			return;
+		}
+		s->wait_for(1);
+		EXPECT_EQ(0, sd_cpu_work(c, s->t[0] + 1 - sd_cpu_clock_ns(c)));
+		if (s_who == Rw::Reader) {
+			EXPECT_EQ(0, sd_switch_mm(c, s->mm));
+			uint64_t before = sd_cpu_clock_ns(c);
+			EXPECT_EQ(0, sd_access(c, kOther, SD_WRITE, nullptr));
+			s->t[2] = sd_cpu_clock_ns(c) - before + s->t[0] + 1;
+			EXPECT_EQ(0, sd_switch_mm(c, nullptr));
+		} else {
+			EXPECT_EQ(0, sd_mmap(c, s->mm, kPage + 2 * P, P, RW));
+			s->t[2] = sd_cpu_clock_ns(c);
+		}
+	});
+	*b0 = s.t[0];
+	*e0 = s.t[1];
+	EXPECT_EQ(*b0 + (uint64_t)(A + A + U), *e0) << "CPU 0's fault: the VMA lock, the PTL, the PTE";
+	return s.t[2];
+}
+
+TEST(ModelByHand, MmapLockReadersShareTheirHolds)
+{
+	uint64_t b0, e0, end = rwsem_second(Rw::Reader, &b0, &e0);
+	EXPECT_EQ(b0 + 1 + 7 + 7 + 1000, end) << "a fault waited for another CPU's fault";
+}
+
+TEST(ModelByHand, MmapLockWriterWaitsForTheReaders)
+{
+	uint64_t b0, e0, end = rwsem_second(Rw::Writer, &b0, &e0);
+	EXPECT_EQ(e0 + 300 + 7 + 1000, end) << "an mmap did not wait for a fault's read hold";
 }
 
 // @cpus CPUs each run 1000 locked MRS traps on profile @p with @window_ns;

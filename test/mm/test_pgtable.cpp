@@ -125,14 +125,15 @@ TEST(Pgtable, IndexSplitsVpnNineBitsPerLevel)
 	EXPECT_EQ(0x0d1u, sd_pt_index(vpn, 2));
 	EXPECT_EQ(0x024u, sd_pt_index(vpn, 3));
 	EXPECT_EQ(511u, sd_pt_index(kVpnMax, 3));
-	EXPECT_EQ(sizeof(sd_pt), 4096u);
+	EXPECT_EQ(sizeof(((sd_pt *)nullptr)->e), 4096u) << "a table's entries fill a page";
 }
 
 TEST(Pgtable, AllocIsZeroed)
 {
 	sd_pt *pt = sd_pt_alloc();
 	ASSERT_NE(nullptr, pt);
-	EXPECT_EQ(0u, (uintptr_t)pt % 4096) << "tables are page aligned";
+	EXPECT_EQ(0u, (uintptr_t)pt % SD_CACHELINE) << "tables are cache-line aligned";
+	EXPECT_EQ(0u, offsetof(sd_pt, ptl) % SD_CACHELINE) << "the split lock has a line of its own";
 	for (unsigned i = 0; i < SD_PT_ENTRIES; i++)
 		ASSERT_EQ(0u, ld(pt->e[i])) << i;
 	sd_pt_free(pt);
