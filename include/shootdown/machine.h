@@ -71,17 +71,23 @@ enum sd_trap_dispatch {
 };
 
 /**
- * Page reclaim's LRU lock, for sd_machine_config.lru: whether freeing the
- * frames of a change (munmap, madvise, the frees after a flush) takes one
- * machine-wide lock, as release_pages() takes the lruvec lock in Linux, or
- * goes through per-CPU batches (the lru_add_drain() removal of the AMD
- * INVLPGB series). A property of the machine's mm, not of the TLB strategy:
- * every strategy honours it.
+ * The LRU lock, for sd_machine_config.lru. A page populated on first touch
+ * joins its CPU's batch of 31 (folio_add_lru()), which is moved onto the
+ * machine-wide LRU under one lock when it is full or drained; a page freed
+ * by a change (munmap, madvise, the frees after a flush) leaves the LRU
+ * under that lock, or with its batch's drain if it is still in it. The
+ * setting says whether each free first drains the freeing CPU's batch, as
+ * free_pages_and_swap_cache() did before the lru_add_drain() removal that
+ * came with the AMD INVLPGB series. A property of the machine's mm, not of
+ * the TLB strategy: every strategy honours it. lru_lock_pages counts the
+ * folios added or removed under the lock.
  */
 enum sd_lru_mode {
-	/** Per-CPU frees, no shared lock (the default). */
+	/** Batches drain when full (31 populated pages per CPU): the lock is
+	 *  taken about twice per 31 pages (the default). */
 	SD_LRU_PERCPU = 0,
-	/** Every free takes the machine-wide LRU lock (counted in lru_lock_pages). */
+	/** Every free of a change drains the CPU's batch first, then takes the
+	 *  lock again for the freed pages: twice per change that frees pages. */
 	SD_LRU_GLOBAL = 1,
 };
 

@@ -87,7 +87,7 @@ SD_BEGIN_DECLS
 	X(TRAP, "traps")                        /* sd_trap() calls */           \
 	X(TRAP_UNDEF, "traps_undefined")        /* no hook matched (SIGILL) */  \
 	X(VIOLATION, "violations")              /* oracle: stale or foreign hits */ \
-	X(LRU_LOCK_PAGES, "lru_lock_pages")     /* frames freed under the global LRU lock */ \
+	X(LRU_LOCK_PAGES, "lru_lock_pages")     /* folios added to or taken off the LRU under its lock */ \
 	X(LOCK_WAIT, "lock_waits")              /* contended DVM, LRU, global ASID locks */ \
 	X(TRACE_DROPPED, "trace_records_dropped") /* trace ring full (guide: Tracing) */ \
 	X(MODEL_NS, "model_ns")                 /* modelled time: the CPU's clock, ns (model.h) */ \

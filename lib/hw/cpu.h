@@ -72,6 +72,8 @@ struct sd_cpu {
 	unsigned ops_since_qs;         /* accesses since the last quiescent state */
 	struct sd_topology_binding binding;
 	struct sd_frame_cache frames;
+	unsigned lru_add_pending;      /* folios in this CPU's lru_add batch (mm/lru.c) */
+	unsigned lru_free_pending;     /* ...of them freed, to leave the LRU at its drain */
 
 	struct sd_cpu_stats stats;
 	struct sd_tlb tlb;

@@ -45,8 +45,8 @@
 	X(FLUSH_END,          FLUSH,              END,      ONE)                \
 	/* sd_flush_tlb_range(): a flush counted, not timed (no clock reads) */ \
 	X(FLUSH_UNTIMED,      FLUSH,              INSTANT,  ONE) /* arg vpn */  \
-	/* frames freed under the global LRU lock (sd_machine_config.lru) */    \
-	X(LRU_LOCK_FREE,      LRU_LOCK_PAGES,     INSTANT,  ARG) /* arg pages */ \
+	/* folios added to or removed from the LRU under its lock (mm/lru.c) */ \
+	X(LRU_LOCKED_OPS,     LRU_LOCK_PAGES,     INSTANT,  ARG) /* arg folios */ \
 	X(LOCAL_FLUSH_ALL,    LOCAL_FLUSH_ALL,    INSTANT,  ONE)                \
 	X(LOCAL_FLUSH_ASID,   LOCAL_FLUSH_ASID,   INSTANT,  ONE)                \
 	X(LOCAL_FLUSH_ONE,    LOCAL_FLUSH_ONE,    INSTANT,  ONE) /* arg vpn */  \
@@ -220,7 +220,7 @@ static inline bool sd_model_fixed(enum sd_event ev)
 	case SD_EV_PAGE_WALK: case SD_EV_LOCAL_FLUSH_RANGE: case SD_EV_FLUSH_PARTIAL:
 	case SD_EV_TLBI_OP: case SD_EV_INVLPGB: case SD_EV_TLBSYNC: case SD_EV_DSB:
 	case SD_EV_PTE_UPDATE: case SD_EV_PAGE_FREE: case SD_EV_PT_ALLOC: case SD_EV_PT_FREE:
-	case SD_EV_LOCK_ACQUIRE: case SD_EV_LOCK_RELEASE:
+	case SD_EV_LOCK_ACQUIRE: case SD_EV_LOCK_RELEASE: case SD_EV_LRU_LOCKED_OPS:
 	case SD_EV_LINE_READ: case SD_EV_LINE_WRITE: case SD_EV_WORK:
 		return false;
 	default:

@@ -50,11 +50,11 @@ struct sd_machine {
 	struct sd_trace trace;         /* the file and ring size; off if no path */
 	struct sd_model model;         /* modelled time; model.on false: none */
 
-	/* cfg.lru == SD_LRU_GLOBAL: freeing pages takes one machine-wide lock
-	 * and writes the shared LRU line, as release_pages() and
-	 * lru_add_drain() do under the lruvec lock. lru_pages is that write:
-	 * nobody reads it, it is there so the line really moves between CPUs
-	 * (lru_lock_pages counts the pages). */
+	/* The lruvec lock (mm/lru.c): taken to move a CPU's lru_add batch
+	 * onto the LRU and to take freed pages off it, per cfg.lru. lru_pages
+	 * is the shared LRU line those write: nobody reads it, it is there so
+	 * the line really moves between CPUs (lru_lock_pages counts the
+	 * folios). */
 	sd_cacheline_aligned struct sd_spinlock lru_lock;
 	uint64_t lru_pages;            /* under lru_lock */
 

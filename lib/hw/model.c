@@ -749,6 +749,14 @@ void sd_model_event(struct sd_cpu *c, enum sd_event ev, uint64_t arg, uint64_t a
 	case SD_EV_LINE_WRITE:
 		charge_line(c, (struct sd_model_line *)(uintptr_t)aux, ev == SD_EV_LINE_WRITE);
 		break;
+	case SD_EV_LRU_LOCKED_OPS:
+		/* list_add()/list_del() at the head write the head and its
+		 * neighbour, both last written by the lock's previous holder
+		 * when that was another CPU: fetched once per hold. */
+		charge_line(c, &mod->lru_lines[0], true);
+		charge_line(c, &mod->lru_lines[1], true);
+		c->model.clock_ps += p[SD_MP_LRU_PAGE] * arg;
+		break;
 	case SD_EV_WORK:
 		c->model.clock_ps += arg * PS_PER_NS;
 		break;

@@ -226,6 +226,10 @@ struct sd_model {
 	struct sd_model_lock lock[SD_MODEL_LOCK_KINDS];
 	struct sd_model_calendar cal[SD_MODEL_LOCK_KINDS];
 
+	/* The lruvec's lines a hold of the LRU lock writes: the list head
+	 * and size counters, and the folio last linked or unlinked next to
+	 * them (mm/lru.c). */
+	struct sd_model_line lru_lines[2];
 	sd_cacheline_aligned struct sd_model_queue interconnect;
 	sd_cacheline_aligned SD_ATOMIC(uint64_t) max_lead_ps;
 	SD_ATOMIC(uint64_t) rejoins;

@@ -10,8 +10,10 @@
  * (line_transfer, lock_handoff) are separate: SD_MODEL_DIST_PARAMS.
  *
  * vcpu_preempt_interval and vcpu_preempt may be left out of a profile (a
- * machine that is not a virtual machine), and pipe_message (no workload
- * that passes messages is modelled); every other one is required.
+ * machine that is not a virtual machine), pipe_message (no workload that
+ * passes messages is modelled) and lru_page (a profile from before it
+ * existed: the LRU lock's holds then cost their handoffs and line
+ * transfers only); every other one is required.
  *
  * Kept free of every other header so the calibrator and the docs check
  * read the same list.
@@ -56,6 +58,7 @@
 	X(TLB_SCAN_ENTRY,    "tlb_scan_entry",    "per TLB entry (L1 + L2) scanned by a whole-ASID or whole-TLB invalidation, on top of local_flush_asid/local_flush_all (0 where the invalidation does not scan)") \
 	X(VMA_CHANGE,        "vma_change",        "the kernel's own work for a call that creates, removes or changes a mapping (mmap, munmap, mprotect: find_vma, the VMA split or merge, mprotect_fixup), under the mm's lock, apart from the PTE writes, frees and flushes charged on their own") \
 	X(LOCK_ACQUIRE,      "lock_acquire",      "acquiring and releasing a lock that is free, whoever held it last (an atomic read-modify-write and a release store); a handoff from another CPU adds lock_handoff") \
+	X(LRU_PAGE,          "lru_page",          "one folio added to or removed from an LRU list under the lruvec lock (lruvec_add_folio() or lruvec_del_folio(): the list links, the LRU size counters, the folio's LRU flag), apart from the lines shared with the lock's last holder, which are charged as line transfers (optional, 0 when left out)") \
 	X(PIPE_MESSAGE,      "pipe_message",      "a workload's message through a pipe: the write and read system calls' bodies and the copy, apart from their entries and exits, any wakeup and any context switch; charged by workloads that pass messages (hackbench's shape), not by the library (optional, 0 when left out)") \
 	X(VCPU_PREEMPT_INTERVAL, "vcpu_preempt_interval", "a virtual machine's vCPUs: modelled time between two host preemptions of a vCPU, the same instants on every vCPU (0: not a virtual machine; optional, 0 when left out)") \
 	X(VCPU_PREEMPT,      "vcpu_preempt",      "a virtual machine's vCPUs: how long the host keeps a vCPU off its physical CPU at each preemption, a lock it holds held on (optional, 0 when left out)")

@@ -204,12 +204,13 @@ static int read_dist_table(struct json_object *o, const char *name, double out[S
 	return 0;
 }
 
-/* A virtual machine's parameters (absent: not a virtual machine) and a
- * workload's own message cost (absent: 0), which the library never charges. */
+/* A virtual machine's parameters (absent: not a virtual machine), a
+ * workload's own message cost (absent: 0), which the library never charges,
+ * and the LRU's per-folio work (absent: 0, as in profiles older than it). */
 static bool param_optional(int i)
 {
 	return i == SD_MP_VCPU_PREEMPT_INTERVAL || i == SD_MP_VCPU_PREEMPT ||
-	       i == SD_MP_PIPE_MESSAGE;
+	       i == SD_MP_PIPE_MESSAGE || i == SD_MP_LRU_PAGE;
 }
 
 static int read_costs(struct json_object *costs, struct sd_model *mod)
@@ -494,6 +495,8 @@ int sd_model_init(struct sd_model *mod, const char *profile, const char *topolog
 
 	memset(mod, 0, sizeof(*mod));
 	sd_spin_init(&mod->interconnect.lock);
+	for (unsigned i = 0; i < 2; i++)
+		sd_model_line_init(&mod->lru_lines[i]);
 	for (unsigned k = 0; k < SD_MODEL_LOCK_KINDS; k++)
 		mod->lock[k] = (struct sd_model_lock)SD_MODEL_LOCK_INIT;
 	if (!profile)

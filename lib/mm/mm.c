@@ -19,6 +19,7 @@
 #include "../hw/machine.h"
 #include "../hw/smp.h"
 #include "flush_ops.h"
+#include "lru.h"
 #include "mm.h"
 
 /* Pass a quiescent state every this many accesses, so a CPU that only
@@ -432,21 +433,14 @@ static void gather_page(struct gather *g, uint64_t pfn)
 
 void sd_mm_free_frames(struct sd_cpu *c, const uint64_t *pfns, size_t n)
 {
-	struct sd_machine *m = c->m;
-	bool global = m->cfg.lru == SD_LRU_GLOBAL;
-
 	if (!n)
 		return;
-	if (global) {
-		sd_event_spin_lock(c, &m->lru_lock, SD_LOCK_LRU);
-		m->lru_pages += n;
-		sd_event(c, SD_EV_LRU_LOCK_FREE, n, 0);
-	}
+	/* Off the LRU first (its lock, per the machine's lru setting), then
+	 * back to the allocator (free_unref_folios()), outside that lock. */
+	sd_lru_free(c, n);
 	for (size_t i = 0; i < n; i++)
-		sd_frame_free(&m->frames, &c->frames, pfns[i]);
+		sd_frame_free(&c->m->frames, &c->frames, pfns[i]);
 	sd_event(c, SD_EV_PAGE_FREE, n, 0);
-	if (global)
-		sd_event_spin_unlock(c, &m->lru_lock, SD_LOCK_LRU);
 }
 
 static void flush_change(struct sd_cpu *c, struct sd_mm *mm, uint64_t vpn, uint64_t nr,
@@ -874,10 +868,14 @@ static int populate(struct sd_cpu *c, struct sd_mm *mm, uint64_t vpn)
 	}
 	sd_mmap_read_unlock(c, mm, SD_LOCK_MM_VMA);
 	/* A population (page_faults), charged the exception's entry and exit
-	 * outside the locks, where the kernel pays them. */
-	if (used)
+	 * outside the locks, where the kernel pays them; the page joins this
+	 * CPU's LRU batch (folio_add_lru_vma(), which the kernel does under
+	 * the split lock: here after it, which only shortens a hold that the
+	 * drain, once a batch, would lengthen). */
+	if (used) {
 		sd_event(c, SD_EV_PAGE_FAULT, vpn, 0);
-	else
+		sd_lru_add(c);
+	} else
 		sd_frame_free(&c->m->frames, &c->frames, pfn);
 	return 0;
 }

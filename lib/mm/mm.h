@@ -82,8 +82,8 @@ void sd_mm_zap_present(struct sd_cpu *c, struct sd_mm *mm, uint64_t vpn, uint64_
 		       uint32_t version, bool *owed,
 		       void (*zapped)(void *arg, uint64_t vpn, uint64_t pfn), void *arg);
 
-/* Free reclaimed frames after their flush, through the LRU lock when the
- * machine models a global one (sd_machine_config.lru). */
+/* Free a change's frames after its flush: off the LRU (mm/lru.c, per the
+ * machine's lru setting), then back to the allocator. */
 void sd_mm_free_frames(struct sd_cpu *c, const uint64_t *pfns, size_t n);
 
 /*

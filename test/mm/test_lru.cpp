@@ -1,10 +1,13 @@
 // SPDX-License-Identifier: MIT
 //
-// Page reclaim's LRU lock as a machine setting (sd_machine_config.lru): every
-// strategy, built-in or user, frees a change's frames through the global lock
-// when the machine says so (release_pages() under the lruvec lock) and counts
-// them in lru_lock_pages; per-CPU frees (the lru_add_drain() removal) count
-// none. The strategy option `lru=` it replaces is refused with a pointer to
+// The LRU lock as a machine setting (sd_machine_config.lru), under every
+// strategy, built-in or user: populated pages join their CPU's batch of 31,
+// moved onto the LRU under the lock when full; with SD_LRU_GLOBAL every free
+// first drains the batch (lru_add_drain() in free_pages_and_swap_cache())
+// and then takes the freed pages off under the lock again; with
+// SD_LRU_PERCPU (the lru_add_drain() removal) pages freed while still in
+// the batch leave the LRU at its drain. lru_lock_pages counts the folios
+// added or removed under the lock. The strategy option `lru=` it replaces is refused with a pointer to
 // the setting. Also the two public calls the benchmark measures through:
 // sd_flush_tlb_range() and sd_tlb_probe().
 #include "common.hpp"
@@ -42,8 +45,8 @@ struct LruUserStrategy {
 
 const char *const kStrategies[] = { "broadcast", "local", "ipi", "gbcast", "none", "lrutest" };
 
-// Frames freed under the LRU lock by: madvise of kPages touched pages, then
-// munmap of the range after touching 2 of them again.
+// Folios handled under the LRU lock by: madvise of kPages touched pages,
+// then munmap of the range after touching 2 of them again.
 uint64_t lru_pages_freed(const char *strategy, unsigned lru)
 {
 	sd_machine_config c = config(1, strategy);
@@ -68,22 +71,51 @@ uint64_t lru_pages_freed(const char *strategy, unsigned lru)
 	return total(mach.m, SD_STAT_LRU_LOCK_PAGES);
 }
 
-TEST(Lru, GlobalCountsEveryFreeUnderEveryStrategy)
+// Each free drains what was populated since the last one (added) and takes
+// the freed pages off: 2 x kPages at the madvise, 2 x 2 at the munmap.
+TEST(Lru, GlobalDrainsAndFreesUnderTheLockAtEveryFree)
 {
 	LruUserStrategy user;
 	for (const char *s : kStrategies) {
 		SCOPED_TRACE(s);
-		EXPECT_EQ(kPages + 2, lru_pages_freed(s, SD_LRU_GLOBAL));
+		EXPECT_EQ(2 * (kPages + 2), lru_pages_freed(s, SD_LRU_GLOBAL));
 	}
 }
 
-TEST(Lru, PerCpuTakesNoGlobalLock)
+// Fewer than a batch populated, and every page freed still in it: no hold.
+TEST(Lru, PerCpuTakesNoLockBeforeABatchFills)
 {
 	LruUserStrategy user;
 	for (const char *s : kStrategies) {
 		SCOPED_TRACE(s);
 		EXPECT_EQ(0u, lru_pages_freed(s, SD_LRU_PERCPU));
 	}
+}
+
+// The 31st population moves the batch onto the LRU, and the pages freed
+// while in it come off in the same drain; a page freed after that, already
+// on the LRU, is taken off under the lock at once.
+TEST(Lru, PerCpuBatchOf31DrainsWithItsFreedPages)
+{
+	sd_machine_config c = config(1, "ipi");
+	c.lru = SD_LRU_PERCPU;
+	Machine mach(c);
+	ASSERT_NE(nullptr, mach.m);
+	Attached a(mach.m, 0);
+	sd_mm *mm = nullptr;
+	ASSERT_EQ(0, sd_mm_create(mach.m, &mm));
+	ASSERT_EQ(0, sd_mmap(a.c, mm, kVa, 64 * SD_PAGE_SIZE, SD_PROT_READ | SD_PROT_WRITE));
+	ASSERT_EQ(0, sd_switch_mm(a.c, mm));
+	for (uint64_t p = 0; p < 30; p++)
+		ASSERT_EQ(0, sd_access(a.c, kVa + p * SD_PAGE_SIZE, SD_WRITE, nullptr));
+	ASSERT_EQ(0, sd_madvise_dontneed(a.c, mm, kVa, 3 * SD_PAGE_SIZE));
+	EXPECT_EQ(0u, total(mach.m, SD_STAT_LRU_LOCK_PAGES)) << "30 populated, 3 freed in the batch";
+	ASSERT_EQ(0, sd_access(a.c, kVa + 30 * SD_PAGE_SIZE, SD_WRITE, nullptr));
+	EXPECT_EQ(31u + 3u, total(mach.m, SD_STAT_LRU_LOCK_PAGES)) << "the 31st drains: 31 on, 3 off";
+	ASSERT_EQ(0, sd_madvise_dontneed(a.c, mm, kVa + 10 * SD_PAGE_SIZE, SD_PAGE_SIZE));
+	EXPECT_EQ(31u + 3u + 1u, total(mach.m, SD_STAT_LRU_LOCK_PAGES)) << "a page on the LRU";
+	ASSERT_EQ(0, sd_switch_mm(a.c, nullptr));
+	EXPECT_EQ(0, sd_mm_destroy(mm));
 }
 
 TEST(Lru, DefaultIsPerCpuAlsoForAnOlderConfig)

@@ -675,6 +675,8 @@ static int host_flush(void)
 	    "is in syscall_entry and syscall_exit");
 	set(&host, P_PIPE_MESSAGE, 0, "0: the emulator passes no messages; a workload that does "
 	    "measures its own");
+	set(&host, P_LRU_PAGE, 0, "0: the emulator keeps no LRU lists; under its LRU lock it "
+	    "bumps one counter, which the lock's own charges cover");
 	set(&host, P_PAGE_FREE, mds - mps, "sd-calibrate --only flush: per-page slope of "
 	    "sd_madvise_dontneed() of 1 -> 32 populated pages (%.1f -> %.1f ns) minus that of "
 	    "sd_mprotect() (the PTE write and flush both have)", md1, md32);
@@ -2507,6 +2509,9 @@ int main(int argc, char **argv)
 
 	no_vcpu_preemption(&host);
 	no_vcpu_preemption(&kern);
+	set(&kern, P_LRU_PAGE, 0, "not measured: the LRU's per-folio work runs inside the "
+	    "kernel's page freeing with nothing a user-space timer can isolate; 0 (the LRU "
+	    "lock's handoffs and line transfers are still charged)");
 	for (size_t g = 0; g < NR_GROUPS; g++) {
 		if (!want[g])
 			continue;
