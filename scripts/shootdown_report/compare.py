@@ -10,7 +10,7 @@ import time
 
 from . import DEFAULT_BENCH, ROOT, modelled, names
 from .fmt import fmt_rate, fmt_time, fmt_x, table
-from .results import load, med
+from .results import UNIT_NS, load, med
 
 # Machine limits (baseline/...) and which one bounds which strategy.
 CACHELINE = "baseline/cacheline_roundtrip"
@@ -86,9 +86,62 @@ def bench_cmd(args, cpus):
     cmd = [args.bench, "--sd_set=main", "--sd_cpus=" + ",".join(map(str, cpus))]
     if args.tiny:
         cmd += ["--sd_oracle=checked", "--sd_trap_reads=10000"]
+    if args.profile:
+        cmd.append("--sd_profile=" + args.profile)
     if args.filter:
         cmd.append("--benchmark_filter=" + args.filter)
+    elif args.profile:
+        # The native twins and machine limits measure this host: no model.
+        cmd.append("--benchmark_filter=-(native|baseline)")
     return cmd
+
+
+# ---- --profile: the emulated workloads in modelled time ----
+
+def profile_pus(name):
+    """The PUs of profile @name (a path, or a name under profiles/), from
+    its topology's synthetic string; None if the file is not found here
+    (the benchmark still finds it where the library looks)."""
+    path = name if os.path.sep in name or name.endswith(".json") \
+        else os.path.join(ROOT, "profiles", name + ".json")
+    try:
+        with open(path) as f:
+            synthetic = json.load(f)["topology"]["synthetic"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    pus = 1
+    for n in re.findall(r":(\d+)", synthetic):
+        pus *= int(n)
+    return pus
+
+
+def to_model_time(json_path):
+    """Rewrite a --profile run's JSON so that each benchmark's time is its
+    modelled time: real_time becomes model_ns (in the entry's time unit;
+    the host's is kept as host_real_time) and the rates the tables read
+    (loops_per_s and the like) are scaled by host time / modelled time.
+    Entries without model_ns (nothing modelled) are dropped. Everything
+    downstream (tables, plots) then reads modelled time."""
+    with open(json_path) as f:
+        doc = json.load(f)
+    kept = []
+    for b in doc.get("benchmarks", []):
+        m = b.get("model_ns")
+        if not m:
+            if b.get("error_occurred"):
+                kept.append(b)
+            continue
+        unit = UNIT_NS.get(b.get("time_unit", "ns"), 1.0)
+        host_ns = b["real_time"] * unit
+        for k in [k for k in b if k.endswith("_per_s") or k.endswith("_per_s_per_thread")]:
+            if isinstance(b[k], (int, float)) and host_ns:
+                b[k] = b[k] * host_ns / m
+        b["host_real_time"] = b["real_time"]
+        b["real_time"] = m / unit
+        kept.append(b)
+    doc["benchmarks"] = kept
+    with open(json_path, "w") as f:
+        json.dump(doc, f, indent=1)
 
 
 def machine_lines(bench):
@@ -98,7 +151,11 @@ def machine_lines(bench):
 
 def list_benchmarks(args, cpus):
     out = subprocess.run(bench_cmd(args, cpus) + ["--benchmark_list_tests=true"],
-                         capture_output=True, text=True, check=True)
+                         capture_output=True, text=True)
+    if out.returncode:
+        # A profile that does not load, a bad filter: the bench says why.
+        sys.exit("compare: %s refused the run (exit %d): %s"
+                 % (args.bench, out.returncode, (out.stderr or out.stdout).strip()))
     return [names.base_name(l.strip()) for l in out.stdout.splitlines() if l.strip()]
 
 
@@ -302,17 +359,22 @@ def range_block(res, out):
     out += table(rows, ["order"] + ["pages:%d" % p for p in pages])
 
 
-def report(res, cpus, pus, head, load=None):
-    """The tables, as lines after @head; @load: load_verdict() of the run."""
+def report(res, cpus, pus, head, load=None, fidelity=True):
+    """The tables, as lines after @head; @load: load_verdict() of the run;
+    @fidelity: the table against the native twins and machine limits."""
     out = list(head)
     if load and load.get("loaded"):
         out.append(load_warning(load))
     for w in WORKLOADS:
+        if not fidelity:
+            # --profile: the native twins ran on no model, so they are not here.
+            w = dict(w, strategies=[s for s in w["strategies"] if not s.startswith("native")])
         if any(cell_name(w, s, n) in res for s in w["strategies"] for n in cpus):
             workload_block(w, res, cpus, pus, out)
     if any(k.startswith("range_flush/") for k in res):
         range_block(res, out)
-    fidelity_block(res, cpus, pus, out, load)
+    if fidelity:
+        fidelity_block(res, cpus, pus, out, load)
     return out
 
 
@@ -372,9 +434,14 @@ def parse_args(argv, doc):
     ap.add_argument("--no-plot", action="store_true")
     ap.add_argument("--no-model", action="store_true",
                     help="skip the modelled section (each patch on its machine's profile)")
+    ap.add_argument("--profile", default=None,
+                    help="run the emulated workloads in modelled time on this profile (a name "
+                         "or a file); implies --no-model")
     args = ap.parse_args(argv)
+    if args.profile:
+        args.no_model = True
     if args.repetitions is None:
-        args.repetitions = 1 if (args.quick or args.tiny) else 5
+        args.repetitions = 1 if (args.quick or args.tiny or args.profile) else 5
     if args.min_time is None:
         args.min_time = 0.001 if args.tiny else 0.05 if args.quick else 0.1
     return args
@@ -401,6 +468,9 @@ def cpu_counts(args, lines):
         return pus, sorted({int(x) for x in args.cpus.split(",")})
     if args.tiny:
         return pus, [1, 2, 4]
+    if args.profile:
+        modelled_pus = profile_pus(args.profile) or pus
+        return pus, sorted({1, 2, modelled_pus})
     return pus, sorted({1, 2, pus, 2 * pus, 4 * pus})
 
 
@@ -409,7 +479,9 @@ def main(argv=None, doc=__doc__):
     if not os.access(args.bench, os.X_OK):
         sys.exit("compare: %s not found; build first: meson setup build && meson compile -C build"
                  % args.bench)
-    out_dir = args.out or os.path.join(ROOT, "results")
+    out_dir = args.out or os.path.join(
+        ROOT, "results", *(["profile-" + os.path.basename(args.profile).replace(".json", "")]
+                           if args.profile else []))
     os.makedirs(out_dir, exist_ok=True)
 
     lines = machine_lines(args.bench)
@@ -434,9 +506,18 @@ def main(argv=None, doc=__doc__):
     took = time.time() - t0
     verdict = load_verdict(busy, [share0, cpu_share()], pus, load1)
     note_load(json_path, verdict)
+    if args.profile:
+        to_model_time(json_path)
     _, res = load(json_path)
 
-    out = report(res, cpus, pus, lines + [
+    head = lines
+    if args.profile:
+        head = lines + [
+            "modelled time on profile %s: every cell is modelled time (host load does not "
+            "change it); the native twins and machine limits measure this host and are "
+            "left out; CPU counts above the host's %d PUs run oversubscribed on the host, "
+            "not in the model" % (args.profile, pus)]
+    out = report(res, cpus, pus, head + [
         "benchmark run: %.0f s, %d benchmarks x %d repetition(s); cells are medians "
         "± half the range of the repetitions; "
         "x = speedup over the patch's before strategy; * oversubscribed"
@@ -444,10 +525,11 @@ def main(argv=None, doc=__doc__):
         "machine load: others used %s PUs just before the run (1-minute load average %.2f); "
         "a busy loop got %s of a PU before and after"
         % ("?" if busy is None else "%.2f" % busy, load1,
-           " and ".join("%.0f%%" % (100 * s) for s in verdict["cpu_share"]))], verdict)
-    text = "\n".join(model_lines + ([""] if model_lines else []) +
-                     ["== Measured: this host, emulated and native ==" if model_lines else ""] +
-                     out) + "\n"
+           " and ".join("%.0f%%" % (100 * s) for s in verdict["cpu_share"]))],
+        None if args.profile else verdict, fidelity=not args.profile)
+    title = ("== Modelled on %s ==" % args.profile) if args.profile else \
+        "== Measured: this host, emulated and native ==" if model_lines else ""
+    text = "\n".join(model_lines + ([""] if model_lines else []) + [title] + out) + "\n"
     print(text)
     with open(os.path.join(out_dir, "compare.txt"), "w") as f:
         f.write(text)

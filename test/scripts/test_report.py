@@ -5,6 +5,7 @@
 aggregates: name parsing, compare's table and guard, bench-ratios' ratios,
 the reference data, and plot's exit status without matplotlib."""
 import copy
+import json
 import re
 import io
 import os
@@ -176,6 +177,39 @@ class Compare(unittest.TestCase):
         res[TF2_BOTH]["counters"]["violations"] = [0, 2]
         bad = compare.check(list(res) + ["missing/ipi/cpus:2"], res)
         self.assertEqual(len(bad), 5, bad)
+
+
+class Profile(unittest.TestCase):
+    """compare --profile: cells in modelled time, rates rescaled, natives out."""
+
+    def test_to_model_time_rewrites_times_and_rates(self):
+        doc = {"benchmarks": (
+            bench(TF2_VANILLA, [{"real_time": 9000, "loops_per_s": 100e3, "model_ns": 3000}],
+                  violations=0) +
+            bench(RANGE, [{"real_time": 4.6, "time_unit": "us", "model_ns": 2300}],
+                  time_unit="us", tlbi_ops=3, violations=0) +
+            bench("tlb_flush2_threads/native/cpus:2", [{"real_time": 500}]))}
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "c.json")
+            with open(path, "w") as f:
+                json.dump(doc, f)
+            compare.to_model_time(path)
+            res = results.load(path)[1]
+        # Host 9 us per loop at 100k/s becomes 3 us modelled: 300k/s.
+        self.assertEqual(res[TF2_VANILLA]["real_ns"], [3000])
+        self.assertAlmostEqual(res[TF2_VANILLA]["counters"]["loops_per_s"][0], 300e3)
+        self.assertEqual(res[RANGE]["real_ns"], [2300])
+        self.assertNotIn("tlb_flush2_threads/native/cpus:2", res)
+
+    def test_profile_pus_from_the_topology(self):
+        self.assertEqual(compare.profile_pus("milan-36"), 36)
+        self.assertEqual(compare.profile_pus("thunderx2-64-vm"), 64)
+        self.assertIsNone(compare.profile_pus("no-such-profile"))
+
+    def test_report_without_fidelity_drops_the_natives(self):
+        lines = compare.report(results.from_doc(DOC), [2], 2, [], fidelity=False)
+        self.assertFalse([l for l in lines if l.strip().startswith("native")])
+        self.assertFalse([l for l in lines if "fidelity" in l.lower()])
 
 
 class Ratios(unittest.TestCase):
