@@ -138,6 +138,9 @@ def to_model_time(json_path):
                 b[k] = b[k] * host_ns / m
         b["host_real_time"] = b["real_time"]
         b["real_time"] = m / unit
+        # The host's own CPU time means nothing in modelled time.
+        for k in ("cpu_s", "cpu_ns_per_loop"):
+            b.pop(k, None)
         kept.append(b)
     doc["benchmarks"] = kept
     with open(json_path, "w") as f:
@@ -538,7 +541,9 @@ def main(argv=None, doc=__doc__):
     status = 0 if rc == 0 else 1
     if not args.no_plot:
         plot = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "plot"), json_path,
-                               "--out", out_dir])
+                               "--out", out_dir] +
+                              (["--note", "modelled time on " + args.profile]
+                               if args.profile else []))
         if plot.returncode not in (0, 3):    # 3: matplotlib missing, said so
             status = 1
     if args.check:

@@ -19,6 +19,40 @@ YLABEL = {
 TRAP_MODES = ("locked", "rcu", "direct")
 RANGE_ORDERS = ("none", "ascending", "descending")
 
+# One colour per strategy in every plot, so a reader who learnt it in one
+# knows it in all: the exact variant first, then its strategy family (the
+# spec before ':' and '/'), then a stable pick from the rest of a palette.
+COLOURS = {
+    "broadcast": "tab:blue", "local": "tab:orange", "ipi": "tab:green",
+    "ipi:cpumask=eager": "tab:green", "ipi:cpumask=lazy": "tab:olive", "gbcast": "tab:red",
+    "native": "black", "native:mode=processes": "black", "native:mode=threads": "dimgray",
+    "native:mode=cpuid": "black",
+    "locked": "tab:purple", "rcu": "tab:brown", "direct": "tab:pink",
+    "none": "tab:gray", "ascending": "tab:cyan", "descending": "tab:blue",
+}
+SPARE = ("tab:cyan", "gold", "navy", "teal", "maroon", "darkkhaki")
+
+# What "better" is on each kind of axis.
+LOWER, HIGHER = " (lower is better)", " (higher is better)"
+# A title's extra note (plot --note, e.g. the profile of a modelled run).
+NOTE = {"text": ""}
+
+
+def colour_of(variant):
+    if variant in COLOURS:
+        return COLOURS[variant]
+    family = variant.split("/")[0]
+    if family in COLOURS:
+        return COLOURS[family]
+    family = family.split(":")[0]
+    if family in COLOURS:
+        return COLOURS[family]
+    return SPARE[sum(map(ord, variant)) % len(SPARE)]
+
+
+def titled(text, sep="; "):
+    return text + (sep + NOTE["text"] if NOTE["text"] else "")
+
 
 def scaling_point(name):
     """(workload, variant, n) of a name that is only a count after its
@@ -30,8 +64,15 @@ def scaling_point(name):
     return p.workload, p.variant, n
 
 
+def spread_of(r, key=None):
+    """(min, max) of a result's repetitions (real time, or counter @key)."""
+    vals = [v for v in (r["counters"].get(key, []) if key else r["real_ns"]) if v]
+    return (min(vals), max(vals)) if vals else (None, None)
+
+
 def series(res):
-    """workload -> variant -> [(n, value, oversubscribed)] sorted by n."""
+    """workload -> variant -> [(n, median, oversubscribed, min, max)] sorted
+    by n; min and max over the repetitions."""
     by = {}
     for name, r in res.items():
         point = scaling_point(name)
@@ -42,7 +83,8 @@ def series(res):
         if v is None:
             continue
         over = bool(med(r, "oversubscribed"))
-        by.setdefault(w, {}).setdefault(s, []).append((n, v, over))
+        lo, hi = spread_of(r, RATE_WORKLOADS.get(w))
+        by.setdefault(w, {}).setdefault(s, []).append((n, v, over, lo, hi))
     for w in by.values():
         for pts in w.values():
             pts.sort()
@@ -61,7 +103,7 @@ def time_axis(ax, values_ns):
 
 def mark_pus(ax, strategies):
     """Dashed line at the largest count that was not oversubscribed."""
-    pinned = [n for pts in strategies.values() for n, _, over in pts if not over]
+    pinned = [n for pts in strategies.values() for n, _, over, *_ in pts if not over]
     if pinned:
         ax.axvline(max(pinned), color="grey", linestyle="--", linewidth=1)
         ax.text(max(pinned), ax.get_ylim()[1], " PUs: oversubscribed to the right →",
@@ -76,14 +118,20 @@ def log_axes(ax, xlabel, ylabel):
     ax.grid(True, which="both", alpha=0.3)
 
 
-def points(ax, pts, label, linestyle="-"):
-    """A line through @pts [(x, y, hollow)], each point a marker, hollow
-    where oversubscribed."""
-    line, = ax.plot([x for x, _, _ in pts], [y for _, y, _ in pts], linestyle=linestyle,
-                    label=label)
-    for x, y, hollow in pts:
-        ax.plot([x], [y], marker="o", markersize=6, color=line.get_color(),
-                markerfacecolor="none" if hollow else line.get_color())
+def points(ax, pts, label, linestyle="-", spread=None):
+    """A line through @pts [(x, y, hollow)] in @label's colour, each point
+    a marker, hollow where oversubscribed; @spread [(lo, hi)] per point:
+    error bars from the repetitions' range."""
+    colour = colour_of(label)
+    ax.plot([x for x, _, _ in pts], [y for _, y, _ in pts], linestyle=linestyle, label=label,
+            color=colour)
+    for i, (x, y, hollow) in enumerate(pts):
+        ax.plot([x], [y], marker="o", markersize=6, color=colour,
+                markerfacecolor="none" if hollow else colour)
+        lo, hi = spread[i] if spread else (None, None)
+        if lo is not None and hi is not None and hi > lo:
+            ax.errorbar([x], [y], yerr=[[max(y - lo, 0)], [max(hi - y, 0)]], color=colour,
+                        capsize=3, linewidth=1)
 
 
 def save(plt, fig, out_dir, filename):
@@ -98,32 +146,44 @@ def plot_scaling(plt, w, strategies, out_dir):
     fig, ax = plt.subplots(figsize=(7.5, 4.8))
     rate = w in RATE_WORKLOADS
     ax.set_ylabel(YLABEL.get(w, "time per operation"))
-    all_v = [v for pts in strategies.values() for _, v, _ in pts]
+    all_v = [v for pts in strategies.values() for _, v, _, _, _ in pts]
     scale = 1.0 if rate else time_axis(ax, all_v)
     for s in sorted(strategies):
-        points(ax, [(n, v / scale, over) for n, v, over in strategies[s]], s,
-               ":" if s.startswith("native") else "-")
+        pts = strategies[s]
+        points(ax, [(n, v / scale, over) for n, v, over, _, _ in pts], s,
+               ":" if s.startswith("native") else "-",
+               [(lo / scale if lo else None, hi / scale if hi else None)
+                for _, _, _, lo, hi in pts])
     log_axes(ax, "threads (emulated CPUs)" if w == "trap_dispatch" else "emulated CPUs",
-             ax.get_ylabel())
-    xs = sorted({n for pts in strategies.values() for n, _, _ in pts})
+             ax.get_ylabel() + (HIGHER if rate else LOWER))
+    xs = sorted({n for pts in strategies.values() for n, _, _, _, _ in pts})
     ax.set_xticks(xs)
     ax.set_xticklabels([str(n) for n in xs])
-    ax.set_title("%s: scaling by strategy (hollow = oversubscribed; dotted = native kernel)" % w,
-                 fontsize=10)
+    # Say only what is drawn: hollow points and dotted lines when there are.
+    keys = (["hollow = oversubscribed"] if any(o for pts in strategies.values()
+                                                for _, _, o, _, _ in pts) else []) + \
+        (["dotted = native kernel"] if any(s.startswith("native") for s in strategies) else []) + \
+        (["bars = range of the repetitions"] if any(lo is not None and hi is not None and hi > lo
+                                                    for pts in strategies.values()
+                                                    for _, _, _, lo, hi in pts) else [])
+    ax.set_title(titled("%s: scaling by strategy%s" % (w, " (%s)" % "; ".join(keys) if keys
+                                                       else "")), fontsize=9)
     mark_pus(ax, strategies)
     ax.legend(fontsize=8, loc="best")
     return save(plt, fig, out_dir, "scaling-%s.png" % w)
 
 
 def trap_points(res):
-    """mode -> [(threads, wall ns, summed CPU s, oversubscribed)] sorted."""
+    """mode -> [(threads, wall ns, summed CPU s, oversubscribed, (min, max)
+    wall ns)] sorted."""
     modes = {}
     for name, r in res.items():
         p = names.parse(name)
         if p.workload != "trap_dispatch" or p.strategy not in TRAP_MODES or not r["real_ns"]:
             continue
         modes.setdefault(p.strategy, []).append(
-            (p.count()[1], med(r), med(r, "cpu_s"), bool(med(r, "oversubscribed"))))
+            (p.count()[1], med(r), med(r, "cpu_s"), bool(med(r, "oversubscribed")),
+             spread_of(r)))
     return {m: sorted(pts) for m, pts in modes.items()}
 
 
@@ -131,17 +191,27 @@ def plot_trap(plt, res, out_dir):
     modes = trap_points(res)
     if not modes:
         return None
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 4.5))
+    # CPU time is the host's: a modelled run has none, and gets one panel.
+    has_cpu = any(cpu is not None for pts in modes.values() for _, _, cpu, _, _ in pts)
+    fig, axes = plt.subplots(1, 2 if has_cpu else 1, figsize=(10 if has_cpu else 6.5, 4.8))
+    a1, a2 = (axes[0], axes[1]) if has_cpu else (axes, None)
     for mode in TRAP_MODES:
         pts = modes.get(mode, [])
-        points(a1, [(t, wall / 1e6, over) for t, wall, _, over in pts], mode)
-        points(a2, [(t, cpu * 1e3, over) for t, _, cpu, over in pts if cpu is not None], mode)
-    for ax, what in ((a1, "wall time, ms (the patch's real)"),
-                     (a2, "summed thread CPU time, ms (the patch's sys)")):
+        points(a1, [(t, wall / 1e6, over) for t, wall, _, over, _ in pts], mode,
+               spread=[(lo / 1e6 if lo else None, hi / 1e6 if hi else None)
+                       for _, _, _, _, (lo, hi) in pts])
+        if a2 is not None:
+            points(a2, [(t, cpu * 1e3, over) for t, _, cpu, over, _ in pts if cpu is not None],
+                   mode)
+    panels = [(a1, "wall time, ms" + LOWER, "the patch's real")]
+    if a2 is not None:
+        panels.append((a2, "summed thread CPU time, ms" + LOWER, "the patch's sys"))
+    for ax, what, title in panels:
         log_axes(ax, "threads (hollow = oversubscribed)", what)
+        ax.set_title(title, fontsize=9)
         ax.legend(fontsize=8)
-    fig.suptitle("arm64: rework EL0 MRS emulation: trap dispatch, 10^6 ID-register reads "
-                 "per thread", fontsize=10)
+    fig.suptitle(titled("arm64 EL0 MRS emulation rework: trap dispatch,\n10^6 ID-register "
+                        "reads per thread", " (") + (")" if NOTE["text"] else ""), fontsize=10)
     return save(plt, fig, out_dir, "trap_dispatch.png")
 
 
@@ -174,18 +244,19 @@ def plot_range(plt, res, out_dir):
         ls, mk, size, filled = styles[order]
         line, = ax.plot([p for p, _, _ in pts], [o for _, o, _ in pts], linestyle=ls, marker=mk,
                         markersize=size, markerfacecolor=None if filled else "none",
-                        label="range=%s" % order)
+                        label="range=%s" % order, color=colour_of(order))
         asid = [(p, o) for p, o, a in pts if a]
         if asid:
             ax.plot([p for p, _ in asid], [o for _, o in asid], linestyle="none", marker="x",
                     markersize=11, color=line.get_color())
-    ax.plot([], [], linestyle="none", marker="x", color="black",
-            label="whole-ASID flush instead of ranges")
+    if any(a for pts in orders.values() for _, _, a in pts):
+        ax.plot([], [], linestyle="none", marker="x", color="black",
+                label="whole-ASID flush instead of ranges")
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("pages flushed (4 KiB)")
-    ax.set_ylabel("TLBI operations per flush (broadcasts)")
-    ax.set_title("arm64 range TLBI decomposition: operations by flush size", fontsize=10)
+    ax.set_ylabel("TLBI operations per flush (broadcasts)" + LOWER)
+    ax.set_title(titled("arm64 range TLBI decomposition: operations by flush size"), fontsize=10)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
     return save(plt, fig, out_dir, "range_ops.png")
@@ -261,7 +332,9 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description="plot shootdown-bench JSON")
     ap.add_argument("json")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--note", default="", help="added to every title (e.g. a modelled run's profile)")
     args = ap.parse_args(argv)
+    NOTE["text"] = args.note
     plt = import_pyplot()
     if plt is None:
         print("plot: matplotlib is not installed (Debian: apt-get install python3-matplotlib); "
@@ -272,7 +345,7 @@ def main(argv=None):
     _, res = load(args.json)
     made = []
     for w, strategies in sorted(series(res).items()):
-        if w == "trap_dispatch" or len({n for pts in strategies.values() for n, _, _ in pts}) < 2:
+        if w == "trap_dispatch" or len({p[0] for pts in strategies.values() for p in pts}) < 2:
             continue
         made.append(plot_scaling(plt, w, strategies, out_dir))
     made += [p for p in (plot_trap(plt, res, out_dir), plot_range(plt, res, out_dir),

@@ -184,8 +184,8 @@ class Profile(unittest.TestCase):
 
     def test_to_model_time_rewrites_times_and_rates(self):
         doc = {"benchmarks": (
-            bench(TF2_VANILLA, [{"real_time": 9000, "loops_per_s": 100e3, "model_ns": 3000}],
-                  violations=0) +
+            bench(TF2_VANILLA, [{"real_time": 9000, "loops_per_s": 100e3, "model_ns": 3000,
+                                 "cpu_ns_per_loop": 5000}], violations=0) +
             bench(RANGE, [{"real_time": 4.6, "time_unit": "us", "model_ns": 2300}],
                   time_unit="us", tlbi_ops=3, violations=0) +
             bench("tlb_flush2_threads/native/cpus:2", [{"real_time": 500}]))}
@@ -199,6 +199,7 @@ class Profile(unittest.TestCase):
         self.assertEqual(res[TF2_VANILLA]["real_ns"], [3000])
         self.assertAlmostEqual(res[TF2_VANILLA]["counters"]["loops_per_s"][0], 300e3)
         self.assertEqual(res[RANGE]["real_ns"], [2300])
+        self.assertNotIn("cpu_ns_per_loop", res[TF2_VANILLA]["counters"])
         self.assertNotIn("tlb_flush2_threads/native/cpus:2", res)
 
     def test_profile_pus_from_the_topology(self):
@@ -289,6 +290,32 @@ class Plot(unittest.TestCase):
                                env=env, capture_output=True, text=True, timeout=60)
         self.assertEqual(p.returncode, 3, p.stdout + p.stderr)
         self.assertIn("matplotlib is not installed", p.stdout)
+
+    def test_series_colours_and_spread(self):
+        from shootdown_report import plot
+        by = plot.series(results.from_doc(DOC))
+        # MPROT local at 2 CPUs: median 200, repetitions 190-210.
+        self.assertEqual(by["mprotect_threaded"]["local"], [(2, 200, False, 190, 210)])
+        # A strategy keeps its colour whatever else is drawn, and its LRU
+        # setting or options do not change it.
+        self.assertEqual(plot.colour_of("gbcast/lru:percpu"), plot.colour_of("gbcast"))
+        self.assertEqual(plot.colour_of("gbcast:threshold=0"), plot.colour_of("gbcast"))
+        self.assertNotEqual(plot.colour_of("broadcast"), plot.colour_of("local"))
+        self.assertEqual(plot.colour_of("some_user_strategy"), plot.colour_of("some_user_strategy"))
+
+    def test_plots_draw_from_a_comparison(self):
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            self.skipTest("matplotlib is not installed")
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "c.json")
+            with open(path, "w") as f:
+                json.dump(DOC, f)
+            p = subprocess.run([sys.executable, os.path.join(SCRIPTS, "plot"), path, "--note",
+                                "a note"], capture_output=True, text=True, timeout=120)
+            self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+            self.assertIn("range_ops.png", p.stdout)
 
     def test_modelled_ratios_and_plot(self):
         from shootdown_report import plot
