@@ -145,6 +145,18 @@ class Compare(unittest.TestCase):
         # Range ops reported as measured: 3 ops for 511 pages, 4.6 us.
         self.assertEqual(cells(self.lines, "descending"), ["3 (4.6 us)"])
 
+    def test_tlb_flush2_changes_one_thing_at_a_time(self):
+        doc = {"benchmarks": (
+            bench(TF2_VANILLA, [{"real_time": 9000, "loops_per_s": 100e3}]) +
+            bench("tlb_flush2_threads/ipi/lru:percpu/cpus:2",
+                  [{"real_time": 9000, "loops_per_s": 150e3}]) +
+            bench("tlb_flush2_threads/broadcast/lru:percpu/cpus:2",
+                  [{"real_time": 9000, "loops_per_s": 300e3}]))}
+        lines = compare.report(results.from_doc(doc), [2], 2, [], fidelity=False)
+        self.assertEqual(cells(lines, "ipi/lru:percpu"), ["150k/s 1.50x"])
+        # broadcast is against ipi at the same LRU setting, not vanilla.
+        self.assertEqual(cells(lines, "broadcast (x vs ipi/lru:percpu)"), ["300k/s 2.00x"])
+
     def test_check_passes(self):
         self.assertEqual(compare.check(list(self.res), self.res), [])
 
