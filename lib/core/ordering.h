@@ -42,6 +42,9 @@ enum sd_order_point {
 				  * call the strategy's flush */
 	SD_ORDER_RECLAIM_ZAPPED, /* sd_reclaim(): its zap done, every split lock
 				  * dropped, the mmap_lock still held for read */
+	SD_ORDER_LEAF_EDITED,    /* mm layer: a change's edits of one page table
+				  * done and its split lock dropped, more tables
+				  * of the range may follow (edit_leaves()) */
 	SD_ORDER_TRACE_CLAIMED,  /* trace ring: a slot claimed, not yet filled
 				  * (test_trace records from here, as the
 				  * CPU's own IPI handler may) */

@@ -412,6 +412,8 @@ static void edit_leaves(struct sd_cpu *c, struct sd_mm *mm, uint64_t vpn, uint64
 			*owed = true;
 		edit(arg, leaf, v, leaf_end);
 		sd_ptl_unlock(c, leaf);
+		/* Test instrumentation: between two tables of one change. */
+		sd_order_point(SD_ORDER_LEAF_EDITED, c->id);
 		v = leaf_end;
 	}
 }

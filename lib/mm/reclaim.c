@@ -24,19 +24,24 @@ struct reclaim {
 	bool zapped;
 };
 
-/* Under the split lock of @vpn's table: the first zap notes the mm in the
- * batch (set_tlb_ubc_flush_pending()), so that a change that edits the
- * table after us sees the flush owed (flush_tlb_batched_pending()). */
+/*
+ * Under the split lock of @vpn's table, after its PTE was cleared: note the
+ * mm in the batch (set_tlb_ubc_flush_pending()) for every zap, as the
+ * kernel does per PTE. The first note counts the mm in batch_pending, so a
+ * change that edits the table after us sees the flush owed
+ * (flush_tlb_batched_pending()); every note gathers the CPUs that run the
+ * mm now into the batch (arch_tlbbatch_add_pending()), so a CPU that
+ * switched in after an earlier zap and cached this page is flushed too
+ * (test_tlbbatch, CpuThatJoinsMidReclaimIsInTheBatchFlush).
+ */
 static void reclaim_zapped(void *arg, uint64_t vpn, uint64_t pfn)
 {
 	struct reclaim *r = arg;
 
 	(void)vpn;
-	if (!r->zapped) {
-		/* Room was reserved: cannot fail. */
-		(void)sd_tlbbatch_note(r->cpu, r->batch, r->mm);
-		r->zapped = true;
-	}
+	/* Room was reserved, and an mm already noted needs none. */
+	(void)sd_tlbbatch_note(r->cpu, r->batch, r->mm);
+	r->zapped = true;
 	/* Out of memory: leak the frame (see gather_page). */
 	(void)sd_tlbbatch_hold_frame(r->batch, pfn);
 }

@@ -14,6 +14,10 @@
 #include <thread>
 #include <vector>
 
+extern "C" {
+#include "core/ordering.h"
+}
+
 namespace {
 
 constexpr uint64_t P = SD_PAGE_SIZE;
@@ -265,6 +269,101 @@ TEST(TlbBatch, EveryStrategyReclaimsUnderTheOracle)
 		EXPECT_EQ(0u, total(mc.m, SD_STAT_VIOLATION));
 		for (sd_mm *mm : mms)
 			EXPECT_EQ(0, sd_mm_destroy(mm)) << sd_last_error();
+	}
+}
+
+// A CPU that switches into the mm in the middle of a reclaim, after its
+// first page table and before its last, and caches a page of the last one,
+// must be in the batch's flush: every zap gathers the mm's CPUs into the
+// batch (set_tlb_ubc_flush_pending() after each PTE clear), not only the
+// first. The interleaving is forced: CPU 0's reclaim of a page in each of
+// two tables is held between them (SD_ORDER_LEAF_EDITED) until CPU 1 has
+// switched in and read the second page. After the batch flush, CPU 1's read
+// of it must not be served by the old translation.
+struct MidReclaim {
+	sd_mm *mm = nullptr, *other = nullptr;
+	sd_tlbbatch *batch = nullptr;
+	std::atomic<int> stage{0};
+	std::atomic<bool> held{false};
+};
+MidReclaim *g_mid;
+constexpr uint64_t kSecondTable = kBase + 512 * P;
+
+void hold_between_tables(enum sd_order_point point, unsigned cpu)
+{
+	MidReclaim *r = g_mid;
+
+	if (!r || point != SD_ORDER_LEAF_EDITED || cpu != 0 || r->stage.load() != 1 ||
+	    r->held.exchange(true))
+		return;
+	r->stage.store(2);
+	// Interrupts are on here: CPU 1's switch may IPI us meanwhile.
+	while (r->stage.load() != 3)
+		std::this_thread::sleep_for(std::chrono::microseconds(50));
+}
+
+void mid_reclaim_body(sd_cpu *c, void *p)
+{
+	auto *r = static_cast<MidReclaim *>(p);
+	auto wait = [&](int s) {
+		while (r->stage.load() < s) {
+			sd_cpu_quiescent(c);
+			std::this_thread::sleep_for(std::chrono::microseconds(50));
+		}
+	};
+	if (sd_cpu_id(c) == 0) {
+		EXPECT_EQ(0, sd_switch_mm(c, r->mm));
+		EXPECT_EQ(0, sd_access(c, kBase, SD_WRITE, nullptr));
+		EXPECT_EQ(0, sd_access(c, kSecondTable, SD_WRITE, nullptr));
+		r->stage.store(1);
+		EXPECT_EQ(0, sd_reclaim(c, r->batch, r->mm, kBase, 513 * P)) << sd_last_error();
+		EXPECT_EQ(0, sd_tlbbatch_flush(c, r->batch)) << sd_last_error();
+		r->stage.store(4);
+		wait(5);
+	} else {
+		EXPECT_EQ(0, sd_switch_mm(c, r->other));    // not in the mm's cpumask
+		wait(2);
+		EXPECT_EQ(0, sd_switch_mm(c, r->mm));
+		EXPECT_EQ(0, sd_access(c, kSecondTable, SD_READ, nullptr));  // still present
+		r->stage.store(3);
+		wait(4);
+		EXPECT_EQ(0, sd_access(c, kSecondTable, SD_READ, nullptr));
+		r->stage.store(5);
+	}
+	EXPECT_EQ(0, sd_switch_mm(c, nullptr));
+}
+
+TEST(TlbBatch, CpuThatJoinsMidReclaimIsInTheBatchFlush)
+{
+	for (const char *strategy : { "ipi", "ipi:cpumask=eager", "gbcast:threshold=0,sample=1", "broadcast", "local" }) {
+		SCOPED_TRACE(strategy);
+		sd_machine_config cfg = sdtest::config(2, strategy);
+		cfg.oracle = SD_ORACLE_CHECKED;
+		Machine mc(cfg);
+		ASSERT_NE(nullptr, mc.m);
+		MidReclaim r;
+		ASSERT_EQ(0, sd_tlbbatch_create(mc.m, &r.batch));
+		ASSERT_EQ(0, sd_mm_create(mc.m, &r.mm));
+		ASSERT_EQ(0, sd_mm_create(mc.m, &r.other));
+		{
+			Attached a(mc.m, 0);
+			ASSERT_EQ(0, sd_mmap(a.c, r.mm, kBase, 513 * P, SD_PROT_READ | SD_PROT_WRITE));
+		}
+		g_mid = &r;
+		sd_order_set_hook(hold_between_tables);
+		{
+			sdtest::Watchdog w(std::string(strategy) + ": CPU 0 held between the tables of "
+					   "its reclaim until CPU 1 switched in and read", 60);
+			EXPECT_EQ(0, sd_machine_run(mc.m, mid_reclaim_body, &r)) << sd_last_error();
+		}
+		sd_order_set_hook(nullptr);
+		g_mid = nullptr;
+		EXPECT_TRUE(r.held.load()) << "the reclaim never reached its second table";
+		EXPECT_EQ(0u, sd_oracle_violations(mc.m))
+			<< "CPU 1 read the reclaimed page through a translation the batch flush missed";
+		EXPECT_EQ(0, sd_tlbbatch_destroy(r.batch));
+		EXPECT_EQ(0, sd_mm_destroy(r.mm));
+		EXPECT_EQ(0, sd_mm_destroy(r.other));
 	}
 }
 
