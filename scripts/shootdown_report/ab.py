@@ -10,8 +10,9 @@ import sys
 from . import fmt, names, results
 
 # What a change to the library is re-measured on: the hit path, and one
-# flush per strategy. Each entry is (old name, new name): the LRU lock left
-# the strategy spec for a name element of its own.
+# flush per strategy. Each entry is (old spellings..., new name): the LRU
+# lock left the strategy spec for a name element of its own; the old side
+# takes whichever spelling its binary knows.
 DEFAULT = [
     ("tlb_lookup/sd_access/cpus:1",) * 2,
     ("flush_page/broadcast/cpus:2/remote:idle",) * 2,
@@ -41,11 +42,14 @@ def measure(old, new, pairs, rounds, min_time):
     """{(old, new): ([old values], [new values], is_rate)}, OLD then NEW each round."""
     seen = {p: ([], [], False) for p in pairs}
     for _ in range(rounds):
-        a = run(old, [p[0] for p in pairs], min_time)
+        # The old binary may know a benchmark by any of its spellings,
+        # the newest included (an OLD built after a rename).
+        a = run(old, [n for p in pairs for n in p], min_time)
         b = run(new, [p[-1] for p in pairs], min_time)
         for p in pairs:
-            if p[0] in a and p[-1] in b:
-                seen[p][0].append(a[p[0]][0])
+            old_name = next((n for n in p if n in a), None)
+            if old_name and p[-1] in b:
+                seen[p][0].append(a[old_name][0])
                 seen[p][1].append(b[p[-1]][0])
                 seen[p] = (seen[p][0], seen[p][1], b[p[-1]][1])
     return seen

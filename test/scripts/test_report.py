@@ -265,6 +265,22 @@ class Ab(unittest.TestCase):
         ab.report(seen, out)
         self.assertIn("0.500", out.getvalue())     # median 2 over median 4
 
+    def test_old_side_takes_whichever_spelling_it_knows(self):
+        old_name, new_name = "tf2/gbcast:lru=percpu/cpus:2", "tf2/gbcast/lru:percpu/cpus:2"
+
+        def run(binary, wanted, min_time):
+            # Both OLD and NEW here are built after the rename.
+            self.assertIn(new_name, wanted)
+            return {new_name: (100.0 if binary == "old" else 150.0, True)}
+
+        saved, ab.run = ab.run, run
+        try:
+            pair = (old_name, new_name)
+            seen = ab.measure("old", "new", [pair], 2, 0.1)
+        finally:
+            ab.run = saved
+        self.assertEqual(([100.0, 100.0], [150.0, 150.0], True), seen[pair])
+
     def test_a_benchmark_missing_on_one_side_is_said(self):
         out = io.StringIO()
         ab.report({("a/b/cpus:1",) * 2: ([], [1.0], False)}, out)
