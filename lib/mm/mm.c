@@ -565,19 +565,19 @@ static int do_mmap(struct sd_cpu *c, struct sd_mm *mm, uint64_t va, uint64_t len
 		return err;
 	if (prot & ~(unsigned)(SD_PROT_READ | SD_PROT_WRITE))
 		return sd_fail(-EINVAL, "sd_mmap: unknown prot bits 0x%x", prot);
-	sd_mmap_write_lock(c, mm);
+	sd_mmap_lock(c, mm, SD_LOCK_MM);
 	/* The kernel's VMA work (vma_merge or a new VMA), under the lock. */
 	sd_event(c, SD_EV_VMA_CHANGE, 0, 0);
 	for_each_pte(mm, vpn, nr, leaf, slot) {
 		if (atomic_load_explicit(slot, memory_order_relaxed)) {
-			sd_mmap_write_unlock(c, mm);
+			sd_mmap_unlock(c, mm, SD_LOCK_MM);
 			return sd_fail(-EEXIST, "sd_mmap: page 0x%llx already mapped",
 				       (unsigned long long)(__i << SD_PAGE_SHIFT));
 		}
 	}
 	err = build_tables(c, mm, vpn, nr);
 	if (err) {
-		sd_mmap_write_unlock(c, mm);
+		sd_mmap_unlock(c, mm, SD_LOCK_MM);
 		return err;
 	}
 	uint32_t version = sd_mm_change_version(mm);
@@ -586,7 +586,7 @@ static int do_mmap(struct sd_cpu *c, struct sd_mm *mm, uint64_t va, uint64_t len
 		atomic_store_explicit(slot, pte, memory_order_release);
 	sd_event(c, SD_EV_PTE_UPDATE, nr, 0);
 	bool unmap_in_flight = atomic_load_explicit(&mm->flush_pending, memory_order_acquire) != 0;
-	sd_mmap_write_unlock(c, mm);
+	sd_mmap_unlock(c, mm, SD_LOCK_MM);
 	finish_mmap(c, mm, vpn, nr, version, unmap_in_flight);
 	return 0;
 }
@@ -614,7 +614,7 @@ static int do_munmap(struct sd_cpu *c, struct sd_mm *mm, uint64_t va, uint64_t l
 
 	if (err)
 		return err;
-	sd_mmap_write_lock(c, mm);
+	sd_mmap_lock(c, mm, SD_LOCK_MM);
 	/* The kernel's VMA work (do_vmi_munmap: split, detach), under the lock. */
 	sd_event(c, SD_EV_VMA_CHANGE, 0, 0);
 	version = change_begin(c, mm, &g);
@@ -627,7 +627,7 @@ static int do_munmap(struct sd_cpu *c, struct sd_mm *mm, uint64_t va, uint64_t l
 		atomic_fetch_add_explicit(&mm->table_gen, 1, memory_order_release);
 	g.nested = flush_nested(mm);
 	sd_event(c, SD_EV_PTE_UPDATE, g.ptes, 0);
-	sd_mmap_write_unlock(c, mm);
+	sd_mmap_unlock(c, mm, SD_LOCK_MM);
 	finish_change(c, mm, vpn, nr, version, &g, &fl);
 	return 0;
 }
@@ -683,12 +683,12 @@ static int do_madvise_dontneed(struct sd_cpu *c, struct sd_mm *mm, uint64_t va, 
 	if (err)
 		return err;
 	/* madvise_lock(): MADV_DONTNEED takes the mmap_lock for read. */
-	sd_mmap_read_lock(c, mm, SD_LOCK_MM_READ);
+	sd_mmap_lock(c, mm, SD_LOCK_MM_READ);
 	version = change_begin(c, mm, &g);
 	sd_mm_zap_present(c, mm, vpn, nr, version, &g.owed, gather_zapped, &g);
 	g.nested = flush_nested(mm);
 	sd_event(c, SD_EV_PTE_UPDATE, g.ptes, 0);
-	sd_mmap_read_unlock(c, mm, SD_LOCK_MM_READ);
+	sd_mmap_unlock(c, mm, SD_LOCK_MM_READ);
 	finish_change(c, mm, vpn, nr, version, &g, NULL);
 	return 0;
 }
@@ -729,13 +729,13 @@ static int do_mprotect(struct sd_cpu *c, struct sd_mm *mm, uint64_t va, uint64_t
 		return err;
 	if (prot & ~(unsigned)(SD_PROT_READ | SD_PROT_WRITE))
 		return sd_fail(-EINVAL, "sd_mprotect: unknown prot bits 0x%x", prot);
-	sd_mmap_write_lock(c, mm);
+	sd_mmap_lock(c, mm, SD_LOCK_MM);
 	/* The kernel's VMA work (mprotect_fixup: split, merge), under the lock. */
 	sd_event(c, SD_EV_VMA_CHANGE, 0, 0);
 	for_each_pte(mm, vpn, nr, leaf, slot)
 		mapped += !!(atomic_load_explicit(slot, memory_order_relaxed) & SD_PTE_VMA);
 	if (mapped != nr) {
-		sd_mmap_write_unlock(c, mm);
+		sd_mmap_unlock(c, mm, SD_LOCK_MM);
 		return sd_fail(-ENOMEM, "sd_mprotect: %llu of %llu pages are not mapped",
 			       (unsigned long long)(nr - mapped), (unsigned long long)nr);
 	}
@@ -744,7 +744,7 @@ static int do_mprotect(struct sd_cpu *c, struct sd_mm *mm, uint64_t va, uint64_t
 	edit_leaves(c, mm, vpn, nr, &g.owed, protect_leaf, &pr);
 	g.nested = flush_nested(mm);
 	sd_event(c, SD_EV_PTE_UPDATE, g.ptes, 0);
-	sd_mmap_write_unlock(c, mm);
+	sd_mmap_unlock(c, mm, SD_LOCK_MM);
 	finish_change(c, mm, vpn, nr, version, &g, NULL);
 	return 0;
 }
@@ -845,7 +845,7 @@ static int populate(struct sd_cpu *c, struct sd_mm *mm, uint64_t vpn)
 
 	if (sd_frame_alloc(&c->m->frames, &c->frames, &pfn))
 		return sd_fail(-ENOMEM, "sd_access: out of frames");
-	sd_mmap_read_lock(c, mm, SD_LOCK_MM_VMA);
+	sd_mmap_lock(c, mm, SD_LOCK_MM_VMA);
 	/* Tables are linked and unlinked under the lock for write only. */
 	leaf = sd_pt_walk_leaf(mm->pgd, vpn);
 	if (leaf) {
@@ -868,7 +868,7 @@ static int populate(struct sd_cpu *c, struct sd_mm *mm, uint64_t vpn)
 		}
 		sd_ptl_unlock(c, leaf);
 	}
-	sd_mmap_read_unlock(c, mm, SD_LOCK_MM_VMA);
+	sd_mmap_unlock(c, mm, SD_LOCK_MM_VMA);
 	/* A population (page_faults), charged the exception's entry and exit
 	 * outside the locks, where the kernel pays them; the page joins this
 	 * CPU's LRU batch (folio_add_lru_vma(), which the kernel does under

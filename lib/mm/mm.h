@@ -93,37 +93,30 @@ void sd_mm_free_frames(struct sd_cpu *c, const uint64_t *pfns, size_t n);
  * transfers and holds; a split lock's handoff and hold). @c is the caller,
  * attached as that CPU. A CPU holds one mm's mmap_lock at a time.
  */
-static inline void sd_mmap_write_lock(struct sd_cpu *c, struct sd_mm *mm)
+/*
+ * @kind says how: SD_LOCK_MM for write (mmap, munmap, mprotect);
+ * SD_LOCK_MM_READ for read (madvise); SD_LOCK_MM_VMA for read, charged as
+ * the per-VMA lock of a fault or the rmap walk of a reclaim, which the
+ * kernel does without the mmap_lock's count.
+ */
+static inline void sd_mmap_lock(struct sd_cpu *c, struct sd_mm *mm, enum sd_lock_kind kind)
 {
-	if (pthread_rwlock_trywrlock(&mm->mmap_lock)) {
-		sd_event(c, SD_EV_LOCK_WAIT_BEGIN, SD_LOCK_MM, 0);
-		pthread_rwlock_wrlock(&mm->mmap_lock);
-		sd_event(c, SD_EV_LOCK_WAIT_END, SD_LOCK_MM, 0);
-	}
-	sd_event(c, SD_EV_LOCK_ACQUIRE, SD_LOCK_MM, (uint64_t)(uintptr_t)&mm->mmap_model);
-}
+	const bool write = kind == SD_LOCK_MM;
 
-static inline void sd_mmap_write_unlock(struct sd_cpu *c, struct sd_mm *mm)
-{
-	sd_event(c, SD_EV_LOCK_RELEASE, SD_LOCK_MM, (uint64_t)(uintptr_t)&mm->mmap_model);
-	pthread_rwlock_unlock(&mm->mmap_lock);
-	sd_model_resync(c);
-}
-
-/* @kind: SD_LOCK_MM_READ (madvise), or SD_LOCK_MM_VMA for a fault or a
- * reclaim, which the kernel does without the mmap_lock's count (per-VMA
- * lock; rmap); both take the real lock for read. */
-static inline void sd_mmap_read_lock(struct sd_cpu *c, struct sd_mm *mm, enum sd_lock_kind kind)
-{
-	if (pthread_rwlock_tryrdlock(&mm->mmap_lock)) {
+	if (write ? pthread_rwlock_trywrlock(&mm->mmap_lock)
+		  : pthread_rwlock_tryrdlock(&mm->mmap_lock)) {
 		sd_event(c, SD_EV_LOCK_WAIT_BEGIN, kind, 0);
-		pthread_rwlock_rdlock(&mm->mmap_lock);
+		if (write)
+			pthread_rwlock_wrlock(&mm->mmap_lock);
+		else
+			pthread_rwlock_rdlock(&mm->mmap_lock);
 		sd_event(c, SD_EV_LOCK_WAIT_END, kind, 0);
 	}
 	sd_event(c, SD_EV_LOCK_ACQUIRE, kind, (uint64_t)(uintptr_t)&mm->mmap_model);
 }
 
-static inline void sd_mmap_read_unlock(struct sd_cpu *c, struct sd_mm *mm, enum sd_lock_kind kind)
+/* Its partner, with the @kind it was taken with. */
+static inline void sd_mmap_unlock(struct sd_cpu *c, struct sd_mm *mm, enum sd_lock_kind kind)
 {
 	sd_event(c, SD_EV_LOCK_RELEASE, kind, (uint64_t)(uintptr_t)&mm->mmap_model);
 	pthread_rwlock_unlock(&mm->mmap_lock);

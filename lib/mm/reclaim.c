@@ -63,7 +63,7 @@ int sd_reclaim(struct sd_cpu *c, struct sd_tlbbatch *b, struct sd_mm *mm, uint64
 	/* The kernel's rmap walk takes no mmap_lock; ours takes it for read
 	 * (charged as a fault's per-VMA lock) so that no unmap frees the
 	 * tables under it. */
-	sd_mmap_read_lock(c, mm, SD_LOCK_MM_VMA);
+	sd_mmap_lock(c, mm, SD_LOCK_MM_VMA);
 	r.version = sd_mm_change_version(mm);
 	sd_mm_zap_present(c, mm, va >> SD_PAGE_SHIFT, len >> SD_PAGE_SHIFT, r.version, NULL,
 			  reclaim_zapped, &r);
@@ -84,7 +84,7 @@ int sd_reclaim(struct sd_cpu *c, struct sd_tlbbatch *b, struct sd_mm *mm, uint64
 			(void)sd_tlbbatch_hold_floor(b, mm, va >> SD_PAGE_SHIFT,
 						     len >> SD_PAGE_SHIFT, r.version);
 	}
-	sd_mmap_read_unlock(c, mm, SD_LOCK_MM_VMA);
+	sd_mmap_unlock(c, mm, SD_LOCK_MM_VMA);
 	/* Nothing zapped, no flush in flight: our part is done already. */
 	if (!noted && r.checked)
 		sd_oracle_floor_raise_known(&mm->floor, va >> SD_PAGE_SHIFT, len >> SD_PAGE_SHIFT,
