@@ -50,6 +50,15 @@ enum sd_machine_flags {
 	 *  number that is not one of ours (see "Signals and the host program"
 	 *  in the guide). */
 	SD_MACHINE_TAKE_SIGNAL = 1u << 1,
+	/** Modelled time in strict mode (needs a profile; the environment
+	 *  variable SD_MODEL_STRICT=1 sets it too): one emulated CPU runs at
+	 *  a time, always the one with the lowest modelled clock, so every
+	 *  shared resource, lock, cpumask read and IPI is met in modelled-time
+	 *  order and a run's modelled results depend on the workload, the
+	 *  profile and the program's own seeds alone, not on the host's load
+	 *  or the window. sd_model_info.seq_stalls counts what could not be
+	 *  kept exact (guide, "Strict mode"). Without a profile: -EINVAL. */
+	SD_MACHINE_MODEL_STRICT = 1u << 2,
 };
 
 /** Oracle mode for sd_machine_config.oracle. */

@@ -94,10 +94,31 @@ struct sd_model_info {
 	/** Of those, the ones that found the vCPU holding a modelled lock
 	 *  (lock-holder preemption: the lock stays held meanwhile). */
 	uint64_t vcpu_preemptions_locked;
+	/** 1 if the machine runs in strict mode (SD_MACHINE_MODEL_STRICT):
+	 *  one CPU at a time, lowest modelled clock first. The fields below
+	 *  were added in 0.2.2; a caller built against an older struct (size
+	 *  up to vcpu_preemptions_locked, or up to rejoins) still works. */
+	int strict;
+	/** Strict mode: times the machine passed from one CPU to another. */
+	uint64_t seq_handoffs;
+	/** Strict mode: times a CPU holding the machine was blocked or spun
+	 *  outside the library so long (2 ms asleep, 100 ms of CPU time) that
+	 *  the machine was taken from it. Each one makes the run depend on
+	 *  the host: a run with any is not exact. */
+	uint64_t seq_stalls;
+	/** Strict mode: CPUs that came back (from a stall, or from idle or an
+	 *  attach after others went on) with a clock behind the machine's
+	 *  latest time. Coming back from idle is a program's choice and is
+	 *  exact when the program's own order decides it; after a stall it is
+	 *  not. */
+	uint64_t seq_late;
+	/** Strict mode: IPIs that brought a CPU away from the machine (idle,
+	 *  or blocked outside the library) in to run them, by a real signal. */
+	uint64_t seq_summons;
 };
 
 /** Initialiser for struct sd_model_info. */
-#define SD_MODEL_INFO_INIT { sizeof(struct sd_model_info), 0, "", "", "", 0, 0, 0, 0, 0, 0, 0, 0, 0 }
+#define SD_MODEL_INFO_INIT { sizeof(struct sd_model_info), 0, "", "", "", 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 }
 
 /**
  * sd_cpu_clock_ns() - @cpu's modelled clock, in ns.

@@ -4,6 +4,8 @@
 
 #include "backoff.h"
 
+SD_THREAD_LOCAL bool (*sd_wait_hook)(void) __attribute__((tls_model("initial-exec")));
+
 void sd_backoff_slow(struct sd_backoff *b)
 {
 	if (b->n < SD_BACKOFF_SPINS + SD_BACKOFF_YIELDS) {

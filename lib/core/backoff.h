@@ -29,10 +29,21 @@ struct sd_backoff {
 
 #define SD_BACKOFF_INIT { 0 }
 
+/*
+ * The calling thread's wait hook, NULL for none. Strict modelled time
+ * (hw/sequencer.h) runs one emulated CPU at a time, so a CPU that waits
+ * for a lock another CPU holds must let that CPU run instead of spinning:
+ * its thread sets this hook, which hands the machine on and returns true
+ * (or false when it cannot: the wait then spins as usual).
+ */
+extern SD_THREAD_LOCAL bool (*sd_wait_hook)(void) __attribute__((tls_model("initial-exec")));
+
 void sd_backoff_slow(struct sd_backoff *b);
 
 static inline void sd_backoff_wait(struct sd_backoff *b)
 {
+	if (unlikely(sd_wait_hook != NULL) && sd_wait_hook())
+		return;
 	if (likely(b->n < SD_BACKOFF_SPINS)) {
 		b->n++;
 		sd_cpu_relax();

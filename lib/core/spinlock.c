@@ -5,6 +5,11 @@
 
 void sd_spin_lock_slow(struct sd_spinlock *l)
 {
+	/* Strict modelled time: the holder may be a CPU waiting for its
+	 * turn; let it have it (backoff.h, sd_wait_hook). */
+	while (sd_wait_hook && sd_wait_hook())
+		if (sd_spin_trylock(l))
+			return;
 	for (unsigned n = 0; n < SD_BACKOFF_SPINS + SD_BACKOFF_YIELDS; n++) {
 		if (sd_spin_trylock(l))
 			return;

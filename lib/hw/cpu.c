@@ -108,6 +108,7 @@ int sd_cpu_online(struct sd_machine *m, unsigned id, struct sd_cpu **out)
 	sd_rcu_register();
 	/* Modelled time: the CPU joins the running ones at their time. */
 	sd_model_cpu_online(c);
+	sd_cpu_seq_hook(c, true);
 	atomic_fetch_add(&m->nr_attached, 1);
 	*out = c;
 	return 0;
@@ -121,6 +122,7 @@ void sd_cpu_offline(struct sd_cpu *c)
 	struct sd_machine *m = c->m;
 
 	sd_smp_call_offline(c);
+	sd_cpu_seq_hook(c, false);
 	sd_model_cpu_offline(c);
 	sd_frame_cache_drain(&m->frames, &c->frames);
 	sd_rcu_unregister();
@@ -234,6 +236,43 @@ int sd_cpu_work(struct sd_cpu *c, uint64_t ns)
 	    c->model.clock_ps + ns * PS_PER_NS > (1ull << 63))
 		return sd_fail(-EINVAL, "sd_cpu_work: %llu ns would take CPU %u's modelled clock "
 			       "past 2^63 ps", (unsigned long long)ns, c->id);
-	sd_event(c, SD_EV_WORK, ns, 0);
+	if (!c->model.seq || c->irq_depth || c->model.locks_held) {
+		sd_event(c, SD_EV_WORK, ns, 0);
+		return 0;
+	}
+	/* Strict mode: in steps that end at the CPU's sync points, so an IPI
+	 * that arrives during the work runs at its arrival, and the work
+	 * resumes after its handler, as an interrupt would have it. */
+	while (ns) {
+		uint64_t room = c->model.sync_at_ps > c->model.clock_ps ?
+			(c->model.sync_at_ps - c->model.clock_ps + PS_PER_NS - 1) / PS_PER_NS : 1;
+		uint64_t step = ns < room ? ns : room;
+
+		sd_event(c, SD_EV_WORK, step, 0);
+		ns -= step;
+	}
 	return 0;
+}
+
+/*
+ * Strict modelled time's wait hook (core/backoff.h): a CPU holding the
+ * token that spins on a real lock lets the other CPUs make a step, runs
+ * the IPIs that arrived meanwhile (the lock's holder may wait for its
+ * ack), and looks again.
+ */
+static bool seq_wait_hook(void)
+{
+	struct sd_cpu *c = sd_this_cpu;
+
+	if (!c || !c->model.seq || !sd_seq_holds(c) || !sd_seq_poll(c))
+		return false;
+	if (!c->irq_depth && !c->model.irq_batch &&
+	    (c->ipi_pending || sd_seq_arrival(c, NULL) <= c->model.clock_ps))
+		sd_irq_run_pending(c);
+	return true;
+}
+
+void sd_cpu_seq_hook(struct sd_cpu *c, bool on)
+{
+	sd_wait_hook = on && c->model.seq ? seq_wait_hook : NULL;
 }

@@ -93,6 +93,17 @@ static inline void sd_irq_off(struct sd_cpu *c)
 }
 
 void sd_irq_run_pending(struct sd_cpu *c);
+/* Strict modelled time: set (or clear) the calling thread's wait hook. */
+void sd_cpu_seq_hook(struct sd_cpu *c, bool on);
+
+/* A synchronisation point of modelled time (model.c): in strict mode it
+ * may find IPIs that have arrived by the CPU's clock, which run here,
+ * where the IPI endpoint can be reached, before it syncs again. */
+static inline void sd_cpu_model_sync(struct sd_cpu *c)
+{
+	while (unlikely(sd_model_sync(c)))
+		sd_irq_run_pending(c);
+}
 
 /* Modelled time: a synchronisation that fell inside a lock or interrupt
  * section (sd_model_sync()) happens at the section's end, once no real
@@ -101,7 +112,7 @@ void sd_irq_run_pending(struct sd_cpu *c);
 static inline void sd_model_resync(struct sd_cpu *c)
 {
 	if (unlikely(c->model.sync_deferred) && !c->model.locks_held && !c->irq_depth)
-		sd_model_sync(c);
+		sd_cpu_model_sync(c);
 }
 
 static inline void sd_irq_on(struct sd_cpu *c)

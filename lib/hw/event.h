@@ -232,13 +232,12 @@ static inline bool sd_model_fixed(enum sd_event ev)
  * the clock and keep within the window (model.c). */
 static inline void sd_model_charge(struct sd_cpu *c, enum sd_event ev, uint64_t arg, uint64_t aux)
 {
-	if (!sd_model_fixed(ev)) {
+	if (!sd_model_fixed(ev))
 		sd_model_event(c, ev, arg, aux);
-		return;
-	}
-	c->model.clock_ps += c->model.ev_ps[ev];
+	else
+		c->model.clock_ps += c->model.ev_ps[ev];
 	if (unlikely(c->model.clock_ps >= c->model.sync_at_ps))
-		sd_model_sync(c);
+		sd_cpu_model_sync(c);
 }
 
 /*
@@ -341,8 +340,8 @@ static inline void sd_event_spin_unlock(struct sd_cpu *c, struct sd_spinlock *l,
 static inline void sd_event_line(struct sd_cpu *c, struct sd_model_line *line, bool write)
 {
 	if (unlikely(c->model.ev_ps != NULL))
-		sd_model_event(c, write ? SD_EV_LINE_WRITE : SD_EV_LINE_READ, 0,
-			       (uint64_t)(uintptr_t)line);
+		sd_model_charge(c, write ? SD_EV_LINE_WRITE : SD_EV_LINE_READ, 0,
+				(uint64_t)(uintptr_t)line);
 }
 
 #endif

@@ -71,12 +71,14 @@ static uint64_t dist_cost(const struct sd_model *mod, enum sd_model_dist_param p
  * user that reaches the resource later in real time but earlier in
  * modelled time would be pulled up to the other's clock. Returns the start.
  */
-static uint64_t reserve(SD_ATOMIC(uint64_t) *free_at, uint64_t t, uint64_t occ)
+static uint64_t reserve(SD_ATOMIC(uint64_t) *free_at, uint64_t t, uint64_t occ, bool strict)
 {
 	uint64_t f = atomic_load_explicit(free_at, memory_order_relaxed), start;
 
 	do {
-		if (f >= 2 * occ && t + occ <= f - occ)
+		/* Strict mode serves users in modelled order already: a
+		 * plain FIFO, and a line saturates (no free pass). */
+		if (!strict && f >= 2 * occ && t + occ <= f - occ)
 			return t;
 		start = max_u64(f, t);
 	} while (!atomic_compare_exchange_weak_explicit(free_at, &f, start + occ,
@@ -221,7 +223,19 @@ void sd_model_set_run(struct sd_cpu *c, int state)
 {
 	int old = atomic_load_explicit(&c->model_pub.state, memory_order_relaxed);
 
-	if (!c->model.ev_ps || old == state)
+	if (!c->model.ev_ps)
+		return;
+	if (c->model.seq) {
+		/* Idle leaves the machine; a switch brings it back, at its
+		 * own clock (sequencer.c). */
+		if (state == SD_MODEL_RUNNING)
+			sd_seq_join(c);
+		else
+			sd_seq_leave(c);
+		atomic_store_explicit(&c->model_pub.state, state, memory_order_relaxed);
+		return;
+	}
+	if (old == state)
 		return;
 	publish(c);
 	if (state == SD_MODEL_RUNNING) {
@@ -377,7 +391,7 @@ static void next_sync(struct sd_cpu *c, uint64_t min)
 		c->model.sync_at_ps = c->model.preempt_at_ps;
 }
 
-void sd_model_sync(struct sd_cpu *c)
+static void lax_sync(struct sd_cpu *c)
 {
 	struct sd_model *mod = &c->m->model;
 	int state = atomic_load_explicit(&c->model_pub.state, memory_order_relaxed);
@@ -424,6 +438,80 @@ void sd_model_sync(struct sd_cpu *c)
 		c->model.seen_min_ps = min;
 	note_lead(mod, c->model.clock_ps, min);
 	next_sync(c, min);
+}
+
+
+/* ---- strict mode's synchronisation (sequencer.h) ---- */
+
+/* The watchdog's sign of life: the holder made progress. */
+static inline void seq_beat(struct sd_cpu *c)
+{
+	own_inc(&c->m->model.seq.go[c->id].beats);
+}
+
+/* The next sync point of a holder: where it passes the next CPU, its
+ * first IPI arrives, the host preempts it, or a quantum on (to see CPUs
+ * that came back from away meanwhile). */
+/* Strict mode's quantum: how soon a holder looks again without a reason
+ * (a CPU back from away is seen within it). Not the window, which strict
+ * mode does not have; fixed, because where the sync points fall still
+ * moves a run's clocks by up to 0.1% (to be found: docs/design.md). */
+#define SEQ_QUANTUM_PS (1000u * PS_PER_NS)
+
+static void seq_next_sync(struct sd_cpu *c, uint64_t arrival)
+{
+	uint64_t at = c->model.clock_ps + SEQ_QUANTUM_PS;
+
+	if (c->model.until_ps != SD_SEQ_NEVER) {
+		uint64_t pass = c->model.until_ps + (c->id < c->model.until_id ? 1 : 0);
+		at = pass < at ? pass : at;
+	}
+	at = arrival < at ? arrival : at;
+	at = c->model.preempt_at_ps < at ? c->model.preempt_at_ps : at;
+	c->model.sync_at_ps = at > c->model.clock_ps ? at : c->model.clock_ps + 1;
+}
+
+static bool seq_sync(struct sd_cpu *c)
+{
+	uint64_t arrival;
+
+	seq_beat(c);
+	if (c->model.clock_ps >= c->model.preempt_at_ps)
+		vcpu_preempt(c);
+	publish(c);
+	if (!sd_seq_holds(c))
+		sd_seq_join(c);
+	/* With interrupts off or a modelled lock held the CPU neither runs
+	 * IPIs nor gives the token away: a CPU parked holding a lock would
+	 * leave its next acquirer polling. The section's end syncs again
+	 * (sd_model_resync()). */
+	if (c->irq_depth || c->model.locks_held || c->model.irq_batch) {
+		if (!c->model.irq_batch)
+			c->model.sync_deferred = true;
+		seq_next_sync(c, SD_SEQ_NEVER);
+		return false;
+	}
+	c->model.sync_deferred = false;
+	for (;;) {
+		arrival = sd_seq_arrival(c, NULL);
+		if (arrival <= c->model.clock_ps || c->ipi_pending)
+			return true;
+		if (c->model.clock_ps < c->model.until_ps ||
+		    (c->model.clock_ps == c->model.until_ps && c->id < c->model.until_id))
+			break;
+		sd_seq_sync(c);
+	}
+	publish(c);
+	seq_next_sync(c, arrival);
+	return false;
+}
+
+bool sd_model_sync(struct sd_cpu *c)
+{
+	if (c->model.seq)
+		return seq_sync(c);
+	lax_sync(c);
+	return false;
 }
 
 /* ---- charges out of line ---- */
@@ -565,7 +653,7 @@ static void charge_count(struct sd_cpu *c, struct sd_model_rwsem *rw)
 
 	if (rw->count_owner != UINT32_MAX && rw->count_owner != c->id) {
 		uint64_t cost = dist_cost(mod, SD_MDP_LOCK_HANDOFF, rw->count_owner, c->id);
-		c->model.clock_ps = reserve(&rw->count_free_ps, c->model.clock_ps, cost) + cost;
+		c->model.clock_ps = reserve(&rw->count_free_ps, c->model.clock_ps, cost, c->model.seq) + cost;
 	}
 	rw->count_owner = c->id;
 }
@@ -693,7 +781,7 @@ static void charge_line(struct sd_cpu *c, struct sd_model_line *line, bool write
 	else if (write && (readers & ~me))
 		cost = mod->dist_ps[SD_MDP_LINE_TRANSFER][SD_DIST_LLC];
 	if (cost)
-		c->model.clock_ps = reserve(&line->free_at_ps, c->model.clock_ps, cost) + cost;
+		c->model.clock_ps = reserve(&line->free_at_ps, c->model.clock_ps, cost, c->model.seq) + cost;
 	if (write) {
 		if (w != c->id + 1)
 			atomic_store_explicit(&line->writer, c->id + 1, memory_order_relaxed);
@@ -709,9 +797,11 @@ void sd_model_event(struct sd_cpu *c, enum sd_event ev, uint64_t arg, uint64_t a
 	struct sd_model *mod = &c->m->model;
 	const uint64_t *p = mod->param_ps;
 
+	if (c->model.seq)
+		seq_beat(c);
 	/* Taken for stalled while blocked outside the library: back now. */
-	if (unlikely(atomic_load_explicit(&c->model_pub.state, memory_order_relaxed) ==
-		     SD_MODEL_STALLED))
+	else if (unlikely(atomic_load_explicit(&c->model_pub.state, memory_order_relaxed) ==
+			  SD_MODEL_STALLED))
 		rejoin(c);
 	switch (ev) {
 	/* Per unit of the argument: levels read, PTEs, frames, tables, pages. */
@@ -764,8 +854,7 @@ void sd_model_event(struct sd_cpu *c, enum sd_event ev, uint64_t arg, uint64_t a
 		c->model.clock_ps += c->model.ev_ps[ev];
 		break;
 	}
-	if (c->model.clock_ps >= c->model.sync_at_ps)
-		sd_model_sync(c);
+	/* The caller (sd_model_charge()) syncs: it can run IPIs. */
 }
 
 /* ---- IPIs ---- */
@@ -807,7 +896,7 @@ void sd_model_irq_exit(struct sd_cpu *c)
 	 * off, and the interrupted code retries its own at its section's
 	 * end, not because of us. */
 	if (c->model.clock_ps >= c->model.sync_at_ps)
-		sd_model_sync(c);
+		(void)sd_model_sync(c);
 	c->model.irq_batch = 0;
 }
 
@@ -831,6 +920,8 @@ void sd_model_cpu_init(struct sd_cpu *c)
 
 	memset(&c->model, 0, sizeof(c->model));
 	c->model.ev_ps = mod->on ? mod->ev_ps : NULL;
+	c->model.seq = mod->seq.on;
+	c->model.until_ps = SD_SEQ_NEVER;
 	atomic_init(&c->model_pub.clock_ps, 0);
 	atomic_init(&c->model_pub.state, SD_MODEL_OFF);
 	atomic_init(&c->model_pub.window_waits, 0);
@@ -848,7 +939,16 @@ void sd_model_cpu_online(struct sd_cpu *c)
 	c->model.locks_held = 0;
 	c->model.sync_deferred = false;
 	c->model.irq_batch = 0;
-	rejoin(c);
+	c->model.seq = c->m->model.seq.on;
+	if (c->model.seq) {
+		/* In at the run's epoch, away until its first event. */
+		sd_seq_cpu_online(c);
+		next_preempt(c);
+		publish(c);
+		atomic_store_explicit(&c->model_pub.state, SD_MODEL_IDLE, memory_order_relaxed);
+	} else {
+		rejoin(c);
+	}
 	c->model.sync_at_ps = c->model.clock_ps;
 }
 
@@ -856,6 +956,9 @@ void sd_model_cpu_offline(struct sd_cpu *c)
 {
 	if (!c->model.ev_ps)
 		return;
+	/* The endpoint's offline already left strict mode (smp.c). */
+	if (c->m->model.seq.on)
+		sd_seq_cpu_offline(c);
 	publish(c);
 	atomic_store_explicit(&c->model_pub.state, SD_MODEL_OFF, memory_order_relaxed);
 }
@@ -871,11 +974,12 @@ int sd_machine_model_info(const struct sd_machine *m, struct sd_model_info *info
 		return sd_fail(-EINVAL, "sd_machine_model_info: NULL argument");
 	/* 0.2.0's struct ended at rejoins: fill that much for its callers. */
 	const size_t v020 = offsetof(struct sd_model_info, vcpu_preemptions);
+	const size_t v021 = offsetof(struct sd_model_info, strict);
 	const size_t size = info->size;
 
-	if (size != sizeof(out) && size != v020)
+	if (size != sizeof(out) && size != v020 && size != v021)
 		return sd_fail(-EINVAL, "sd_machine_model_info: unknown size %zu (this release: %zu, "
-			       "or 0.2.0's %zu)", size, sizeof(out), v020);
+			       "0.2.1's %zu or 0.2.0's %zu)", size, sizeof(out), v021, v020);
 	mod = &m->model;
 	out.modelled = mod->on;
 	if (mod->on) {
@@ -900,6 +1004,11 @@ int sd_machine_model_info(const struct sd_machine *m, struct sd_model_info *info
 		out.max_lead_ns = atomic_load_explicit(&mod->max_lead_ps, memory_order_relaxed) /
 				  PS_PER_NS;
 		out.rejoins = atomic_load_explicit(&mod->rejoins, memory_order_relaxed);
+		out.strict = mod->seq.on;
+		out.seq_handoffs = atomic_load_explicit(&mod->seq.handoffs, memory_order_relaxed);
+		out.seq_stalls = atomic_load_explicit(&mod->seq.stalls, memory_order_relaxed);
+		out.seq_late = atomic_load_explicit(&mod->seq.late, memory_order_relaxed);
+		out.seq_summons = atomic_load_explicit(&mod->seq.summons, memory_order_relaxed);
 	}
 	out.size = size;
 	memcpy(info, &out, size);

@@ -15,6 +15,7 @@
 #include "../core/compiler.h"
 #include "../core/spinlock.h"
 #include "model_params.h"
+#include "sequencer.h"
 
 /*
  * Modelled time (include/shootdown/model.h says what it is for). Times are
@@ -91,6 +92,10 @@ struct sd_cpu_model {
 	unsigned irq_batch;            /* inside ipi_run_batch(): entry charged */
 	uint64_t seen_min_ps;          /* the slowest running clock last seen */
 	uint64_t preempt_at_ps;        /* the host's next preemption (UINT64_MAX: none) */
+	/* Strict mode (sequencer.h): one CPU at a time, lowest clock first. */
+	bool seq;
+	uint64_t until_ps;             /* the holder runs until the next CPU's time */
+	uint32_t until_id;             /* ...that CPU, for ties */
 };
 
 /*
@@ -233,6 +238,7 @@ struct sd_model {
 	sd_cacheline_aligned struct sd_model_queue interconnect;
 	sd_cacheline_aligned SD_ATOMIC(uint64_t) max_lead_ps;
 	SD_ATOMIC(uint64_t) rejoins;
+	struct sd_seq seq;             /* strict mode: on or not, fixed at creation */
 };
 
 struct sd_cpu;
@@ -253,8 +259,12 @@ enum sd_model_distance sd_model_distance_of(const struct sd_model *mod, unsigned
 void sd_model_cpu_init(struct sd_cpu *c);
 void sd_model_cpu_online(struct sd_cpu *c);
 void sd_model_cpu_offline(struct sd_cpu *c);
-/* A lax-synchronisation point (model.c): publish the clock and keep within
- * the window; deferred inside a lock or interrupt section to its end. */
-void sd_model_sync(struct sd_cpu *c);
+/* A synchronisation point (model.c): publish the clock and keep within
+ * the window (strict mode: give the token away once past the next CPU);
+ * deferred inside a lock or interrupt section to its end. Returns true
+ * when IPIs have arrived by the CPU's modelled clock (strict mode): the
+ * caller runs them (sd_irq_run_pending()) and syncs again, as
+ * sd_cpu_model_sync() in cpu.h does. */
+bool sd_model_sync(struct sd_cpu *c);
 
 #endif

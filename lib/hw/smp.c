@@ -29,6 +29,7 @@
 #include "../core/ordering.h"
 #include "../core/tsan.h"
 #include "machine.h"
+#include "sequencer.h"
 #include "smp.h"
 
 /* Run what is queued now; interrupts are off (irq_depth raised). */
@@ -37,8 +38,72 @@
  * area (cpu.c) depends on the endpoint and never the other way round. */
 _Thread_local struct sd_cpu *sd_this_cpu __attribute__((tls_model("initial-exec")));
 
+/* Run one request and ack it (the sender may reuse it from then on). */
+static void ipi_run_one(struct sd_cpu *c, struct sd_smp_call_req *req)
+{
+	/* Read before the run: after the ack the request may be gone. */
+	uint64_t flow = req->flow;
+	struct sd_cpu *from = req->from;
+
+	sd_event_ipi_run_begin(c, flow, req->model_sent_ps);
+	req->fn(c, req->arg);
+	/* Written before the ack publishes the request's end. */
+	uint64_t acked = req->model_acked_ps = sd_event_ipi_run_end(c, flow);
+	/* Strict modelled time: the sender waits in the sequencer for the
+	 * ack's time; told before the ack, while the request is still ours. */
+	if (from && from->model.seq)
+		sd_seq_wake(c, from, acked);
+	/* Only a parked sender needs the wake-up system call. A wake
+	 * that lands after the sender left is harmless: the word is
+	 * still mapped, and every futex wait loops. */
+	if (atomic_exchange_explicit(&req->state, SD_SMP_CALL_DONE,
+				     memory_order_acq_rel) == SD_SMP_CALL_PARKED)
+		sd_futex_wake(&req->state, 1);
+}
+
+/*
+ * Strict modelled time: run the requests that have arrived by the CPU's
+ * clock (each at the later of its arrival and the clock, as it reaches
+ * it), and put back the ones still on their way; the sequencer learns
+ * when the first of those arrives, which is the CPU's next sync point.
+ */
+static void ipi_run_arrived(struct sd_cpu *c)
+{
+	const uint64_t delivery = c->m->model.param_ps[SD_MP_IPI_DELIVERY];
+	uint64_t posts, next = SD_SEQ_NEVER;
+
+	sd_seq_arrival(c, &posts);
+	atomic_store(&c->ipi_kick, 0);
+	struct cds_lfs_head *head = __cds_lfs_pop_all(&c->ipi_queue);
+	struct cds_lfs_node *node = head ? &head->node : NULL;
+
+	while (node) {
+		struct sd_smp_call_req *req = caa_container_of(node, struct sd_smp_call_req, node);
+
+		/* Pairs with the release before cds_lfs_push(). */
+		sd_tsan_acquire(req);
+		struct cds_lfs_node *next_node = node->next;
+		uint64_t arrival = req->model_sent_ps ? req->model_sent_ps + delivery : 0;
+
+		if (arrival <= c->model.clock_ps) {
+			ipi_run_one(c, req);
+		} else {
+			next = arrival < next ? arrival : next;
+			cds_lfs_node_init(&req->node);
+			sd_tsan_release(req);
+			cds_lfs_push(&c->ipi_queue, &req->node);
+		}
+		node = next_node;
+	}
+	sd_seq_ipis_ran(c, next, posts);
+}
+
 static void ipi_run_batch(struct sd_cpu *c)
 {
+	if (c->model.seq) {
+		ipi_run_arrived(c);
+		return;
+	}
 	/* Clear kick before taking the queue: a sender that pushes after our
 	 * pop sees 0 and signals again (its push and its exchange are ordered
 	 * before our store, or it sends). */
@@ -56,19 +121,7 @@ static void ipi_run_batch(struct sd_cpu *c)
 		 * DONE. */
 		struct cds_lfs_node *next = node->next;
 
-		/* Read before the run: after the ack the request may be gone. */
-		uint64_t flow = req->flow;
-
-		sd_event_ipi_run_begin(c, flow, req->model_sent_ps);
-		req->fn(c, req->arg);
-		/* Written before the ack publishes the request's end. */
-		req->model_acked_ps = sd_event_ipi_run_end(c, flow);
-		/* Only a parked sender needs the wake-up system call. A wake
-		 * that lands after the sender left is harmless: the word is
-		 * still mapped, and every futex wait loops. */
-		if (atomic_exchange_explicit(&req->state, SD_SMP_CALL_DONE,
-					     memory_order_acq_rel) == SD_SMP_CALL_PARKED)
-			sd_futex_wake(&req->state, 1);
+		ipi_run_one(c, req);
 		node = next;
 	}
 }
@@ -185,6 +238,41 @@ static void chain_to_host(int sig, siginfo_t *si, void *uctx)
 	}
 }
 
+/*
+ * Strict modelled time: a signal reaches only a CPU away from the machine
+ * (sd_seq_posted()). Summoned, it takes the token at the IPI's arrival
+ * and runs the queue in modelled order, then leaves again. The holder (a
+ * late signal) runs its queue as usual; a CPU parked in the machine
+ * leaves it to its next sync point.
+ */
+void sd_smp_seq_settle(struct sd_cpu *c)
+{
+	uint64_t arrival;
+
+	if (!c->model.seq || c->irq_depth || !sd_seq_holds(c))
+		return;
+	while ((arrival = sd_seq_arrival(c, NULL)) != SD_SEQ_NEVER) {
+		if (arrival > c->model.clock_ps)
+			sd_seq_wait(c, arrival);
+		ipi_run_queue(c);
+	}
+}
+
+static void ipi_seq_handler(struct sd_cpu *c)
+{
+	/* Summoned first: it may hold the token already (given while the
+	 * signal was on its way), and still has to take its clock to it. */
+	if (sd_seq_summoned_enter(c)) {
+		ipi_run_queue(c);
+		sd_smp_seq_settle(c);
+		sd_seq_unsummon(c);
+	} else if (sd_seq_holds(c)) {
+		ipi_run_queue(c);
+	} else {
+		c->ipi_pending = 1;
+	}
+}
+
 static void ipi_handler(int sig, siginfo_t *si, void *uctx)
 {
 	struct sd_cpu *c = sd_this_cpu;
@@ -198,6 +286,8 @@ static void ipi_handler(int sig, siginfo_t *si, void *uctx)
 		if (c->irq_depth) {
 			c->ipi_pending = 1;
 			sd_event(c, SD_EV_IPI_DEFERRED, 0, 0);
+		} else if (c->model.seq) {
+			ipi_seq_handler(c);
 		} else {
 			ipi_run_queue(c);
 		}
@@ -359,9 +449,26 @@ bool sd_smp_call_post(struct sd_cpu *from, struct sd_cpu *t, struct sd_smp_call_
 	req->model_sent_ps = 0;
 	req->model_acked_ps = 0;
 	req->flow = from ? sd_event_ipi_sent(from, t, &req->model_sent_ps) : 0;
+	req->from = from;
 	/* The push's barrier is inside liburcu, where TSan cannot see it. */
 	sd_tsan_release(req);
 	cds_lfs_push(&t->ipi_queue, &req->node);
+	/* Strict modelled time: a CPU in the machine runs it at its sync
+	 * point, at the IPI's arrival; only one away needs the signal. */
+	if (t->model.seq) {
+		/* A summoned CPU always gets its own signal: a kick left by
+		 * an earlier one (whose handler found it in the machine and
+		 * left the queue to its sync point) must not swallow it. */
+		if (sd_seq_posted(from, t, req->model_sent_ps ?
+				  req->model_sent_ps + t->m->model.param_ps[SD_MP_IPI_DELIVERY] : 0)) {
+			atomic_store(&t->ipi_kick, 1);
+			err = ipi_send(t->m->cfg.ipi_signal, tid);
+			if (err)
+				atomic_store_explicit(&t->ipi_send_err, err, memory_order_relaxed);
+		}
+		atomic_fetch_sub_explicit(&t->ipi_senders, 1, memory_order_release);
+		return true;
+	}
 	/* One signal in flight is enough: the handler drains the whole queue
 	 * (a non-empty call_single_queue already has its IPI). A failed send
 	 * leaves the kick set; the waiter's watchdog sends again, and finds
@@ -594,10 +701,29 @@ static void ipi_wait_parked(struct sd_cpu *from, struct sd_smp_call_req *req)
 	}
 }
 
+/*
+ * Strict modelled time: the sender leaves the running CPUs until the ack's
+ * time (sd_seq_wake() from the handler), running the IPIs that reach it
+ * meanwhile, as a CPU waiting in csd_lock_wait() does with interrupts on.
+ */
+static void ipi_wait_seq(struct sd_cpu *from, struct sd_smp_call_req *req)
+{
+	while (!req_finished(req)) {
+		sd_seq_wait(from, SD_SEQ_NEVER);
+		if (from->ipi_pending || sd_seq_arrival(from, NULL) <= from->model.clock_ps)
+			ipi_run_queue(from);
+	}
+}
+
 int sd_smp_call_wait(struct sd_cpu *from, struct sd_smp_call_req *req)
 {
 	unsigned n;
 	int expected = SD_SMP_CALL_PENDING;
+
+	if (from && from->model.seq && sd_seq_holds(from)) {
+		ipi_wait_seq(from, req);
+		goto done;
+	}
 
 	for (n = 0; n < SD_BACKOFF_SPINS + SD_BACKOFF_YIELDS; n++) {
 		if (req_finished(req))
@@ -627,6 +753,9 @@ void sd_smp_call_offline(struct sd_cpu *c)
 	atomic_store(&c->tid, 0);
 	while (atomic_load(&c->ipi_senders))
 		sd_backoff_wait(&b);
+	/* Strict modelled time would keep the IPIs still on their way for
+	 * later: going offline, every one runs now. */
+	c->model.seq = false;
 	sd_smp_call_drain(c);
 }
 

@@ -36,6 +36,7 @@ struct sd_smp_call_req {
 	void *arg;
 	SD_ATOMIC(int) state;          /* SD_IPI_*: the sender parks on it */
 	struct sd_cpu *target;         /* for the watchdog: whom to re-signal */
+	struct sd_cpu *from;           /* the sender, NULL: a thread that is no CPU */
 	uint64_t flow;                 /* trace flow id from the sender, or 0 */
 	uint64_t model_sent_ps;        /* modelled time it was sent, 0: none */
 	uint64_t model_acked_ps;       /* modelled time the target acked it */
@@ -84,5 +85,11 @@ extern SD_ATOMIC(bool) sd_smp_call_test_no_recheck;
 
 /* Answer every queued IPI now (detach, shutdown). Owner only. */
 void sd_smp_call_drain(struct sd_cpu *c);
+
+/* Strict modelled time: before @c leaves the machine (idle, the end of an
+ * IPI it was summoned for), it runs the IPIs already on their way to it,
+ * each at its arrival, as an idle CPU would take them; later ones bring it
+ * back (sequencer.c). Owner, interrupts on. */
+void sd_smp_seq_settle(struct sd_cpu *c);
 
 #endif

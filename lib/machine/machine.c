@@ -122,9 +122,19 @@ static int normalise(const struct sd_machine_config *in, struct sd_machine_confi
 		return sd_fail(-EINVAL, "model_window_ns %llu: at most 1000000000 (1 s)",
 			       (unsigned long long)cfg->model_window_ns);
 	/* A flag from a newer header must not be dropped silently. */
-	if (cfg->flags & ~(unsigned)(SD_MACHINE_STRICT_PIN | SD_MACHINE_TAKE_SIGNAL))
+	const unsigned known = SD_MACHINE_STRICT_PIN | SD_MACHINE_TAKE_SIGNAL |
+			       SD_MACHINE_MODEL_STRICT;
+	if (cfg->flags & ~known)
 		return sd_fail(-EINVAL, "flags 0x%x: unknown bits 0x%x", cfg->flags,
-			       cfg->flags & ~(unsigned)SD_MACHINE_STRICT_PIN);
+			       cfg->flags & ~known);
+	if (cfg->profile) {
+		const char *env = getenv("SD_MODEL_STRICT");
+		if (env && *env && strcmp(env, "0"))
+			cfg->flags |= SD_MACHINE_MODEL_STRICT;
+	}
+	if ((cfg->flags & SD_MACHINE_MODEL_STRICT) && !cfg->profile)
+		return sd_fail(-EINVAL, "SD_MACHINE_MODEL_STRICT without a profile: there is no "
+			       "modelled time to order");
 	return 0;
 }
 
@@ -210,6 +220,9 @@ int sd_machine_create(const struct sd_machine_config *in, struct sd_machine **ou
 			    m->cfg.tlb_l1_entries + m->cfg.tlb_sets * m->cfg.tlb_ways);
 	if (err)
 		goto fail_model;
+	err = sd_seq_init(m, m->model.on && (m->cfg.flags & SD_MACHINE_MODEL_STRICT));
+	if (err)
+		goto fail_model;
 	/* The caller's strings are not ours to keep: point at our copies. */
 	m->cfg.profile = m->model.on ? m->model.path : NULL;
 	m->cfg.model_topology = m->model.on ? m->model.topology : NULL;
@@ -244,6 +257,7 @@ fail_cpus:
 	sd_trace_teardown(m);
 	free_cpus(m);
 fail_model:
+	sd_seq_fini(m);
 	sd_model_fini(&m->model);
 	sd_topology_fini(&m->topo);
 fail_topo:
@@ -296,6 +310,7 @@ int sd_machine_destroy(struct sd_machine *m)
 	sd_frame_pool_fini(&m->frames);
 	sd_trace_teardown(m);
 	free_cpus(m);
+	sd_seq_fini(m);
 	sd_model_fini(&m->model);
 	sd_topology_fini(&m->topo);
 	sd_oracle_fini(&m->oracle);
@@ -447,8 +462,13 @@ static void *cpu_thread(void *p)
 	 * any fn runs. */
 	gate_add(&rs->attached, 1, nr);
 	gate_wait(&rs->attached, nr);
-	if (!atomic_load(&rs->attach_failed) && c)
+	if (!atomic_load(&rs->attach_failed) && c) {
+		/* Strict modelled time: in the machine together, so the
+		 * clocks, not the host, say who goes first. */
+		if (c->model.seq)
+			sd_seq_start_cpu(c);
 		run_body(t, c);
+	}
 	finish_cpu(t);
 	return NULL;
 }
@@ -484,6 +504,8 @@ int sd_machine_run(struct sd_machine *m, sd_cpu_fn fn, void *arg)
 	atomic_init(&rs.error, 0);
 	rs.error_msg[0] = 0;
 	atomic_init(&rs.running, (int)m->nr_cpus);
+	if (m->model.seq.on)
+		sd_seq_expect(m, m->nr_cpus);
 	pthread_attr_init(&attr);
 	pthread_attr_setstacksize(&attr, SD_CPU_THREAD_STACK);
 	for (; started < m->nr_cpus; started++) {
@@ -503,6 +525,8 @@ int sd_machine_run(struct sd_machine *m, sd_cpu_fn fn, void *arg)
 	}
 	for (unsigned i = 0; i < started; i++)
 		pthread_join(tids[i], NULL);
+	if (m->model.seq.on)
+		sd_seq_cancel_start(m);
 	free(threads);
 	free(tids);
 	if (err)

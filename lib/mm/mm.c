@@ -1113,7 +1113,9 @@ int sd_cpu_idle(struct sd_cpu *c)
 	}
 	atomic_store_explicit(&c->lazy, 1, memory_order_relaxed);
 	sd_irq_on(c);
-	/* Modelled time: an idle CPU holds nobody back. */
+	/* Modelled time: an idle CPU holds nobody back; in strict mode it
+	 * first takes the IPIs already on their way. */
+	sd_smp_seq_settle(c);
 	sd_model_set_run(c, SD_MODEL_IDLE);
 	/* Idle is an extended quiescent state: grace periods need nothing
 	 * from this CPU until it switches to an mm again. */

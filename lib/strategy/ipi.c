@@ -206,7 +206,11 @@ int sd_ipi_mm_init(struct sd_machine *m, struct sd_mm *mm, void **mm_priv)
 	im->ctx_id = atomic_fetch_add(&ipi->last_ctx_id, 1) + 1;
 	/* init_new_context(): generation 1 is "no flush yet". */
 	atomic_init(&im->tlb_gen, 1);
-	atomic_init(&im->next_trim_ns, now_ns() + ipi->trim_ns);
+	/* The trim period runs on modelled time when the machine models it
+	 * (a host clock would make a modelled run's trims depend on the
+	 * host's speed): from the mm's creation, which in modelled time is
+	 * no later than any CPU's first use of it. */
+	atomic_init(&im->next_trim_ns, (m->model.on ? 0 : now_ns()) + ipi->trim_ns);
 	atomic_init(&im->global_asid, 0);
 	atomic_init(&im->asid_transition, false);
 	sd_model_line_init(&im->gen_line);
@@ -557,14 +561,15 @@ static bool should_flush_tlb(struct sd_cpu *from, struct sd_ipi *ipi, unsigned t
 }
 
 /* should_trim_cpumask(): at most once per trim period per mm. */
-static bool should_trim_cpumask(struct sd_ipi *ipi, struct sd_mm *mm)
+static bool should_trim_cpumask(struct sd_ipi *ipi, struct sd_cpu *cpu, struct sd_mm *mm)
 {
 	struct sd_ipi_mm *im = sd_ipi_mm_of(mm);
 	uint64_t now;
 
 	if (ipi->mode == SD_IPI_CPUMASK_EAGER)
 		return false;
-	now = now_ns();
+	/* The initiator's modelled clock when modelled (see mm_init). */
+	now = cpu->m->model.on ? sd_cpu_clock_ns(cpu) : now_ns();
 	if (now < atomic_load_explicit(&im->next_trim_ns, memory_order_relaxed))
 		return false;
 	/* Racing initiators may both trim once: harmless, as in the kernel. */
@@ -695,7 +700,7 @@ bool sd_ipi_flush_send(struct sd_cpu *cpu, struct sd_ipi_flush_info *f)
 
 	sd_event_line(cpu, &im->mask_line, false);
 	if (cpumask_any_but(&im->cpumask, cpu->id)) {
-		f->trim_cpumask = should_trim_cpumask(ipi, mm);
+		f->trim_cpumask = should_trim_cpumask(ipi, cpu, mm);
 		if (f->trim_cpumask)
 			sd_event(cpu, SD_EV_CPUMASK_TRIM, 0, 0);
 		sd_ipi_flush_tlb_multi(cpu, &im->cpumask, f);

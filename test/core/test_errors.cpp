@@ -1133,11 +1133,18 @@ TEST(Errors, MachineCreateWithInterruptsOffIsRefused)
 
 TEST(Errors, UnknownMachineFlags)
 {
-	for (unsigned flags : {1u << 2, 1u << 31, ~0u}) {
+	for (unsigned flags : {1u << 3, 1u << 31, ~0u}) {
 		sd_machine_config c = cfg_cpus(2);
 		c.flags = flags;
 		expect_create_fails(c, -EINVAL, {"flags"});
 	}
+}
+
+TEST(Errors, StrictModelledTimeNeedsAProfile)
+{
+	sd_machine_config c = cfg_cpus(2);
+	c.flags = SD_MACHINE_MODEL_STRICT;
+	expect_create_fails(c, -EINVAL, {"SD_MACHINE_MODEL_STRICT", "profile"});
 }
 
 TEST(Errors, StrategyOptionsWithBlanksOrRepeatedKeys)

@@ -16,79 +16,17 @@
 #include <vector>
 #include <unistd.h>
 
-extern "C" {
-#include "hw/model_params.h"
-}
+#include "profile.hpp"
 
 namespace {
 
 using sdtest::Machine;
 using sdtest::Watchdog;
+using sdtest::Profile;
 
 constexpr uint64_t P = SD_PAGE_SIZE;
 constexpr unsigned RW = SD_PROT_READ | SD_PROT_WRITE;
 constexpr uint64_t kPage = 0x40000000;
-
-const char *const kParams[] = {
-#define KEY(id, key, what) key,
-	SD_MODEL_PARAM_LIST(KEY)
-#undef KEY
-};
-const char *const kDistParams[] = {
-#define KEY(id, key, what) key,
-	SD_MODEL_DIST_PARAM_LIST(KEY)
-#undef KEY
-};
-const char *const kDists[] = SD_MODEL_DIST_KEYS;
-
-// A profile: every cost 0 unless @costs names it ("line_transfer.llc" for
-// a distance class). @drop leaves one key out; @extra adds raw JSON text
-// inside "costs".
-struct Profile {
-	std::string path;
-	Profile(const std::string &topology, const std::map<std::string, double> &costs,
-		const std::string &drop = "", const std::string &extra = "")
-	{
-		char tmpl[] = "/tmp/sd-test-profile-XXXXXX";
-		int fd = mkstemp(tmpl);
-		EXPECT_GE(fd, 0);
-		close(fd);
-		path = std::string(tmpl) + ".json";
-		std::rename(tmpl, path.c_str());
-		std::ofstream f(path);
-		f << "{\"format\": \"shootdown-profile-1\", \"name\": \"test\",\n"
-		  << " \"topology\": {\"synthetic\": \"" << topology << "\", \"source\": \"test\"},\n"
-		  << " \"costs\": {\n";
-		bool first = true;
-		auto sep = [&]() { f << (first ? "  " : ", \n  "); first = false; };
-		for (const char *k : kParams) {
-			if (drop == k)
-				continue;
-			auto it = costs.find(k);
-			sep();
-			f << "\"" << k << "\": {\"ns\": " << (it == costs.end() ? 0.0 : it->second)
-			  << ", \"source\": \"test\"}";
-		}
-		for (const char *k : kDistParams) {
-			if (drop == k)
-				continue;
-			sep();
-			f << "\"" << k << "\": {";
-			for (unsigned d = 0; d < 4; d++) {
-				auto it = costs.find(std::string(k) + "." + kDists[d]);
-				f << (d ? ", " : "") << "\"" << kDists[d] << "\": {\"ns\": "
-				  << (it == costs.end() ? 0.0 : it->second) << ", \"source\": \"test\"}";
-			}
-			f << "}";
-		}
-		if (!extra.empty()) {
-			sep();
-			f << extra;
-		}
-		f << "}}\n";
-	}
-	~Profile() { std::remove(path.c_str()); }
-};
 
 sd_machine_config modelled(unsigned cpus, const char *strategy, const Profile &p,
 			   uint64_t window_ns = 0)

@@ -1,0 +1,678 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Strict modelled time: one CPU at a time, lowest clock first (sequencer.h
+ * says why). How the pieces fit:
+ *
+ *   - The holder runs until its clock passes the next CPU's (the "until"
+ *     it computed when it got the token), then, at a synchronisation point
+ *     with interrupts on and no modelled lock held, hands the token to the
+ *     CPU whose time is lowest. Parked CPUs' clocks cannot change, so
+ *     "until" stays right until the holder itself changes someone's state
+ *     (a wake, a post), which recomputes it.
+ *   - IPIs need no signal to a CPU in the machine: it is parked at a sync
+ *     point, and runs the IPIs that have arrived by its clock at its next
+ *     sync point; its sync points are placed at the earliest arrival. A CPU
+ *     away from the machine (idle, blocked in the host) gets the real
+ *     signal and is summoned: its handler takes the token at the IPI's
+ *     arrival, so even then the handler runs in modelled order.
+ *   - A wait (an ack, a lock) leaves the running set with the time it will
+ *     look again: the ack's time (sd_seq_wake() from the handler), an IPI's
+ *     arrival, or, for a spin on a real lock, just after the running CPUs'
+ *     next step.
+ *   - A thread that leaves the machine (idle, the end of its body) keeps
+ *     its clock; it comes back at it, never at the host's idea of now. One
+ *     that is blocked outside the library while holding the token (a
+ *     program's own barrier) is the only case where host time decides: the
+ *     watchdog thread takes the token from it after STALL_NS, and the run
+ *     says so (seq_stalls); it comes back late (seq_late).
+ *
+ * Everything under seq->lock, a pthread mutex: never a library spinlock,
+ * whose wait would come back here through the backoff hook.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <sys/syscall.h>
+
+#include "../core/backoff.h"
+#include "../core/error.h"
+#include "../core/futex.h"
+#include "cpu.h"
+#include "machine.h"
+#include "sequencer.h"
+
+/* The holder made no sync for this long in host time while its thread
+ * slept (blocked outside the library)... */
+#define STALL_SLEEPING_NS (2u * 1000000u)
+/* ...or ran this much CPU time (a spin on a program's own flag). */
+#define STALL_SPINNING_NS (100u * 1000000u)
+#define WATCHDOG_TICK_NS (1000000u)
+
+static inline uint64_t min_u64(uint64_t a, uint64_t b)
+{
+	return a < b ? a : b;
+}
+
+static inline uint64_t max_u64(uint64_t a, uint64_t b)
+{
+	return a > b ? a : b;
+}
+
+static struct sd_seq *seq_of(const struct sd_cpu *c)
+{
+	return &c->m->model.seq;
+}
+
+/* ---- picking the next holder (under the lock) ---- */
+
+/* The modelled time at which slot @s wants the token, SD_SEQ_NEVER if it
+ * does not. A WAIT looks again at its wake time or at its first IPI. */
+static uint64_t want_at(const struct sd_seq_slot *s)
+{
+	if (s->state == SD_SEQ_RUN)
+		return s->clock_ps;
+	if (s->state != SD_SEQ_WAIT)
+		return SD_SEQ_NEVER;
+	uint64_t w = min_u64(s->wake_ps, s->arrival_ps);
+	return w == SD_SEQ_NEVER ? SD_SEQ_NEVER : max_u64(s->clock_ps, w);
+}
+
+/* The CPU other than @except that wants the token earliest (ties: the
+ * lower id), -1 if none; its time in @at. */
+static int pick(const struct sd_seq *q, int except, uint64_t *at)
+{
+	int best = -1;
+
+	*at = SD_SEQ_NEVER;
+	for (unsigned i = 0; i < q->nr; i++) {
+		if ((int)i == except)
+			continue;
+		uint64_t t = want_at(&q->slot[i]);
+		if (t < *at) {
+			*at = t;
+			best = (int)i;
+		}
+	}
+	return best;
+}
+
+/* Give the token to @i at @at (the caller has given it up). */
+static void grant(struct sd_seq *q, int i, uint64_t at)
+{
+	struct sd_seq_slot *s = &q->slot[i];
+
+	s->state = SD_SEQ_RUN;
+	s->wake_ps = SD_SEQ_NEVER;
+	s->grant_ps = at;
+	s->clock_ps = max_u64(s->clock_ps, at);
+	q->frontier_ps = max_u64(q->frontier_ps, at);
+	atomic_store_explicit(&q->holder, i, memory_order_relaxed);
+	atomic_fetch_add_explicit(&q->handoffs, 1, memory_order_relaxed);
+	/* Release: pairs with the acquire in park(); everything the old
+	 * holder did is seen by the new one. */
+	atomic_store_explicit(&q->go[i].go, 1, memory_order_release);
+	sd_futex_wake(&q->go[i].go, 1);
+}
+
+/* Nobody holds the token: give it to whoever wants it first. */
+static void grant_next(struct sd_seq *q)
+{
+	uint64_t at;
+	int i;
+
+	if (q->expect)
+		return;
+	i = pick(q, -1, &at);
+	if (i < 0) {
+		atomic_store_explicit(&q->holder, -1, memory_order_relaxed);
+		return;
+	}
+	grant(q, i, at);
+}
+
+/* The holder @c gives the token up (it is in q->slot already). */
+static void release(struct sd_seq *q, struct sd_cpu *c)
+{
+	atomic_store_explicit(&q->go[c->id].go, 0, memory_order_relaxed);
+	atomic_store_explicit(&q->holder, -1, memory_order_relaxed);
+	grant_next(q);
+}
+
+/* The holder's horizon: the time of the next CPU that wants the token.
+ * It may run while its clock is below it (or equal, if its id is lower). */
+static void compute_until(struct sd_seq *q, struct sd_cpu *c)
+{
+	uint64_t at;
+	int next = pick(q, (int)c->id, &at);
+
+	c->model.until_ps = at;
+	c->model.until_id = next < 0 ? UINT32_MAX : (uint32_t)next;
+	/* Its next sync point no later than where it passes that CPU: a
+	 * horizon that came closer (a wake, a post) is met at once, whatever
+	 * the quantum (the window) would have put off. */
+	if (at != SD_SEQ_NEVER) {
+		uint64_t pass = at + (c->id < c->model.until_id ? 1 : 0);
+		if (pass < c->model.sync_at_ps)
+			c->model.sync_at_ps = pass;
+	}
+	/* ...and no later than its own first IPI's arrival (one posted while
+	 * it waited), which it takes at that time. */
+	if (q->slot[c->id].arrival_ps < c->model.sync_at_ps)
+		c->model.sync_at_ps = q->slot[c->id].arrival_ps;
+}
+
+/*
+ * Park until this thread holds the token. Interrupts are off meanwhile
+ * (a stale signal only marks itself pending), so no handler runs while
+ * the CPU is not the holder; the caller's sync point runs what arrived.
+ */
+static void park(struct sd_seq *q, struct sd_cpu *c)
+{
+	c->irq_depth++;
+	/* Pairs with the handler's irq_depth read (smp.c). */
+	atomic_signal_fence(memory_order_seq_cst);
+	/* Acquire: pairs with the release in grant(). */
+	while (!atomic_load_explicit(&q->go[c->id].go, memory_order_acquire))
+		sd_futex_wait(&q->go[c->id].go, 0);
+	c->irq_depth--;
+	atomic_signal_fence(memory_order_seq_cst);
+}
+
+/* Back from park(): the clock at the time the token was given at. */
+static void resume(struct sd_seq *q, struct sd_cpu *c)
+{
+	pthread_mutex_lock(&q->lock);
+	c->model.clock_ps = max_u64(c->model.clock_ps, q->slot[c->id].grant_ps);
+	q->slot[c->id].clock_ps = c->model.clock_ps;
+	compute_until(q, c);
+	pthread_mutex_unlock(&q->lock);
+}
+
+bool sd_seq_holds(const struct sd_cpu *c)
+{
+	return atomic_load_explicit(&seq_of(c)->holder, memory_order_relaxed) == (int)c->id;
+}
+
+/* If @self holds the token (it changed another CPU's state), its
+ * horizon may have come closer. */
+static void holder_recompute(struct sd_seq *q, struct sd_cpu *self)
+{
+	if (self && self->m == q->m && sd_seq_holds(self))
+		compute_until(q, self);
+}
+
+/* ---- the holder's sync point, waits and wakes ---- */
+
+void sd_seq_sync(struct sd_cpu *c)
+{
+	struct sd_seq *q = seq_of(c);
+
+	if (!sd_seq_holds(c)) {
+		sd_seq_join(c);
+		return;
+	}
+	bool past = c->model.clock_ps > c->model.until_ps ||
+		    (c->model.clock_ps == c->model.until_ps && c->id > c->model.until_id);
+	if (!past)
+		return;
+	pthread_mutex_lock(&q->lock);
+	q->slot[c->id].clock_ps = c->model.clock_ps;
+	uint64_t at;
+	int next = pick(q, -1, &at);
+	if (next == (int)c->id) {
+		compute_until(q, c);
+		pthread_mutex_unlock(&q->lock);
+		return;
+	}
+	release(q, c);
+	pthread_mutex_unlock(&q->lock);
+	park(q, c);
+	resume(q, c);
+}
+
+void sd_seq_wait(struct sd_cpu *c, uint64_t wake_ps)
+{
+	struct sd_seq *q = seq_of(c);
+	struct sd_seq_slot *s = &q->slot[c->id];
+
+	if (!sd_seq_holds(c)) {
+		sd_seq_join(c);
+		return;
+	}
+	pthread_mutex_lock(&q->lock);
+	s->clock_ps = c->model.clock_ps;
+	if (wake_ps == SD_SEQ_POLL) {
+		/* Look again once the running CPUs made a step: just after
+		 * the next one's time. */
+		uint64_t at;
+		pick(q, (int)c->id, &at);
+		wake_ps = at == SD_SEQ_NEVER ? SD_SEQ_NEVER : at + 1;
+	}
+	s->state = SD_SEQ_WAIT;
+	s->wake_ps = wake_ps;
+	release(q, c);
+	pthread_mutex_unlock(&q->lock);
+	park(q, c);
+	resume(q, c);
+}
+
+bool sd_seq_poll(struct sd_cpu *c)
+{
+	struct sd_seq *q = seq_of(c);
+	struct sd_seq_slot *s = &q->slot[c->id];
+	uint64_t at;
+
+	pthread_mutex_lock(&q->lock);
+	if (pick(q, (int)c->id, &at) < 0) {
+		pthread_mutex_unlock(&q->lock);
+		return false;
+	}
+	/* Look again just after the next CPU's time, once it made a step. */
+	s->clock_ps = c->model.clock_ps;
+	s->state = SD_SEQ_WAIT;
+	s->wake_ps = at + 1;
+	release(q, c);
+	pthread_mutex_unlock(&q->lock);
+	park(q, c);
+	resume(q, c);
+	return true;
+}
+
+void sd_seq_wake(struct sd_cpu *self, struct sd_cpu *t, uint64_t at_ps)
+{
+	struct sd_seq *q = seq_of(t);
+	struct sd_seq_slot *s = &q->slot[t->id];
+
+	pthread_mutex_lock(&q->lock);
+	if (s->state == SD_SEQ_WAIT) {
+		s->wake_ps = min_u64(s->wake_ps == SD_SEQ_POLL ? SD_SEQ_NEVER : s->wake_ps, at_ps);
+		if (atomic_load_explicit(&q->holder, memory_order_relaxed) < 0)
+			grant_next(q);
+		else
+			holder_recompute(q, self);
+	}
+	pthread_mutex_unlock(&q->lock);
+}
+
+/* ---- IPIs ---- */
+
+bool sd_seq_posted(struct sd_cpu *self, struct sd_cpu *t, uint64_t arrival_ps)
+{
+	struct sd_seq *q = seq_of(t);
+	struct sd_seq_slot *s = &q->slot[t->id];
+	bool signal = false;
+
+	pthread_mutex_lock(&q->lock);
+	s->posts++;
+	if (!arrival_ps)
+		arrival_ps = s->clock_ps;       /* from no CPU: at once */
+	s->arrival_ps = min_u64(s->arrival_ps, arrival_ps);
+	if (s->state == SD_SEQ_AWAY) {
+		/* The IPI brings it in at its arrival, as an interrupt wakes
+		 * an idle CPU. */
+		s->state = SD_SEQ_RUN;
+		s->summoned = true;
+		s->clock_ps = max_u64(s->clock_ps, arrival_ps);
+		atomic_fetch_add_explicit(&q->summons, 1, memory_order_relaxed);
+		signal = true;
+	}
+	if (atomic_load_explicit(&q->holder, memory_order_relaxed) < 0)
+		grant_next(q);
+	else
+		holder_recompute(q, self);
+	pthread_mutex_unlock(&q->lock);
+	return signal;
+}
+
+uint64_t sd_seq_arrival(struct sd_cpu *c, uint64_t *posts)
+{
+	struct sd_seq *q = seq_of(c);
+	uint64_t a;
+
+	pthread_mutex_lock(&q->lock);
+	a = q->slot[c->id].arrival_ps;
+	if (posts)
+		*posts = q->slot[c->id].posts;
+	pthread_mutex_unlock(&q->lock);
+	return a;
+}
+
+void sd_seq_ipis_ran(struct sd_cpu *c, uint64_t next_ps, uint64_t posts)
+{
+	struct sd_seq *q = seq_of(c);
+	struct sd_seq_slot *s = &q->slot[c->id];
+
+	pthread_mutex_lock(&q->lock);
+	/* A post after the queue was taken: look at the queue again at once. */
+	s->arrival_ps = s->posts != posts ? min_u64(next_ps, c->model.clock_ps) : next_ps;
+	pthread_mutex_unlock(&q->lock);
+}
+
+bool sd_seq_summoned_enter(struct sd_cpu *c)
+{
+	struct sd_seq *q = seq_of(c);
+	struct sd_seq_slot *s = &q->slot[c->id];
+
+	pthread_mutex_lock(&q->lock);
+	bool summoned = s->summoned && s->state == SD_SEQ_RUN;
+	pthread_mutex_unlock(&q->lock);
+	if (!summoned)
+		return false;
+	if (!sd_seq_holds(c))
+		park(q, c);
+	resume(q, c);
+	return true;
+}
+
+void sd_seq_unsummon(struct sd_cpu *c)
+{
+	struct sd_seq *q = seq_of(c);
+	struct sd_seq_slot *s = &q->slot[c->id];
+
+	pthread_mutex_lock(&q->lock);
+	s->summoned = false;
+	s->state = SD_SEQ_AWAY;
+	s->clock_ps = c->model.clock_ps;
+	if (sd_seq_holds(c))
+		release(q, c);
+	pthread_mutex_unlock(&q->lock);
+}
+
+/* ---- in and out of the machine ---- */
+
+void sd_seq_join(struct sd_cpu *c)
+{
+	struct sd_seq *q = seq_of(c);
+	struct sd_seq_slot *s = &q->slot[c->id];
+
+	if (sd_seq_holds(c))
+		return;
+	pthread_mutex_lock(&q->lock);
+	if (s->state == SD_SEQ_RUN && s->summoned) {
+		/* Summoned meanwhile: its sync points run the IPI. */
+		s->summoned = false;
+	} else if (s->state != SD_SEQ_RUN) {
+		/* Its own clock, never the host's idea of now: behind the
+		 * frontier it is late, and the run says so. */
+		if (s->stalled || c->model.clock_ps < q->frontier_ps)
+			atomic_fetch_add_explicit(&q->late, 1, memory_order_relaxed);
+		s->stalled = false;
+		s->state = SD_SEQ_RUN;
+		s->clock_ps = c->model.clock_ps;
+	}
+	if (atomic_load_explicit(&q->holder, memory_order_relaxed) < 0)
+		grant_next(q);
+	pthread_mutex_unlock(&q->lock);
+	park(q, c);
+	resume(q, c);
+}
+
+void sd_seq_leave(struct sd_cpu *c)
+{
+	struct sd_seq *q = seq_of(c);
+	struct sd_seq_slot *s = &q->slot[c->id];
+
+	pthread_mutex_lock(&q->lock);
+	s->state = SD_SEQ_AWAY;
+	s->summoned = false;
+	s->clock_ps = c->model.clock_ps;
+	if (sd_seq_holds(c))
+		release(q, c);
+	pthread_mutex_unlock(&q->lock);
+}
+
+void sd_seq_cpu_online(struct sd_cpu *c)
+{
+	struct sd_seq *q = seq_of(c);
+	struct sd_seq_slot *s = &q->slot[c->id];
+
+	pthread_mutex_lock(&q->lock);
+	/* A run starts where the last one ended: the same time for every
+	 * CPU, whatever order the host attached them in. */
+	c->model.clock_ps = max_u64(c->model.clock_ps, q->epoch_ps);
+	s->clock_ps = c->model.clock_ps;
+	s->state = SD_SEQ_AWAY;
+	s->summoned = s->stalled = false;
+	s->wake_ps = s->arrival_ps = SD_SEQ_NEVER;
+	s->thread = pthread_self();
+	s->tid = (int)syscall(SYS_gettid);
+	atomic_store_explicit(&q->go[c->id].go, 0, memory_order_relaxed);
+	pthread_mutex_unlock(&q->lock);
+	c->model.until_ps = SD_SEQ_NEVER;
+}
+
+void sd_seq_cpu_offline(struct sd_cpu *c)
+{
+	struct sd_seq *q = seq_of(c);
+	struct sd_seq_slot *s = &q->slot[c->id];
+
+	pthread_mutex_lock(&q->lock);
+	s->state = SD_SEQ_OFF;
+	s->summoned = false;
+	q->epoch_ps = max_u64(q->epoch_ps, c->model.clock_ps);
+	if (sd_seq_holds(c))
+		release(q, c);
+	pthread_mutex_unlock(&q->lock);
+}
+
+void sd_seq_expect(struct sd_machine *m, unsigned n)
+{
+	struct sd_seq *q = &m->model.seq;
+
+	pthread_mutex_lock(&q->lock);
+	q->expect = n;
+	pthread_mutex_unlock(&q->lock);
+}
+
+void sd_seq_start_cpu(struct sd_cpu *c)
+{
+	struct sd_seq *q = seq_of(c);
+	struct sd_seq_slot *s = &q->slot[c->id];
+
+	pthread_mutex_lock(&q->lock);
+	s->state = SD_SEQ_RUN;
+	s->clock_ps = c->model.clock_ps;
+	if (q->expect)
+		q->expect--;
+	if (atomic_load_explicit(&q->holder, memory_order_relaxed) < 0)
+		grant_next(q);
+	pthread_mutex_unlock(&q->lock);
+	park(q, c);
+	resume(q, c);
+}
+
+void sd_seq_cancel_start(struct sd_machine *m)
+{
+	struct sd_seq *q = &m->model.seq;
+
+	pthread_mutex_lock(&q->lock);
+	q->expect = 0;
+	if (atomic_load_explicit(&q->holder, memory_order_relaxed) < 0)
+		grant_next(q);
+	pthread_mutex_unlock(&q->lock);
+}
+
+/* ---- the watchdog ---- */
+
+static uint64_t host_now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static uint64_t thread_cpu_ns(pthread_t t)
+{
+	clockid_t id;
+	struct timespec ts;
+
+	if (pthread_getcpuclockid(t, &id) || clock_gettime(id, &ts))
+		return 0;
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Is thread @tid blocked (not runnable) now? From /proc. */
+static bool tid_sleeping(int tid)
+{
+	char path[64], buf[256];
+	int fd;
+	ssize_t n;
+
+	snprintf(path, sizeof(path), "/proc/self/task/%d/stat", tid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return false;
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return false;
+	buf[n] = 0;
+	const char *p = strrchr(buf, ')');
+	return p && p[1] == ' ' && p[2] != 'R';
+}
+
+struct watch {
+	int holder;
+	uint64_t beats, since_ns, cpu_ns, report_ns;
+};
+
+#define REPORT_NS (2000u * 1000000u)
+
+/* Say who is stuck: the holder, and every CPU in the machine. */
+static void report_stuck(struct sd_seq *q, int h, uint64_t ns)
+{
+	static const char *const names[] = { "off", "away", "run", "wait" };
+
+	pthread_mutex_lock(&q->lock);
+	fprintf(stderr, "libshootdown: strict modelled time: CPU %d (tid %d%s) has held the "
+		"machine for %llu ms without a sync point; the others:", h, q->slot[h].tid,
+		q->slot[h].summoned ? ", summoned by an IPI it has not taken yet" : "",
+		(unsigned long long)(ns / 1000000));
+	for (unsigned i = 0; i < q->nr; i++)
+		if ((int)i != h && q->slot[i].state != SD_SEQ_OFF)
+			fprintf(stderr, " %u:%s@%llu", i, names[q->slot[i].state],
+				(unsigned long long)(q->slot[i].clock_ps / 1000));
+	fprintf(stderr, "\n");
+	pthread_mutex_unlock(&q->lock);
+}
+
+/* One look at the holder: a holder that made no sync for STALL_* while
+ * blocked or spinning outside the library loses the token. A summoned
+ * holder is never forced: its signal is on the way, and it runs the IPI
+ * however late the host delivers it. */
+static void watch_tick(struct sd_seq *q, struct watch *w)
+{
+	uint64_t now = host_now_ns();
+	int h = atomic_load_explicit(&q->holder, memory_order_relaxed);
+
+	if (h < 0) {
+		w->holder = -1;
+		return;
+	}
+	uint64_t beats = atomic_load_explicit(&q->go[h].beats, memory_order_relaxed);
+	if (h != w->holder || beats != w->beats) {
+		w->holder = h;
+		w->beats = beats;
+		w->since_ns = now;
+		w->cpu_ns = thread_cpu_ns(q->slot[h].thread);
+		w->report_ns = REPORT_NS;
+		return;
+	}
+	if (now - w->since_ns >= w->report_ns) {
+		report_stuck(q, h, now - w->since_ns);
+		w->report_ns += REPORT_NS;
+	}
+	if (now - w->since_ns < STALL_SLEEPING_NS || q->slot[h].summoned)
+		return;
+	bool stalled = tid_sleeping(q->slot[h].tid) ||
+		       thread_cpu_ns(q->slot[h].thread) - w->cpu_ns >= STALL_SPINNING_NS;
+	if (!stalled)
+		return;
+	pthread_mutex_lock(&q->lock);
+	if (atomic_load_explicit(&q->holder, memory_order_relaxed) == h &&
+	    atomic_load_explicit(&q->go[h].beats, memory_order_relaxed) == beats) {
+		q->slot[h].state = SD_SEQ_AWAY;
+		q->slot[h].stalled = true;
+		atomic_fetch_add_explicit(&q->stalls, 1, memory_order_relaxed);
+		atomic_store_explicit(&q->go[h].go, 0, memory_order_relaxed);
+		atomic_store_explicit(&q->holder, -1, memory_order_relaxed);
+		grant_next(q);
+	}
+	pthread_mutex_unlock(&q->lock);
+	w->holder = -1;
+}
+
+static void *watchdog_main(void *p)
+{
+	struct sd_seq *q = p;
+	struct watch w = { -1, 0, 0, 0, REPORT_NS };
+	sigset_t all;
+
+	/* No IPI signal may land on a thread that is no CPU. */
+	sigfillset(&all);
+	pthread_sigmask(SIG_BLOCK, &all, NULL);
+	while (!atomic_load_explicit(&q->stop, memory_order_relaxed)) {
+		struct timespec tick = { 0, WATCHDOG_TICK_NS };
+		nanosleep(&tick, NULL);
+		watch_tick(q, &w);
+	}
+	return NULL;
+}
+
+/* ---- set up ---- */
+
+int sd_seq_init(struct sd_machine *m, bool on)
+{
+	struct sd_seq *q = &m->model.seq;
+
+	memset(q, 0, sizeof(*q));
+	q->m = m;
+	atomic_init(&q->holder, -1);
+	if (!on)
+		return 0;
+	q->nr = m->nr_cpus;
+	q->slot = calloc(q->nr, sizeof(*q->slot));
+	q->go = aligned_alloc(SD_CACHELINE, q->nr * sizeof(*q->go));
+	if (!q->slot || !q->go) {
+		free(q->slot);
+		free(q->go);
+		return sd_fail(-ENOMEM, "strict modelled time: no memory for %u CPUs", q->nr);
+	}
+	for (unsigned i = 0; i < q->nr; i++) {
+		q->slot[i].state = SD_SEQ_OFF;
+		q->slot[i].wake_ps = q->slot[i].arrival_ps = SD_SEQ_NEVER;
+		atomic_init(&q->go[i].go, 0);
+		atomic_init(&q->go[i].beats, 0);
+	}
+	pthread_mutex_init(&q->lock, NULL);
+	if (pthread_create(&q->watchdog, NULL, watchdog_main, q)) {
+		pthread_mutex_destroy(&q->lock);
+		free(q->slot);
+		free(q->go);
+		return sd_fail(-EAGAIN, "strict modelled time: could not start the watchdog thread");
+	}
+	q->watchdog_started = true;
+	q->on = true;
+	return 0;
+}
+
+void sd_seq_fini(struct sd_machine *m)
+{
+	struct sd_seq *q = &m->model.seq;
+
+	if (!q->on)
+		return;
+	atomic_store(&q->stop, 1);
+	if (q->watchdog_started)
+		pthread_join(q->watchdog, NULL);
+	pthread_mutex_destroy(&q->lock);
+	free(q->slot);
+	free(q->go);
+	q->on = false;
+}

@@ -1,0 +1,153 @@
+/* SPDX-License-Identifier: MIT */
+#ifndef SD_HW_SEQUENCER_H
+#define SD_HW_SEQUENCER_H
+
+#include "../core/layer.h"
+#if SD_LAYER < SD_LAYER_HW
+#error "hw/sequencer.h is in a higher layer than the file including it (core/layer.h)"
+#endif
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "../core/compiler.h"
+
+/*
+ * Strict modelled time (SD_MACHINE_MODEL_STRICT): conservative discrete-
+ * event simulation with the emulated CPUs' threads as its processes. One
+ * CPU at a time holds the machine (the token), and it is always the one
+ * whose modelled clock is lowest (ties: the lower id); it gives the token
+ * away at its next synchronisation point once its clock passes the next
+ * CPU's. Every use of a shared resource, every read of shared state and
+ * every IPI therefore happens in modelled-time order, whatever the host
+ * does with the threads: a run's modelled results are a function of the
+ * workload and the profile alone (Chandy and Misra's conservative rule,
+ * with no lookahead). sequencer.c says how waits, IPIs and the threads
+ * that leave the machine (idle, blocked outside the library) fit in.
+ *
+ * The token adds order, never safety: every path of the library stays
+ * safe under true concurrency, so a holder that the watchdog must take
+ * the token from (its thread blocked outside the library) costs
+ * exactness, which the run reports (sd_model_info.seq_stalls), not
+ * correctness.
+ */
+
+/* Where a CPU stands with the sequencer (under struct sd_seq's lock). */
+enum sd_seq_state {
+	SD_SEQ_OFF,             /* no thread attached */
+	SD_SEQ_AWAY,            /* attached, outside the machine: idle, or blocked in the host */
+	SD_SEQ_RUN,             /* in the machine: holds the token or waits for its turn */
+	SD_SEQ_WAIT,            /* in the machine, waiting for an event (an ack, a lock) */
+};
+
+/* A WAIT with no known wake time that must look again after every step of
+ * the running CPUs (a spin on a real lock: nobody says when it is free). */
+#define SD_SEQ_POLL (UINT64_MAX - 1)
+#define SD_SEQ_NEVER UINT64_MAX
+
+struct sd_seq_slot {
+	int state;              /* enum sd_seq_state */
+	bool summoned;          /* AWAY, brought in to run an IPI */
+	bool stalled;           /* the watchdog took the token: it came back late */
+	uint64_t clock_ps;      /* its clock when it last gave the token away */
+	uint64_t wake_ps;       /* WAIT: when it looks again (SD_SEQ_POLL, SD_SEQ_NEVER) */
+	uint64_t arrival_ps;    /* the earliest IPI posted to it and not yet run */
+	uint64_t grant_ps;      /* the time it was last given the token at */
+	uint64_t posts;         /* IPIs posted to it */
+	pthread_t thread;       /* for the watchdog's look at its CPU time */
+	int tid;
+};
+
+/* The token's futex word of one CPU, on a line of its own. */
+struct sd_seq_go {
+	sd_cacheline_aligned SD_ATOMIC(int) go;
+	SD_ATOMIC(uint64_t) beats;     /* owner: +1 at each sync; the watchdog reads */
+};
+
+struct sd_seq {
+	bool on;
+	unsigned nr;
+	pthread_mutex_t lock;          /* orders everything below but the atomics */
+	SD_ATOMIC(int) holder;         /* the CPU holding the token, -1: none */
+	unsigned expect;               /* CPUs of a sd_machine_run() not yet in */
+	uint64_t epoch_ps;             /* where a run starts: the latest clock that left */
+	uint64_t frontier_ps;          /* the time of the latest grant */
+	struct sd_seq_slot *slot;
+	struct sd_seq_go *go;
+	/* What the run reports (sd_model_info): how often it was exact. */
+	SD_ATOMIC(uint64_t) handoffs;
+	SD_ATOMIC(uint64_t) stalls;    /* tokens the watchdog took from a blocked holder */
+	SD_ATOMIC(uint64_t) late;      /* CPUs that came back behind the frontier */
+	SD_ATOMIC(uint64_t) summons;   /* IPIs that brought an away CPU in */
+	/* The watchdog: a host thread that looks at the holder every ms. */
+	pthread_t watchdog;
+	bool watchdog_started;
+	SD_ATOMIC(int) stop;
+	struct sd_machine *m;
+};
+
+struct sd_cpu;
+struct sd_machine;
+
+int sd_seq_init(struct sd_machine *m, bool on);
+void sd_seq_fini(struct sd_machine *m);
+
+/* Attach and detach: a CPU comes in AWAY at the run's epoch, and leaves. */
+void sd_seq_cpu_online(struct sd_cpu *c);
+void sd_seq_cpu_offline(struct sd_cpu *c);
+
+/* sd_machine_run(): @n CPUs start; nobody gets the token before all are
+ * in (sd_seq_start_cpu() from each, once attached), so who goes first is
+ * the clocks' choice, not the host's. */
+void sd_seq_expect(struct sd_machine *m, unsigned n);
+void sd_seq_start_cpu(struct sd_cpu *c);
+void sd_seq_cancel_start(struct sd_machine *m);
+
+/* Into the machine (from AWAY) and out of it (idle, or a run's end). */
+void sd_seq_join(struct sd_cpu *c);
+void sd_seq_leave(struct sd_cpu *c);
+
+/* A synchronisation point of the holder: run the IPIs that have arrived
+ * by its clock, and give the token away once it is past the next CPU. */
+void sd_seq_sync(struct sd_cpu *c);
+
+/* The holder waits for an event that another CPU will make happen, whose
+ * time it learns from sd_seq_wake(), or at @wake_ps at the latest
+ * (SD_SEQ_NEVER: none known; SD_SEQ_POLL: look again after every step of
+ * the running CPUs). Returns with the token, the clock at the time it
+ * was woken at. IPIs that arrive meanwhile are run (with interrupts on). */
+void sd_seq_wait(struct sd_cpu *c, uint64_t wake_ps);
+
+/* A spin on a real lock by the holder @c: let the other CPUs make a step
+ * and look again. False (and nothing done) if no other CPU can run. */
+bool sd_seq_poll(struct sd_cpu *c);
+
+/* @self (NULL: a thread that is no CPU) made @t's awaited event happen at
+ * modelled @at_ps. */
+void sd_seq_wake(struct sd_cpu *self, struct sd_cpu *t, uint64_t at_ps);
+
+/* An IPI that @self posted (NULL: a thread that is no CPU, arrival 0: at
+ * once) to @t arrives at @arrival_ps. Returns true if @t needs a real
+ * signal: it is away from the machine (then it is summoned in, to run it
+ * at its arrival). */
+bool sd_seq_posted(struct sd_cpu *self, struct sd_cpu *t, uint64_t arrival_ps);
+
+/* The IPI handler of an away CPU that was summoned: take the token at the
+ * IPI's time, so it runs in modelled order. Returns true if the caller
+ * must sd_seq_unsummon() after running the queue. */
+bool sd_seq_summoned_enter(struct sd_cpu *c);
+void sd_seq_unsummon(struct sd_cpu *c);
+
+/* The earliest IPI arrival not yet run on @c, and a count of the posts
+ * to it (owner). */
+uint64_t sd_seq_arrival(struct sd_cpu *c, uint64_t *posts);
+/* The owner ran the IPIs that had arrived; those left in its queue arrive
+ * at @next_ps the earliest. @posts: sd_seq_arrival()'s count before the
+ * queue was taken (a post since then is looked at at once). */
+void sd_seq_ipis_ran(struct sd_cpu *c, uint64_t next_ps, uint64_t posts);
+
+/* Is @c the holder? (its own thread asks) */
+bool sd_seq_holds(const struct sd_cpu *c);
+
+#endif

@@ -1,0 +1,81 @@
+// SPDX-License-Identifier: MIT
+// A machine profile written for one test: every cost 0 unless named, so
+// the clocks a test reads can only come from the charges it chose.
+#pragma once
+
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <string>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+extern "C" {
+#include "hw/model_params.h"
+}
+
+namespace sdtest {
+
+inline const char *const kParams[] = {
+#define KEY(id, key, what) key,
+	SD_MODEL_PARAM_LIST(KEY)
+#undef KEY
+};
+inline const char *const kDistParams[] = {
+#define KEY(id, key, what) key,
+	SD_MODEL_DIST_PARAM_LIST(KEY)
+#undef KEY
+};
+inline const char *const kDists[] = SD_MODEL_DIST_KEYS;
+
+// A profile: every cost 0 unless @costs names it ("line_transfer.llc" for
+// a distance class). @drop leaves one key out; @extra adds raw JSON text
+// inside "costs".
+struct Profile {
+	std::string path;
+	Profile(const std::string &topology, const std::map<std::string, double> &costs,
+		const std::string &drop = "", const std::string &extra = "")
+	{
+		char tmpl[] = "/tmp/sd-test-profile-XXXXXX";
+		int fd = mkstemp(tmpl);
+		EXPECT_GE(fd, 0);
+		close(fd);
+		path = std::string(tmpl) + ".json";
+		std::rename(tmpl, path.c_str());
+		std::ofstream f(path);
+		f << "{\"format\": \"shootdown-profile-1\", \"name\": \"test\",\n"
+		  << " \"topology\": {\"synthetic\": \"" << topology << "\", \"source\": \"test\"},\n"
+		  << " \"costs\": {\n";
+		bool first = true;
+		auto sep = [&]() { f << (first ? "  " : ", \n  "); first = false; };
+		for (const char *k : kParams) {
+			if (drop == k)
+				continue;
+			auto it = costs.find(k);
+			sep();
+			f << "\"" << k << "\": {\"ns\": " << (it == costs.end() ? 0.0 : it->second)
+			  << ", \"source\": \"test\"}";
+		}
+		for (const char *k : kDistParams) {
+			if (drop == k)
+				continue;
+			sep();
+			f << "\"" << k << "\": {";
+			for (unsigned d = 0; d < 4; d++) {
+				auto it = costs.find(std::string(k) + "." + kDists[d]);
+				f << (d ? ", " : "") << "\"" << kDists[d] << "\": {\"ns\": "
+				  << (it == costs.end() ? 0.0 : it->second) << ", \"source\": \"test\"}";
+			}
+			f << "}";
+		}
+		if (!extra.empty()) {
+			sep();
+			f << extra;
+		}
+		f << "}}\n";
+	}
+	~Profile() { std::remove(path.c_str()); }
+};
+
+}  // namespace sdtest

@@ -1,0 +1,260 @@
+// SPDX-License-Identifier: MIT
+// Strict modelled time (lib/hw/sequencer.c): one CPU at a time, lowest
+// clock first. Nothing here times the host: each test compares modelled
+// clocks, between runs or against answers computed by hand.
+#include "common.hpp"
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "line_hammer.h"
+#include "profile.hpp"
+
+namespace {
+
+using sdtest::Machine;
+using sdtest::Profile;
+using sdtest::Watchdog;
+
+constexpr uint64_t P = SD_PAGE_SIZE;
+constexpr unsigned RW = SD_PROT_READ | SD_PROT_WRITE;
+constexpr uint64_t kRegion = 0x40000000;
+
+sd_machine_config strict(unsigned cpus, const char *strategy, const Profile &p,
+			 uint64_t window_ns = 0)
+{
+	sd_machine_config c = sdtest::config(cpus, strategy);
+	c.profile = p.path.c_str();
+	c.model_window_ns = window_ns;
+	c.flags |= SD_MACHINE_MODEL_STRICT;
+	return c;
+}
+
+// Costs of the contended shape: every kind of shared resource is charged
+// (IPIs and their lines, the mm lock, page-table locks, the LRU, frees).
+const std::map<std::string, double> kCosts = {
+	{"tlb_l1_hit", 0.5}, {"tlb_l2_hit", 2}, {"page_walk_level", 20}, {"tlb_fill", 3},
+	{"local_flush_page", 50}, {"local_flush_asid", 90}, {"page_fault_entry", 150},
+	{"syscall_entry", 70}, {"syscall_exit", 60}, {"pte_update", 4}, {"page_free", 30},
+	{"lock_acquire", 10}, {"vma_change", 400}, {"ipi_send", 50}, {"ipi_send_target", 20},
+	{"ipi_delivery", 500}, {"irq_entry", 100}, {"ipi_handler", 40}, {"irq_exit", 70},
+	{"context_switch", 300}, {"pt_alloc", 400}, {"pt_free", 200},
+	{"line_transfer.core", 20}, {"line_transfer.llc", 60}, {"line_transfer.package", 120},
+	{"line_transfer.system", 250}, {"lock_handoff.llc", 80}, {"lock_handoff.package", 150},
+	{"lock_handoff.system", 300}};
+
+// will-it-scale's tlb_flush2 in threads mode (its own file: a page
+// touched, madvise(DONTNEED), touched again), each CPU in its own part of
+// one mm, beside switches between two mms every 16 loops so the cpumask
+// and lazy paths are exercised. Returns every CPU's clock at the end.
+struct Shape {
+	sd_mm *mm[2] = {};
+	unsigned loops = 0;
+	std::vector<uint64_t> clock;
+};
+
+std::vector<uint64_t> run_shape(const sd_machine_config &cfg, unsigned loops,
+				sd_model_info *info = nullptr)
+{
+	Machine mach(cfg);
+	EXPECT_NE(nullptr, mach.m) << sd_last_error();
+	if (!mach.m)
+		return {};
+	Shape s;
+	s.loops = loops;
+	s.clock.resize(sd_machine_nr_cpus(mach.m));
+	EXPECT_EQ(0, sd_mm_create(mach.m, &s.mm[0]));
+	EXPECT_EQ(0, sd_mm_create(mach.m, &s.mm[1]));
+	EXPECT_EQ(0, sd_machine_run(mach.m, [](sd_cpu *c, void *v) {
+		auto *s = static_cast<Shape *>(v);
+		const unsigned id = sd_cpu_id(c);
+		const uint64_t base = kRegion + (uint64_t)id * 64 * P;
+		EXPECT_EQ(0, sd_switch_mm(c, s->mm[0]));
+		EXPECT_EQ(0, sd_mmap(c, s->mm[0], base, 4 * P, RW));
+		for (unsigned i = 0; i < s->loops; i++) {
+			const uint64_t va = base + (i % 4) * P;
+			EXPECT_EQ(0, sd_access(c, va, SD_WRITE, nullptr));
+			EXPECT_EQ(0, sd_madvise_dontneed(c, s->mm[0], va, P));
+			EXPECT_EQ(0, sd_access(c, va, SD_READ, nullptr));
+			if (i % 16 == 15) {
+				EXPECT_EQ(0, sd_switch_mm(c, s->mm[1]));
+				EXPECT_EQ(0, sd_cpu_work(c, 200 + 37 * id));
+				EXPECT_EQ(0, sd_switch_mm(c, s->mm[0]));
+			}
+		}
+		EXPECT_EQ(0, sd_munmap(c, s->mm[0], base, 4 * P));
+		EXPECT_EQ(0, sd_switch_mm(c, nullptr));
+		s->clock[id] = sd_cpu_clock_ns(c);
+	}, &s)) << sd_last_error();
+	if (info) {
+		*info = SD_MODEL_INFO_INIT;
+		EXPECT_EQ(0, sd_machine_model_info(mach.m, info));
+	}
+	EXPECT_EQ(0, sd_mm_destroy(s.mm[0]));
+	EXPECT_EQ(0, sd_mm_destroy(s.mm[1]));
+	return s.clock;
+}
+
+// Busy loops on every PU (and then some) beside a run: the host's load.
+struct Hogs {
+	std::atomic<bool> stop{false};
+	std::vector<std::thread> threads;
+	explicit Hogs(unsigned n)
+	{
+		for (unsigned i = 0; i < n; i++)
+			threads.emplace_back([this]() {
+				volatile uint64_t x = 0;
+				while (!stop.load(std::memory_order_relaxed))
+					x = x + 1;
+			});
+	}
+	~Hogs()
+	{
+		stop.store(true);
+		for (auto &t : threads)
+			t.join();
+	}
+};
+
+// The same strict run three times, the last beside a busy loop on every
+// PU and with more CPUs than PUs: every clock bit-identical, and nothing
+// the run had to give up exactness for.
+TEST(Strict, RunsAreBitIdenticalWhateverTheHostDoes)
+{
+	const char *only = std::getenv("SD_TEST_STRATEGY");
+	for (const char *strategy : {"ipi", "ipi:cpumask=lazy", "broadcast", "gbcast"}) {
+		if (only && std::strcmp(only, strategy))
+			continue;
+		Profile p("pack:1 l3:2 core:4 pu:1", kCosts);
+		Watchdog w("Strict: a run stuck", 240);
+		sd_model_info info;
+		auto first = run_shape(strict(6, strategy, p), 96, &info);
+		auto second = run_shape(strict(6, strategy, p), 96);
+		std::vector<uint64_t> loaded;
+		{
+			Hogs hogs(std::thread::hardware_concurrency() + 1);
+			loaded = run_shape(strict(6, strategy, p), 96);
+		}
+		ASSERT_EQ(6u, first.size());
+		EXPECT_GT(first[0], 0u) << strategy;
+		EXPECT_EQ(first, second) << strategy << ": two quiet runs differ";
+		EXPECT_EQ(first, loaded) << strategy << ": a loaded run differs";
+		EXPECT_EQ(1, info.strict);
+		EXPECT_EQ(0u, info.seq_stalls) << strategy;
+		EXPECT_GT(info.seq_handoffs, 0u) << strategy;
+	}
+}
+
+// The window is lax synchronisation's; strict mode has no window to
+// depend on: 50 ns and 1 ms give the same clocks.
+TEST(Strict, RunsDoNotDependOnTheWindow)
+{
+	Profile p("pack:1 l3:2 core:4 pu:1", kCosts);
+	Watchdog w("Strict window: a run stuck", 120);
+	auto narrow = run_shape(strict(4, "ipi", p, 50), 64);
+	auto wide = run_shape(strict(4, "ipi", p, 1000000), 64);
+	EXPECT_EQ(narrow, wide);
+}
+
+// Four CPUs in one LLC write one line, with W of their own work between
+// writes, far less than the transfer T: the line is the bottleneck, and a
+// saturated line moves at most once per T. Each write by a CPU other than
+// the line's last writer transfers it, and in modelled order that is
+// every write but a CPU's first when it runs alone: at least N*K - N.
+TEST(Strict, SaturatedLineLimitsThroughput)
+{
+	constexpr unsigned N = 4, K = 100;
+	constexpr double T = 100, W = 10;
+	Profile p("pack:1 core:4 pu:1", {{"line_transfer.llc", T}});
+	Machine mach(strict(N, "broadcast", p));
+	ASSERT_NE(nullptr, mach.m) << sd_last_error();
+	struct Arg {
+		sd_model_line *line;
+		uint64_t end[N] = {};
+	} a{sd_test_line_new()};
+	Watchdog w("Strict line: a run stuck", 60);
+	ASSERT_EQ(0, sd_machine_run(mach.m, [](sd_cpu *c, void *v) {
+		auto *a = static_cast<Arg *>(v);
+		for (unsigned k = 0; k < K; k++) {
+			sd_test_line_write(c, a->line);
+			EXPECT_EQ(0, sd_cpu_work(c, (uint64_t)W));
+		}
+		a->end[sd_cpu_id(c)] = sd_cpu_clock_ns(c);
+	}, &a)) << sd_last_error();
+	uint64_t last = 0;
+	for (uint64_t e : a.end)
+		last = std::max(last, e);
+	std::printf("[strict] %u writes of a line, T %.0f ns: last CPU done at %llu ns "
+		    "(saturated: >= %.0f)\n", N * K, T, (unsigned long long)last,
+		    (N * K - N) * T);
+	EXPECT_GE((double)last, (N * K - N) * T);
+	EXPECT_LE((double)last, N * K * (T + W) + W);
+}
+
+// An IPI to a CPU inside a second of modelled work is handled when it
+// arrives, not after the work: the sender's wait is the IPI's round trip,
+// and the target's work ends a handler later than it would have alone.
+TEST(Strict, WorkIsInterruptedByAnIpi)
+{
+	constexpr double S = 50, D = 500, E = 100, H = 10, Q = 70, T = 30;
+	constexpr uint64_t kWork = 1000000000;      // 1 s
+	Profile p("pack:1 core:2 pu:1", {{"ipi_send", S}, {"ipi_delivery", D}, {"irq_entry", E},
+					 {"ipi_handler", H}, {"irq_exit", Q},
+					 {"line_transfer.llc", T}});
+	Machine mach(strict(2, "ipi", p));
+	ASSERT_NE(nullptr, mach.m) << sd_last_error();
+	struct Arg {
+		uint64_t sender = 0, target = 0;
+	} a;
+	Watchdog w("Strict work: a run stuck", 60);
+	ASSERT_EQ(0, sd_machine_run(mach.m, [](sd_cpu *c, void *v) {
+		auto *a = static_cast<Arg *>(v);
+		if (sd_cpu_id(c) == 1) {
+			EXPECT_EQ(0, sd_cpu_work(c, kWork));
+			a->target = sd_cpu_clock_ns(c);
+			return;
+		}
+		EXPECT_EQ(0, sd_smp_call_single(c, 1, [](sd_cpu *, void *) {}, nullptr));
+		a->sender = sd_cpu_clock_ns(c);
+	}, &a)) << sd_last_error();
+	// Sent at S, runs at S + D, acks E + H + T later (its handler writes
+	// the queue head the sender wrote), seen T later by the sender.
+	EXPECT_EQ((uint64_t)(S + D + E + H + T + T), a.sender);
+	EXPECT_EQ(kWork + (uint64_t)(E + H + T + Q), a.target);
+}
+
+// A CPU's thread that blocks outside the library while it holds the
+// machine (a program's own barrier) loses it to the watchdog; the run
+// finishes and says it was not exact.
+TEST(Strict, HolderBlockedOutsideTheLibraryIsReported)
+{
+	Profile p("pack:1 core:2 pu:1", kCosts);
+	Machine mach(strict(2, "ipi", p));
+	ASSERT_NE(nullptr, mach.m) << sd_last_error();
+	std::atomic<int> step{0};
+	Watchdog w("Strict stall: a run stuck", 60);
+	ASSERT_EQ(0, sd_machine_run(mach.m, [](sd_cpu *c, void *v) {
+		auto *step = static_cast<std::atomic<int> *>(v);
+		EXPECT_EQ(0, sd_cpu_work(c, 100));
+		if (sd_cpu_id(c) == 0) {
+			// CPU 0 holds the machine first (lowest id at the same
+			// time) and waits here for CPU 1, which can only run once
+			// the watchdog takes the machine from CPU 0.
+			while (step->load() == 0)
+				std::this_thread::sleep_for(std::chrono::microseconds(100));
+		} else {
+			step->store(1);
+		}
+		EXPECT_EQ(0, sd_cpu_work(c, 100));
+	}, &step)) << sd_last_error();
+	sd_model_info info = SD_MODEL_INFO_INIT;
+	ASSERT_EQ(0, sd_machine_model_info(mach.m, &info));
+	EXPECT_GE(info.seq_stalls, 1u);
+}
+
+}  // namespace
