@@ -576,11 +576,16 @@ static void watch_tick(struct sd_seq *q, struct watch *w)
 		return;
 	}
 	uint64_t beats = atomic_load_explicit(&q->go[h].beats, memory_order_relaxed);
+	pthread_mutex_lock(&q->lock);
+	pthread_t thread = q->slot[h].thread;
+	int tid = q->slot[h].tid;
+	bool summoned = q->slot[h].summoned;
+	pthread_mutex_unlock(&q->lock);
 	if (h != w->holder || beats != w->beats) {
 		w->holder = h;
 		w->beats = beats;
 		w->since_ns = now;
-		w->cpu_ns = thread_cpu_ns(q->slot[h].thread);
+		w->cpu_ns = thread_cpu_ns(thread);
 		w->report_ns = REPORT_NS;
 		return;
 	}
@@ -588,10 +593,9 @@ static void watch_tick(struct sd_seq *q, struct watch *w)
 		report_stuck(q, h, now - w->since_ns);
 		w->report_ns += REPORT_NS;
 	}
-	if (now - w->since_ns < STALL_SLEEPING_NS || q->slot[h].summoned)
+	if (now - w->since_ns < STALL_SLEEPING_NS || summoned)
 		return;
-	bool stalled = tid_sleeping(q->slot[h].tid) ||
-		       thread_cpu_ns(q->slot[h].thread) - w->cpu_ns >= STALL_SPINNING_NS;
+	bool stalled = tid_sleeping(tid) || thread_cpu_ns(thread) - w->cpu_ns >= STALL_SPINNING_NS;
 	if (!stalled)
 		return;
 	pthread_mutex_lock(&q->lock);
