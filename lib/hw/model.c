@@ -250,24 +250,10 @@ void sd_model_set_run(struct sd_cpu *c, int state)
  * slow path of a wait that has already lasted milliseconds. */
 static bool thread_sleeping(const struct sd_cpu *t)
 {
-	char path[64], buf[256];
-	int tid = atomic_load_explicit(&t->tid, memory_order_relaxed), fd;
-	ssize_t n;
+	int tid = atomic_load_explicit(&t->tid, memory_order_relaxed);
 
-	if (!tid)
-		return true;
-	snprintf(path, sizeof(path), "/proc/self/task/%d/stat", tid);
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return true;
-	n = read(fd, buf, sizeof(buf) - 1);
-	close(fd);
-	if (n <= 0)
-		return true;
-	buf[n] = 0;
-	/* "tid (comm) S ...": the state follows the last ')'. */
-	const char *p = strrchr(buf, ')');
-	return !p || p[1] != ' ' || p[2] != 'R';
+	/* No thread: nothing runs it. */
+	return !tid || sd_tid_sleeping(tid);
 }
 
 struct laggard {

@@ -517,8 +517,7 @@ static uint64_t thread_cpu_ns(pthread_t t)
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-/* Is thread @tid blocked (not runnable) now? From /proc. */
-static bool tid_sleeping(int tid)
+bool sd_tid_sleeping(int tid)
 {
 	char path[64], buf[256];
 	int fd;
@@ -527,11 +526,11 @@ static bool tid_sleeping(int tid)
 	snprintf(path, sizeof(path), "/proc/self/task/%d/stat", tid);
 	fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
-		return false;
+		return true;
 	n = read(fd, buf, sizeof(buf) - 1);
 	close(fd);
 	if (n <= 0)
-		return false;
+		return true;
 	buf[n] = 0;
 	const char *p = strrchr(buf, ')');
 	return p && p[1] == ' ' && p[2] != 'R';
@@ -595,7 +594,7 @@ static void watch_tick(struct sd_seq *q, struct watch *w)
 	}
 	if (now - w->since_ns < STALL_SLEEPING_NS || summoned)
 		return;
-	bool stalled = tid_sleeping(tid) || thread_cpu_ns(thread) - w->cpu_ns >= STALL_SPINNING_NS;
+	bool stalled = sd_tid_sleeping(tid) || thread_cpu_ns(thread) - w->cpu_ns >= STALL_SPINNING_NS;
 	if (!stalled)
 		return;
 	pthread_mutex_lock(&q->lock);

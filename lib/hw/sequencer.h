@@ -147,6 +147,11 @@ uint64_t sd_seq_arrival(struct sd_cpu *c, uint64_t *posts);
  * queue was taken (a post since then is looked at at once). */
 void sd_seq_ipis_ran(struct sd_cpu *c, uint64_t next_ps, uint64_t posts);
 
+/* Is thread @tid blocked (not runnable) now? From /proc: for watchdogs,
+ * never a hot path. An unreadable file
+ * (a thread that is gone) reads as not running. */
+bool sd_tid_sleeping(int tid);
+
 /* Is @c the holder? (its own thread asks) */
 bool sd_seq_holds(const struct sd_cpu *c);
 
