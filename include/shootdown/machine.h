@@ -57,7 +57,9 @@ enum sd_machine_flags {
 	 *  order and a run's modelled results depend on the workload, the
 	 *  profile and the program's own seeds alone, not on the host's load
 	 *  or the window. sd_model_info.seq_stalls counts what could not be
-	 *  kept exact (guide, "Strict mode"). Without a profile: -EINVAL. */
+	 *  kept exact (guide, "Strict mode"). As only one runs at a time, all
+	 *  the CPUs are placed on the placement's first PU, where a hand-off
+	 *  is a switch on one core. Without a profile: -EINVAL. */
 	SD_MACHINE_MODEL_STRICT = 1u << 2,
 };
 
@@ -290,7 +292,9 @@ struct sd_machine_info {
 	unsigned nr_cores;      /**< cores in the topology */
 	unsigned nr_packages;   /**< packages in the topology */
 	unsigned nr_numa_nodes; /**< NUMA nodes in the topology */
-	int oversubscribed;     /**< nr_cpus > nr_pus */
+	int oversubscribed;     /**< more CPUs than the PUs they are placed on
+				 *   (every multi-CPU machine in strict mode,
+				 *   which places all its CPUs on one PU) */
 	int synthetic;          /**< topology came from SD_TOPOLOGY */
 	int all_pinned;         /**< every CPU that attached so far was pinned */
 	enum sd_placement placement; /**< placement in use */

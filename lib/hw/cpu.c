@@ -240,16 +240,21 @@ int sd_cpu_work(struct sd_cpu *c, uint64_t ns)
 		sd_event(c, SD_EV_WORK, ns, 0);
 		return 0;
 	}
-	/* Strict mode: in steps that end at the CPU's sync points, so an IPI
-	 * that arrives during the work runs at its arrival, and the work
-	 * resumes after its handler, as an interrupt would have it. */
-	while (ns) {
-		uint64_t room = c->model.sync_at_ps > c->model.clock_ps ?
-			(c->model.sync_at_ps - c->model.clock_ps + PS_PER_NS - 1) / PS_PER_NS : 1;
-		uint64_t step = ns < room ? ns : room;
+	/* Strict mode: the work is a wait for its own end. The other CPUs
+	 * run meanwhile; an IPI that arrives during it takes the token back
+	 * at its arrival, its handler runs there, and the work resumes after
+	 * it, as an interrupt would have it. One hand-off per work (and per
+	 * interrupt), not one at each other CPU's step. */
+	uint64_t left = ns * PS_PER_NS;
 
-		sd_event(c, SD_EV_WORK, step, 0);
-		ns -= step;
+	while (left) {
+		uint64_t start = c->model.clock_ps;
+
+		sd_seq_wait(c, start + left);
+		left -= c->model.clock_ps - start < left ? c->model.clock_ps - start : left;
+		if (!c->model.irq_batch &&
+		    (c->ipi_pending || sd_seq_arrival(c, NULL) <= c->model.clock_ps))
+			sd_irq_run_pending(c);
 	}
 	return 0;
 }

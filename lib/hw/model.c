@@ -313,7 +313,7 @@ static void window_backoff(struct sd_cpu *c, struct sd_backoff *b)
 {
 	const struct sd_machine *m = c->m;
 
-	if (m->nr_cpus <= m->topo.nr_pus) {
+	if (!sd_topology_oversubscribed(&m->topo)) {
 		sd_backoff_wait(b);
 		return;
 	}

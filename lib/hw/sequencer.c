@@ -82,27 +82,64 @@ static uint64_t want_at(const struct sd_seq_slot *s)
 	return w == SD_SEQ_NEVER ? SD_SEQ_NEVER : max_u64(s->clock_ps, w);
 }
 
-/* The CPU other than @except that wants the token earliest (ties: the
- * lower id), -1 if none; its time in @at. */
-static int pick(const struct sd_seq *q, int except, uint64_t *at)
+/* The two CPUs other than @except that want the token earliest (ties:
+ * the lower id), -1 if none; their times in @at[0] and @at[1]. One scan
+ * serves a hand-off: who gets the token, and whom it runs until. */
+static void pick2(const struct sd_seq *q, int except, int best[2], uint64_t at[2])
 {
-	int best = -1;
-
-	*at = SD_SEQ_NEVER;
+	best[0] = best[1] = -1;
+	at[0] = at[1] = SD_SEQ_NEVER;
 	for (unsigned i = 0; i < q->nr; i++) {
 		if ((int)i == except)
 			continue;
 		uint64_t t = want_at(&q->slot[i]);
-		if (t < *at) {
-			*at = t;
-			best = (int)i;
+		if (t < at[0]) {
+			best[1] = best[0];
+			at[1] = at[0];
+			best[0] = (int)i;
+			at[0] = t;
+		} else if (t < at[1]) {
+			best[1] = (int)i;
+			at[1] = t;
 		}
 	}
-	return best;
 }
 
-/* Give the token to @i at @at (the caller has given it up). */
-static void grant(struct sd_seq *q, int i, uint64_t at)
+/* The CPU other than @except that wants the token earliest, -1 if none;
+ * its time in @at. */
+static int pick(const struct sd_seq *q, int except, uint64_t *at)
+{
+	int best[2];
+	uint64_t t[2];
+
+	pick2(q, except, best, t);
+	*at = t[0];
+	return best[0];
+}
+
+/* Where CPU @id must make its next sync point, holding the token until
+ * @next (-1: nobody) wants it at @at: no later than where it passes that
+ * CPU, whatever the quantum (the window) would have put off, and no later
+ * than its own first IPI's arrival (one posted while it waited), which it
+ * takes at that time. */
+static uint64_t sync_by(const struct sd_seq *q, unsigned id, int next, uint64_t at)
+{
+	uint64_t by = SD_SEQ_NEVER;
+
+	if (at != SD_SEQ_NEVER)
+		by = at + (next >= 0 && id < (unsigned)next ? 1 : 0);
+	return min_u64(by, q->slot[id].arrival_ps);
+}
+
+/*
+ * Give the token to @i at @at (the caller has given it up), to hold until
+ * @next wants it at @next_at. The grantee reads what it needs from its
+ * slot without the lock (resume()): written here, before the release
+ * that its park() acquires, and by nobody else until it gives the token
+ * up again. Its thread is woken once the lock is dropped (seq_unlock()),
+ * so that it does not run into a lock its waker still holds.
+ */
+static void grant(struct sd_seq *q, int i, uint64_t at, int next, uint64_t next_at)
 {
 	struct sd_seq_slot *s = &q->slot[i];
 
@@ -110,60 +147,81 @@ static void grant(struct sd_seq *q, int i, uint64_t at)
 	s->wake_ps = SD_SEQ_NEVER;
 	s->grant_ps = at;
 	s->clock_ps = max_u64(s->clock_ps, at);
+	s->until_ps = next_at;
+	s->until_id = next < 0 ? UINT32_MAX : (uint32_t)next;
+	s->sync_by_ps = sync_by(q, (unsigned)i, next, next_at);
 	q->frontier_ps = max_u64(q->frontier_ps, at);
 	atomic_store_explicit(&q->holder, i, memory_order_relaxed);
 	atomic_fetch_add_explicit(&q->handoffs, 1, memory_order_relaxed);
+	q->kick = i;
 	/* Release: pairs with the acquire in park(); everything the old
 	 * holder did is seen by the new one. */
-	atomic_store_explicit(&q->go[i].go, 1, memory_order_release);
-	sd_futex_wake(&q->go[i].go, 1);
+	atomic_store_explicit(&q->go[i].go, SD_SEQ_GO_GRANTED, memory_order_release);
+}
+
+static void seq_lock(struct sd_seq *q)
+{
+	pthread_mutex_lock(&q->lock);
+}
+
+/* Drop the lock, then wake the CPU granted the token under it, if any. A
+ * wake that comes late only finds the futex word already set (or, if the
+ * grantee has since given the token up, makes its park() look again). */
+static void seq_unlock(struct sd_seq *q)
+{
+	int kick = q->kick;
+
+	q->kick = -1;
+	pthread_mutex_unlock(&q->lock);
+	if (kick >= 0)
+		sd_futex_wake(&q->go[kick].go, 1);
 }
 
 /* Nobody holds the token: give it to whoever wants it first. */
 static void grant_next(struct sd_seq *q)
 {
-	uint64_t at;
-	int i;
+	int best[2];
+	uint64_t at[2];
 
 	if (q->expect)
 		return;
-	i = pick(q, -1, &at);
-	if (i < 0) {
+	pick2(q, -1, best, at);
+	if (best[0] < 0) {
 		atomic_store_explicit(&q->holder, -1, memory_order_relaxed);
 		return;
 	}
-	grant(q, i, at);
+	grant(q, best[0], at[0], best[1], at[1]);
 }
 
 /* The holder @c gives the token up (it is in q->slot already). */
 static void release(struct sd_seq *q, struct sd_cpu *c)
 {
-	atomic_store_explicit(&q->go[c->id].go, 0, memory_order_relaxed);
+	atomic_store_explicit(&q->go[c->id].go, SD_SEQ_GO_NO, memory_order_relaxed);
 	atomic_store_explicit(&q->holder, -1, memory_order_relaxed);
 	grant_next(q);
+	/* Given straight back (the earliest still): its park() finds the
+	 * word set, and needs no wake. */
+	if (q->kick == (int)c->id)
+		q->kick = -1;
 }
 
 /* The holder's horizon: the time of the next CPU that wants the token.
  * It may run while its clock is below it (or equal, if its id is lower). */
+static void set_until(struct sd_cpu *c, uint64_t until_ps, uint32_t until_id, uint64_t by_ps)
+{
+	c->model.until_ps = until_ps;
+	c->model.until_id = until_id;
+	if (by_ps < c->model.sync_at_ps)
+		c->model.sync_at_ps = by_ps;
+}
+
+/* The holder changed another CPU's state: its horizon, again. */
 static void compute_until(struct sd_seq *q, struct sd_cpu *c)
 {
 	uint64_t at;
 	int next = pick(q, (int)c->id, &at);
 
-	c->model.until_ps = at;
-	c->model.until_id = next < 0 ? UINT32_MAX : (uint32_t)next;
-	/* Its next sync point no later than where it passes that CPU: a
-	 * horizon that came closer (a wake, a post) is met at once, whatever
-	 * the quantum (the window) would have put off. */
-	if (at != SD_SEQ_NEVER) {
-		uint64_t pass = at + (c->id < c->model.until_id ? 1 : 0);
-		if (pass < c->model.sync_at_ps)
-			c->model.sync_at_ps = pass;
-	}
-	/* ...and no later than its own first IPI's arrival (one posted while
-	 * it waited), which it takes at that time. */
-	if (q->slot[c->id].arrival_ps < c->model.sync_at_ps)
-		c->model.sync_at_ps = q->slot[c->id].arrival_ps;
+	set_until(c, at, next < 0 ? UINT32_MAX : (uint32_t)next, sync_by(q, c->id, next, at));
 }
 
 /*
@@ -177,20 +235,22 @@ static void park(struct sd_seq *q, struct sd_cpu *c)
 	/* Pairs with the handler's irq_depth read (smp.c). */
 	atomic_signal_fence(memory_order_seq_cst);
 	/* Acquire: pairs with the release in grant(). */
-	while (!atomic_load_explicit(&q->go[c->id].go, memory_order_acquire))
-		sd_futex_wait(&q->go[c->id].go, 0);
+	while (atomic_load_explicit(&q->go[c->id].go, memory_order_acquire) == SD_SEQ_GO_NO)
+		sd_futex_wait(&q->go[c->id].go, SD_SEQ_GO_NO);
 	c->irq_depth--;
 	atomic_signal_fence(memory_order_seq_cst);
 }
 
-/* Back from park(): the clock at the time the token was given at. */
+/* Back from park(), without the lock: the clock at the time the token was
+ * given at, and the horizon grant() left in the slot. From here on the
+ * watchdog may judge the holder (a grantee not yet running is asleep). */
 static void resume(struct sd_seq *q, struct sd_cpu *c)
 {
-	pthread_mutex_lock(&q->lock);
-	c->model.clock_ps = max_u64(c->model.clock_ps, q->slot[c->id].grant_ps);
-	q->slot[c->id].clock_ps = c->model.clock_ps;
-	compute_until(q, c);
-	pthread_mutex_unlock(&q->lock);
+	const struct sd_seq_slot *s = &q->slot[c->id];
+
+	c->model.clock_ps = max_u64(c->model.clock_ps, s->grant_ps);
+	set_until(c, s->until_ps, s->until_id, s->sync_by_ps);
+	atomic_store_explicit(&q->go[c->id].go, SD_SEQ_GO_RUNNING, memory_order_relaxed);
 }
 
 bool sd_seq_holds(const struct sd_cpu *c)
@@ -220,17 +280,23 @@ void sd_seq_sync(struct sd_cpu *c)
 		    (c->model.clock_ps == c->model.until_ps && c->id > c->model.until_id);
 	if (!past)
 		return;
-	pthread_mutex_lock(&q->lock);
+	seq_lock(q);
 	q->slot[c->id].clock_ps = c->model.clock_ps;
-	uint64_t at;
-	int next = pick(q, -1, &at);
-	if (next == (int)c->id) {
-		compute_until(q, c);
-		pthread_mutex_unlock(&q->lock);
+	int best[2];
+	uint64_t at[2];
+	pick2(q, -1, best, at);
+	if (best[0] == (int)c->id) {
+		/* Still the earliest (a horizon that moved away). */
+		set_until(c, at[1], best[1] < 0 ? UINT32_MAX : (uint32_t)best[1],
+			  sync_by(q, c->id, best[1], at[1]));
+		seq_unlock(q);
 		return;
 	}
-	release(q, c);
-	pthread_mutex_unlock(&q->lock);
+	atomic_store_explicit(&q->go[c->id].go, SD_SEQ_GO_NO, memory_order_relaxed);
+	/* The one scan: best[0] gets the token, and holds it until best[1]
+	 * (this CPU, now parked at its clock, or another) wants it. */
+	grant(q, best[0], at[0], best[1], at[1]);
+	seq_unlock(q);
 	park(q, c);
 	resume(q, c);
 }
@@ -244,7 +310,7 @@ void sd_seq_wait(struct sd_cpu *c, uint64_t wake_ps)
 		sd_seq_join(c);
 		return;
 	}
-	pthread_mutex_lock(&q->lock);
+	seq_lock(q);
 	s->clock_ps = c->model.clock_ps;
 	if (wake_ps == SD_SEQ_POLL) {
 		/* Look again once the running CPUs made a step: just after
@@ -256,7 +322,7 @@ void sd_seq_wait(struct sd_cpu *c, uint64_t wake_ps)
 	s->state = SD_SEQ_WAIT;
 	s->wake_ps = wake_ps;
 	release(q, c);
-	pthread_mutex_unlock(&q->lock);
+	seq_unlock(q);
 	park(q, c);
 	resume(q, c);
 }
@@ -267,9 +333,9 @@ bool sd_seq_poll(struct sd_cpu *c)
 	struct sd_seq_slot *s = &q->slot[c->id];
 	uint64_t at;
 
-	pthread_mutex_lock(&q->lock);
+	seq_lock(q);
 	if (pick(q, (int)c->id, &at) < 0) {
-		pthread_mutex_unlock(&q->lock);
+		seq_unlock(q);
 		return false;
 	}
 	/* Look again just after the next CPU's time, once it made a step. */
@@ -277,7 +343,7 @@ bool sd_seq_poll(struct sd_cpu *c)
 	s->state = SD_SEQ_WAIT;
 	s->wake_ps = at + 1;
 	release(q, c);
-	pthread_mutex_unlock(&q->lock);
+	seq_unlock(q);
 	park(q, c);
 	resume(q, c);
 	return true;
@@ -288,7 +354,7 @@ void sd_seq_wake(struct sd_cpu *self, struct sd_cpu *t, uint64_t at_ps)
 	struct sd_seq *q = seq_of(t);
 	struct sd_seq_slot *s = &q->slot[t->id];
 
-	pthread_mutex_lock(&q->lock);
+	seq_lock(q);
 	if (s->state == SD_SEQ_WAIT) {
 		s->wake_ps = min_u64(s->wake_ps == SD_SEQ_POLL ? SD_SEQ_NEVER : s->wake_ps, at_ps);
 		if (atomic_load_explicit(&q->holder, memory_order_relaxed) < 0)
@@ -296,7 +362,7 @@ void sd_seq_wake(struct sd_cpu *self, struct sd_cpu *t, uint64_t at_ps)
 		else
 			holder_recompute(q, self);
 	}
-	pthread_mutex_unlock(&q->lock);
+	seq_unlock(q);
 }
 
 /* ---- IPIs ---- */
@@ -307,7 +373,7 @@ bool sd_seq_posted(struct sd_cpu *self, struct sd_cpu *t, uint64_t arrival_ps)
 	struct sd_seq_slot *s = &q->slot[t->id];
 	bool signal = false;
 
-	pthread_mutex_lock(&q->lock);
+	seq_lock(q);
 	s->posts++;
 	if (!arrival_ps)
 		arrival_ps = s->clock_ps;       /* from no CPU: at once */
@@ -325,7 +391,7 @@ bool sd_seq_posted(struct sd_cpu *self, struct sd_cpu *t, uint64_t arrival_ps)
 		grant_next(q);
 	else
 		holder_recompute(q, self);
-	pthread_mutex_unlock(&q->lock);
+	seq_unlock(q);
 	return signal;
 }
 
@@ -334,11 +400,11 @@ uint64_t sd_seq_arrival(struct sd_cpu *c, uint64_t *posts)
 	struct sd_seq *q = seq_of(c);
 	uint64_t a;
 
-	pthread_mutex_lock(&q->lock);
+	seq_lock(q);
 	a = q->slot[c->id].arrival_ps;
 	if (posts)
 		*posts = q->slot[c->id].posts;
-	pthread_mutex_unlock(&q->lock);
+	seq_unlock(q);
 	return a;
 }
 
@@ -347,10 +413,10 @@ void sd_seq_ipis_ran(struct sd_cpu *c, uint64_t next_ps, uint64_t posts)
 	struct sd_seq *q = seq_of(c);
 	struct sd_seq_slot *s = &q->slot[c->id];
 
-	pthread_mutex_lock(&q->lock);
+	seq_lock(q);
 	/* A post after the queue was taken: look at the queue again at once. */
 	s->arrival_ps = s->posts != posts ? min_u64(next_ps, c->model.clock_ps) : next_ps;
-	pthread_mutex_unlock(&q->lock);
+	seq_unlock(q);
 }
 
 bool sd_seq_summoned_enter(struct sd_cpu *c)
@@ -358,13 +424,14 @@ bool sd_seq_summoned_enter(struct sd_cpu *c)
 	struct sd_seq *q = seq_of(c);
 	struct sd_seq_slot *s = &q->slot[c->id];
 
-	pthread_mutex_lock(&q->lock);
+	seq_lock(q);
 	bool summoned = s->summoned && s->state == SD_SEQ_RUN;
-	pthread_mutex_unlock(&q->lock);
+	seq_unlock(q);
 	if (!summoned)
 		return false;
-	if (!sd_seq_holds(c))
-		park(q, c);
+	/* At once if the token came already: park() is also the acquire
+	 * that resume()'s reads of the slot need. */
+	park(q, c);
 	resume(q, c);
 	return true;
 }
@@ -374,13 +441,13 @@ void sd_seq_unsummon(struct sd_cpu *c)
 	struct sd_seq *q = seq_of(c);
 	struct sd_seq_slot *s = &q->slot[c->id];
 
-	pthread_mutex_lock(&q->lock);
+	seq_lock(q);
 	s->summoned = false;
 	s->state = SD_SEQ_AWAY;
 	s->clock_ps = c->model.clock_ps;
 	if (sd_seq_holds(c))
 		release(q, c);
-	pthread_mutex_unlock(&q->lock);
+	seq_unlock(q);
 }
 
 /* ---- in and out of the machine ---- */
@@ -392,7 +459,7 @@ void sd_seq_join(struct sd_cpu *c)
 
 	if (sd_seq_holds(c))
 		return;
-	pthread_mutex_lock(&q->lock);
+	seq_lock(q);
 	if (s->state == SD_SEQ_RUN && s->summoned) {
 		/* Summoned meanwhile: its sync points run the IPI. */
 		s->summoned = false;
@@ -407,7 +474,7 @@ void sd_seq_join(struct sd_cpu *c)
 	}
 	if (atomic_load_explicit(&q->holder, memory_order_relaxed) < 0)
 		grant_next(q);
-	pthread_mutex_unlock(&q->lock);
+	seq_unlock(q);
 	park(q, c);
 	resume(q, c);
 }
@@ -417,13 +484,13 @@ void sd_seq_leave(struct sd_cpu *c)
 	struct sd_seq *q = seq_of(c);
 	struct sd_seq_slot *s = &q->slot[c->id];
 
-	pthread_mutex_lock(&q->lock);
+	seq_lock(q);
 	s->state = SD_SEQ_AWAY;
 	s->summoned = false;
 	s->clock_ps = c->model.clock_ps;
 	if (sd_seq_holds(c))
 		release(q, c);
-	pthread_mutex_unlock(&q->lock);
+	seq_unlock(q);
 }
 
 void sd_seq_cpu_online(struct sd_cpu *c)
@@ -431,7 +498,7 @@ void sd_seq_cpu_online(struct sd_cpu *c)
 	struct sd_seq *q = seq_of(c);
 	struct sd_seq_slot *s = &q->slot[c->id];
 
-	pthread_mutex_lock(&q->lock);
+	seq_lock(q);
 	/* A run starts where the last one ended: the same time for every
 	 * CPU, whatever order the host attached them in. */
 	c->model.clock_ps = max_u64(c->model.clock_ps, q->epoch_ps);
@@ -441,8 +508,8 @@ void sd_seq_cpu_online(struct sd_cpu *c)
 	s->wake_ps = s->arrival_ps = SD_SEQ_NEVER;
 	s->thread = pthread_self();
 	s->tid = (int)syscall(SYS_gettid);
-	atomic_store_explicit(&q->go[c->id].go, 0, memory_order_relaxed);
-	pthread_mutex_unlock(&q->lock);
+	atomic_store_explicit(&q->go[c->id].go, SD_SEQ_GO_NO, memory_order_relaxed);
+	seq_unlock(q);
 	c->model.until_ps = SD_SEQ_NEVER;
 }
 
@@ -451,22 +518,22 @@ void sd_seq_cpu_offline(struct sd_cpu *c)
 	struct sd_seq *q = seq_of(c);
 	struct sd_seq_slot *s = &q->slot[c->id];
 
-	pthread_mutex_lock(&q->lock);
+	seq_lock(q);
 	s->state = SD_SEQ_OFF;
 	s->summoned = false;
 	q->epoch_ps = max_u64(q->epoch_ps, c->model.clock_ps);
 	if (sd_seq_holds(c))
 		release(q, c);
-	pthread_mutex_unlock(&q->lock);
+	seq_unlock(q);
 }
 
 void sd_seq_expect(struct sd_machine *m, unsigned n)
 {
 	struct sd_seq *q = &m->model.seq;
 
-	pthread_mutex_lock(&q->lock);
+	seq_lock(q);
 	q->expect = n;
-	pthread_mutex_unlock(&q->lock);
+	seq_unlock(q);
 }
 
 void sd_seq_start_cpu(struct sd_cpu *c)
@@ -474,14 +541,14 @@ void sd_seq_start_cpu(struct sd_cpu *c)
 	struct sd_seq *q = seq_of(c);
 	struct sd_seq_slot *s = &q->slot[c->id];
 
-	pthread_mutex_lock(&q->lock);
+	seq_lock(q);
 	s->state = SD_SEQ_RUN;
 	s->clock_ps = c->model.clock_ps;
 	if (q->expect)
 		q->expect--;
 	if (atomic_load_explicit(&q->holder, memory_order_relaxed) < 0)
 		grant_next(q);
-	pthread_mutex_unlock(&q->lock);
+	seq_unlock(q);
 	park(q, c);
 	resume(q, c);
 }
@@ -490,11 +557,11 @@ void sd_seq_cancel_start(struct sd_machine *m)
 {
 	struct sd_seq *q = &m->model.seq;
 
-	pthread_mutex_lock(&q->lock);
+	seq_lock(q);
 	q->expect = 0;
 	if (atomic_load_explicit(&q->holder, memory_order_relaxed) < 0)
 		grant_next(q);
-	pthread_mutex_unlock(&q->lock);
+	seq_unlock(q);
 }
 
 /* ---- the watchdog ---- */
@@ -548,7 +615,7 @@ static void report_stuck(struct sd_seq *q, int h, uint64_t ns)
 {
 	static const char *const names[] = { "off", "away", "run", "wait" };
 
-	pthread_mutex_lock(&q->lock);
+	seq_lock(q);
 	fprintf(stderr, "libshootdown: strict modelled time: CPU %d (tid %d%s) has held the "
 		"machine for %llu ms without a sync point; the others:", h, q->slot[h].tid,
 		q->slot[h].summoned ? ", summoned by an IPI it has not taken yet" : "",
@@ -558,7 +625,7 @@ static void report_stuck(struct sd_seq *q, int h, uint64_t ns)
 			fprintf(stderr, " %u:%s@%llu", i, names[q->slot[i].state],
 				(unsigned long long)(q->slot[i].clock_ps / 1000));
 	fprintf(stderr, "\n");
-	pthread_mutex_unlock(&q->lock);
+	seq_unlock(q);
 }
 
 /* One look at the holder: a holder that made no sync for STALL_* while
@@ -575,11 +642,11 @@ static void watch_tick(struct sd_seq *q, struct watch *w)
 		return;
 	}
 	uint64_t beats = atomic_load_explicit(&q->go[h].beats, memory_order_relaxed);
-	pthread_mutex_lock(&q->lock);
+	seq_lock(q);
 	pthread_t thread = q->slot[h].thread;
 	int tid = q->slot[h].tid;
 	bool summoned = q->slot[h].summoned;
-	pthread_mutex_unlock(&q->lock);
+	seq_unlock(q);
 	if (h != w->holder || beats != w->beats) {
 		w->holder = h;
 		w->beats = beats;
@@ -597,17 +664,20 @@ static void watch_tick(struct sd_seq *q, struct watch *w)
 	bool stalled = sd_tid_sleeping(tid) || thread_cpu_ns(thread) - w->cpu_ns >= STALL_SPINNING_NS;
 	if (!stalled)
 		return;
-	pthread_mutex_lock(&q->lock);
+	seq_lock(q);
+	/* Never a grantee that has not run yet: it sleeps until its wake,
+	 * which seq_unlock() makes after the lock is dropped. */
 	if (atomic_load_explicit(&q->holder, memory_order_relaxed) == h &&
+	    atomic_load_explicit(&q->go[h].go, memory_order_relaxed) == SD_SEQ_GO_RUNNING &&
 	    atomic_load_explicit(&q->go[h].beats, memory_order_relaxed) == beats) {
 		q->slot[h].state = SD_SEQ_AWAY;
 		q->slot[h].stalled = true;
 		atomic_fetch_add_explicit(&q->stalls, 1, memory_order_relaxed);
-		atomic_store_explicit(&q->go[h].go, 0, memory_order_relaxed);
+		atomic_store_explicit(&q->go[h].go, SD_SEQ_GO_NO, memory_order_relaxed);
 		atomic_store_explicit(&q->holder, -1, memory_order_relaxed);
 		grant_next(q);
 	}
-	pthread_mutex_unlock(&q->lock);
+	seq_unlock(q);
 	w->holder = -1;
 }
 
@@ -637,6 +707,7 @@ int sd_seq_init(struct sd_machine *m, bool on)
 	memset(q, 0, sizeof(*q));
 	q->m = m;
 	atomic_init(&q->holder, -1);
+	q->kick = -1;
 	if (!on)
 		return 0;
 	q->nr = m->nr_cpus;

@@ -54,10 +54,17 @@ struct sd_seq_slot {
 	uint64_t wake_ps;       /* WAIT: when it looks again (SD_SEQ_POLL, SD_SEQ_NEVER) */
 	uint64_t arrival_ps;    /* the earliest IPI posted to it and not yet run */
 	uint64_t grant_ps;      /* the time it was last given the token at */
+	/* What grant() leaves the grantee (read by it without the lock): */
+	uint64_t until_ps;      /* the next CPU's time... */
+	uint32_t until_id;      /* ...that CPU, for ties */
+	uint64_t sync_by_ps;    /* its next sync point at the latest */
 	uint64_t posts;         /* IPIs posted to it */
 	pthread_t thread;       /* for the watchdog's look at its CPU time */
 	int tid;
 };
+
+/* A CPU's futex word: parked, granted (not yet running), holding. */
+enum { SD_SEQ_GO_NO, SD_SEQ_GO_GRANTED, SD_SEQ_GO_RUNNING };
 
 /* The token's futex word of one CPU, on a line of its own. */
 struct sd_seq_go {
@@ -70,6 +77,7 @@ struct sd_seq {
 	unsigned nr;
 	pthread_mutex_t lock;          /* orders everything below but the atomics */
 	SD_ATOMIC(int) holder;         /* the CPU holding the token, -1: none */
+	int kick;                      /* granted under the lock: wake once it is dropped */
 	unsigned expect;               /* CPUs of a sd_machine_run() not yet in */
 	uint64_t epoch_ps;             /* where a run starts: the latest clock that left */
 	uint64_t frontier_ps;          /* the time of the latest grant */

@@ -102,6 +102,21 @@ static int place_scatter(struct sd_topology *t, hwloc_obj_t *order)
 	return 0;
 }
 
+/* The PUs the placement uses (a list may name one twice). */
+static unsigned distinct_pus(const struct sd_topology *t)
+{
+	hwloc_bitmap_t used = hwloc_bitmap_alloc();
+	int n;
+
+	if (!used)
+		return 1;               /* counts as oversubscribed: the safe side */
+	for (unsigned c = 0; c < t->nr_cpus; c++)
+		hwloc_bitmap_or(used, used, t->pu_of_cpu[c]->cpuset);
+	n = hwloc_bitmap_weight(used);
+	hwloc_bitmap_free(used);
+	return n > 0 ? (unsigned)n : 1;
+}
+
 static int place(struct sd_topology *t, const struct sd_machine_config *cfg)
 {
 	hwloc_obj_t *order = calloc(t->nr_pus, sizeof(*order));
@@ -140,9 +155,17 @@ static int place(struct sd_topology *t, const struct sd_machine_config *cfg)
 	default:
 		err = sd_fail(-EINVAL, "unknown placement %d", (int)cfg->placement);
 	}
-	if (!err)
+	/* Strict modelled time runs one CPU at a time (hw/sequencer.h): on
+	 * one PU, a hand-off is a switch on that core, where across PUs it
+	 * wakes an idle PU or preempts what runs there (2-4 us against
+	 * 12-36 us a hand-off on a 2-PU VM, docs/design.md). */
+	if (cfg->flags & SD_MACHINE_MODEL_STRICT)
+		n = 1;
+	if (!err) {
 		for (unsigned c = 0; c < t->nr_cpus; c++)
 			t->pu_of_cpu[c] = order[c % n];
+		t->nr_places = distinct_pus(t);
+	}
 	free(order);
 	return err;
 }

@@ -7,6 +7,7 @@
 #error "hw/topology.h is in a higher layer than the file including it (core/layer.h)"
 #endif
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <hwloc.h>
 
@@ -23,12 +24,19 @@ struct sd_topology {
 	unsigned nr_pus, nr_cores, nr_packages, nr_nodes;
 	unsigned nr_cpus;
 	hwloc_obj_t *pu_of_cpu;        /* placement: PU object per emulated CPU */
+	unsigned nr_places;            /* distinct PUs the placement uses */
 	char summary[128];
 };
 
 int sd_topology_init(struct sd_topology *t, const struct sd_machine_config *cfg,
 		     unsigned *nr_cpus);
 void sd_topology_fini(struct sd_topology *t);
+
+/* More emulated CPUs than the PUs they are placed on: threads share PUs. */
+static inline bool sd_topology_oversubscribed(const struct sd_topology *t)
+{
+	return t->nr_cpus > t->nr_places;
+}
 
 /* Fill the placement fields of @info for emulated CPU @cpu. */
 void sd_topology_cpu_info(const struct sd_topology *t, unsigned cpu, struct sd_cpu_info *info);

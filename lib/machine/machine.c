@@ -566,7 +566,7 @@ int sd_machine_info(const struct sd_machine *m, struct sd_machine_info *info)
 	info->nr_cores = m->topo.nr_cores;
 	info->nr_packages = m->topo.nr_packages;
 	info->nr_numa_nodes = m->topo.nr_nodes;
-	info->oversubscribed = m->nr_cpus > m->topo.nr_pus;
+	info->oversubscribed = sd_topology_oversubscribed(&m->topo);
 	info->synthetic = m->topo.synthetic;
 	info->all_pinned = !atomic_load(&m->any_unpinned);
 	info->placement = m->cfg.placement;
