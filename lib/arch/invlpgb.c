@@ -45,7 +45,7 @@ void sd_invlpgb(struct sd_cpu *cpu, struct sd_invlpgb *ib, const struct sd_tlb_i
 	me->pending[me->nr_pending++] = *op;
 	unsynced_issuer = cpu->id + 1;
 	unsynced_ib = ib;
-	sd_event(cpu, SD_EV_INVLPGB, op->vpn, op->nr);
+	sd_event(cpu, SD_EV_INVLPGB, op->vpn, op->kind == SD_TLB_INVAL_RANGE ? op->nr : 0);
 }
 
 int sd_tlbsync(struct sd_cpu *cpu, struct sd_invlpgb *ib)

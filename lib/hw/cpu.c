@@ -221,8 +221,11 @@ uint64_t sd_cpu_clock_ns(const struct sd_cpu *c)
 		return (uint64_t)sd_fail(0, "sd_cpu_clock_ns: NULL CPU");
 	if (!c->model.ev_ps)
 		return 0;
+	/* The owner's exact clock includes the stalls broadcasts owe it
+	 * that its next sync point will take in (model.c, recv_pay()). */
 	if (c == sd_this_cpu)
-		return c->model.clock_ps / PS_PER_NS;
+		return (c->model.clock_ps + atomic_load_explicit(&c->recv_stall_ps,
+								 memory_order_relaxed)) / PS_PER_NS;
 	return atomic_load_explicit(&c->model_pub.clock_ps, memory_order_relaxed) / PS_PER_NS;
 }
 

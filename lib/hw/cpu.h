@@ -50,6 +50,9 @@ struct sd_cpu {
 	SD_ATOMIC(int) attached;
 	SD_ATOMIC(int) ipi_send_err;      /* last failed send (-errno), for the watchdog report */
 	struct sd_model_line ipi_line;    /* the queue head as a modelled hot line */
+	/* Modelled ps of stall that broadcasts (TLBI IS, INVLPGB) issued by
+	 * other CPUs owe this one, not yet in its clock (model.c). */
+	SD_ATOMIC(uint64_t) recv_stall_ps;
 
 	/* Modelled clock as others see it (lax synchronisation). */
 	struct sd_model_pub model_pub;

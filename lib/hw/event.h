@@ -54,7 +54,8 @@
 	X(REMOTE_FLUSH,       REMOTE_FLUSH,       INSTANT,  ONE)                \
 	X(REMOTE_INVAL,       REMOTE_INVAL,       UNTRACED, ARG) /* arg target TLBs */ \
 	X(REMOTE_INVAL_RECV,  REMOTE_INVAL_RECV,  INSTANT,  ONE)                \
-	X(TLBI_OP,            TLBI_OP,            INSTANT,  ONE) /* arg targets */ \
+	/* arg targets, aux pages (0: a whole ASID or the whole TLB) */         \
+	X(TLBI_OP,            TLBI_OP,            INSTANT,  ONE)                \
 	X(TLBI_ASID_OP,       TLBI_ASID_OP,       UNTRACED, ONE)                \
 	X(TLBI_PAGE_OP,       TLBI_PAGE_OP,       UNTRACED, ONE)                \
 	X(TLBI_RANGE_S0,      TLBI_RANGE_S0,      UNTRACED, ONE)                \
@@ -81,7 +82,7 @@
 	X(LAZY_SKIP,          LAZY_SKIP,          UNTRACED, ONE)                \
 	X(CPUMASK_TRIM,       CPUMASK_TRIM,       UNTRACED, ONE)                \
 	X(SWITCH_FLUSH,       SWITCH_FLUSH,       INSTANT,  ONE)                \
-	X(INVLPGB,            INVLPGB,            INSTANT,  ONE)                \
+	X(INVLPGB,            INVLPGB,            INSTANT,  ONE) /* arg vpn, aux pages (0: whole) */ \
 	X(TLBSYNC,            TLBSYNC,            INSTANT,  ONE) /* arg ops synced */ \
 	X(GLOBAL_ASID_ALLOC,  GLOBAL_ASID_ALLOC,  INSTANT,  ONE)                \
 	X(GLOBAL_ASID_FREE,   GLOBAL_ASID_FREE,   INSTANT,  ONE)                \

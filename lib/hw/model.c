@@ -189,6 +189,24 @@ static inline void own_inc(SD_ATOMIC(uint64_t) *v)
 			      memory_order_relaxed);
 }
 
+/* The stalls other CPUs' broadcasts owe @c, into its clock (recv_owe()
+ * says how the word is shared). At sync points only: their places are
+ * fixed in modelled time, so strict runs stay the same run after run. */
+static bool recv_pay(struct sd_cpu *c)
+{
+	if (!atomic_load_explicit(&c->recv_stall_ps, memory_order_relaxed))
+		return false;
+	c->model.clock_ps += atomic_exchange_explicit(&c->recv_stall_ps, 0, memory_order_relaxed);
+	return true;
+}
+
+/* Back after time away (idle, stalled, detached): broadcasts that reached
+ * the CPU meanwhile cost nothing, as they stalled no work of its own. */
+static void recv_forget(struct sd_cpu *c)
+{
+	atomic_store_explicit(&c->recv_stall_ps, 0, memory_order_relaxed);
+}
+
 /* The host's first preemption of this vCPU after its clock: the same
  * instants on every vCPU, as the host's ticks are unless skew_tick=1
  * (kernel/time/tick-sched.c). */
@@ -207,6 +225,7 @@ static void rejoin(struct sd_cpu *c)
 	struct sd_model *mod = &c->m->model;
 	uint64_t min;
 
+	recv_forget(c);
 	slowest_running(c, &min);
 	if (min == UINT64_MAX)
 		min = latest_attached(c);
@@ -227,11 +246,15 @@ void sd_model_set_run(struct sd_cpu *c, int state)
 		return;
 	if (c->model.seq) {
 		/* Idle leaves the machine; a switch brings it back, at its
-		 * own clock (sequencer.c). */
-		if (state == SD_MODEL_RUNNING)
+		 * own clock (sequencer.c). What was owed while away is
+		 * dropped once it holds the token, where no add races. */
+		if (state == SD_MODEL_RUNNING) {
 			sd_seq_join(c);
-		else
+			if (old != SD_MODEL_RUNNING)
+				recv_forget(c);
+		} else {
 			sd_seq_leave(c);
+		}
 		atomic_store_explicit(&c->model_pub.state, state, memory_order_relaxed);
 		return;
 	}
@@ -383,6 +406,7 @@ static void lax_sync(struct sd_cpu *c)
 	int state = atomic_load_explicit(&c->model_pub.state, memory_order_relaxed);
 	uint64_t min;
 
+	(void)recv_pay(c);
 	/* The host preempts a vCPU whatever the guest is doing: in a lock,
 	 * with interrupts off, before any window wait. */
 	if (c->model.clock_ps >= c->model.preempt_at_ps)
@@ -467,6 +491,10 @@ static bool seq_sync(struct sd_cpu *c)
 	publish(c);
 	if (!sd_seq_holds(c))
 		sd_seq_join(c);
+	/* Holding the token: every add made earlier in modelled time is
+	 * in. A preemption the stall crosses is met at the next sync. */
+	if (recv_pay(c))
+		publish(c);
 	/* With interrupts off or a modelled lock held the CPU neither runs
 	 * IPIs nor gives the token away: a CPU parked holding a lock would
 	 * leave its next acquirer polling. The section's end syncs again
@@ -502,8 +530,46 @@ bool sd_model_sync(struct sd_cpu *c)
 
 /* ---- charges out of line ---- */
 
+/*
+ * A broadcast stalls the CPUs it reaches: @ps owed by each CPU but the
+ * issuer (whose own TLB is in issue_ps). TLBI ...IS reaches every PE of
+ * the inner-shareable domain, whatever runs there (Arm ARM, DDI 0487,
+ * "TLB maintenance instructions": the IS forms apply to all PEs in the
+ * same Inner Shareable shareability domain; Linux puts every CPU in one),
+ * and INVLPGB every logical processor of the system (AMD64 APM vol. 3,
+ * INVLPGB): lib/strategy/broadcast.c and lib/arch/invlpgb.c invalidate
+ * every CPU's TLB, not mm_cpumask's, and every CPU pays likewise.
+ *
+ * Only a CPU writes its own clock, so the issuer adds to the receiver's
+ * recv_stall_ps and the receiver takes it at its next sync point
+ * (recv_pay()). Relaxed: the word carries a sum and publishes nothing
+ * else; its RMWs are in one modification order, so no add is lost or
+ * taken twice, and one the receiver's exchange misses is taken at its
+ * next sync (lax mode lets a stall land a sync late, within the window).
+ * Strict mode needs every add made earlier in modelled time to be seen by
+ * the take: adds and takes are both made by the token's holder, and the
+ * token's handoff orders them: the release store of go in grant()
+ * (sequencer.c) pairs with the acquire load in park().
+ */
+static void recv_owe(struct sd_cpu *c, uint64_t ps)
+{
+	const struct sd_machine *m = c->m;
+
+	if (!ps)
+		return;
+	for (unsigned i = 0; i < m->nr_cpus; i++) {
+		struct sd_cpu *t = m->cpus[i];
+
+		if (t != c)
+			atomic_fetch_add_explicit(&t->recv_stall_ps, ps, memory_order_relaxed);
+	}
+}
+
+/* @whole: the op drops a whole ASID or the whole TLB, which scans each
+ * TLB it reaches where the profile says invalidation scans (scan_ps). */
 static void charge_broadcast(struct sd_cpu *c, uint64_t issue_ps, uint64_t targets,
-			     uint64_t completion_ps, uint64_t *done_ps)
+			     uint64_t completion_ps, uint64_t *done_ps, uint64_t recv_ps,
+			     bool whole)
 {
 	struct sd_model *mod = &c->m->model;
 	uint64_t occ = mod->param_ps[SD_MP_DVM_MESSAGE] + mod->param_ps[SD_MP_DVM_TARGET] * targets;
@@ -511,6 +577,7 @@ static void charge_broadcast(struct sd_cpu *c, uint64_t issue_ps, uint64_t targe
 	c->model.clock_ps += issue_ps;
 	uint64_t start = queue_reserve(c, &mod->interconnect, c->model.clock_ps, occ);
 	*done_ps = max_u64(*done_ps, start + occ + completion_ps);
+	recv_owe(c, recv_ps + (whole ? mod->scan_ps : 0));
 }
 
 /* The first gap of @need ps among the lock's remembered holds at or after
@@ -804,14 +871,15 @@ void sd_model_event(struct sd_cpu *c, enum sd_event ev, uint64_t arg, uint64_t a
 		break;
 	case SD_EV_TLBI_OP:
 		charge_broadcast(c, p[SD_MP_TLBI_ISSUE], arg, p[SD_MP_DVM_COMPLETION],
-				 &c->model.dvm_done_ps);
+				 &c->model.dvm_done_ps, p[SD_MP_TLBI_RECV], !aux);
 		break;
 	case SD_EV_DSB:
 		c->model.clock_ps = max_u64(c->model.clock_ps, c->model.dvm_done_ps) + p[SD_MP_DSB];
 		break;
 	case SD_EV_INVLPGB:
 		charge_broadcast(c, p[SD_MP_INVLPGB_ISSUE], c->m->nr_cpus - 1,
-				 p[SD_MP_INVLPGB_COMPLETION], &c->model.invlpgb_done_ps);
+				 p[SD_MP_INVLPGB_COMPLETION], &c->model.invlpgb_done_ps,
+				 p[SD_MP_INVLPGB_RECV], !aux);
 		break;
 	case SD_EV_TLBSYNC:
 		c->model.clock_ps = max_u64(c->model.clock_ps, c->model.invlpgb_done_ps) +
@@ -913,6 +981,7 @@ void sd_model_cpu_init(struct sd_cpu *c)
 	atomic_init(&c->model_pub.window_waits, 0);
 	atomic_init(&c->model_pub.preemptions, 0);
 	atomic_init(&c->model_pub.preemptions_locked, 0);
+	atomic_init(&c->recv_stall_ps, 0);
 	c->model.preempt_at_ps = UINT64_MAX;
 	sd_model_line_init(&c->ipi_line);
 }
@@ -926,6 +995,7 @@ void sd_model_cpu_online(struct sd_cpu *c)
 	c->model.sync_deferred = false;
 	c->model.irq_batch = 0;
 	c->model.seq = c->m->model.seq.on;
+	recv_forget(c);
 	if (c->model.seq) {
 		/* In at the run's epoch, away until its first event. */
 		sd_seq_cpu_online(c);

@@ -25,6 +25,9 @@
  * Who writes what:
  *   - a CPU's clock and everything in struct sd_cpu_model: the CPU alone
  *     (its IPI handler included: the same thread), so plain fields;
+ *   - the stalls broadcasts owe a CPU (struct sd_cpu's recv_stall_ps):
+ *     the issuers add, the CPU takes them into its clock at its sync
+ *     points (model.c, recv_pay());
  *   - its published clock and run state (struct sd_model_pub): the CPU
  *     stores, every CPU reads (lax synchronisation); a waiter may mark a
  *     laggard STALLED with a CAS;
@@ -225,6 +228,7 @@ struct sd_model {
 	uint64_t param_ps[SD_MP_NR];
 	uint64_t dist_ps[SD_MDP_NR][SD_DIST_NR];
 	uint64_t ev_ps[256];           /* per enum sd_event; sized for any list */
+	uint64_t scan_ps;              /* one whole-ASID/whole-TLB scan of a TLB */
 	struct sd_model_place *place;  /* nr_cpus entries */
 	/* The machine-wide modelled locks, by enum sd_lock_kind (the mm
 	 * lock is per mm: struct sd_mm has its own). */

@@ -13,7 +13,10 @@
  * machine that is not a virtual machine), pipe_message (no workload that
  * passes messages is modelled) and lru_page (a profile from before it
  * existed: the LRU lock's holds then cost their handoffs and line
- * transfers only); every other one is required.
+ * transfers only); every other one is required. tlbi_recv and
+ * invlpgb_recv are charged to the CPUs a broadcast reaches, not to its
+ * issuer; a whole-ASID or whole-TLB broadcast adds tlb_scan_entry's scan
+ * on each of them, as a local one does on its CPU.
  *
  * Kept free of every other header so the calibrator and the docs check
  * read the same list.
@@ -36,6 +39,7 @@
 	X(DVM_TARGET,        "dvm_target",        "interconnect occupancy of one broadcast message, per target CPU") \
 	X(DVM_COMPLETION,    "dvm_completion",    "from the end of a message's occupancy until every target has done it") \
 	X(DSB,               "dsb",               "a DSB that finds its broadcasts complete") \
+	X(TLBI_RECV,         "tlbi_recv",         "what one broadcast TLBI costs each other CPU of the inner-shareable domain it reaches (its DVM snoop stalls the core), on that CPU's own clock; at most dvm_completion") \
 	X(IPI_SEND,          "ipi_send",          "sending an IPI: the first target of a shootdown") \
 	X(IPI_SEND_TARGET,   "ipi_send_target",   "each further target of the same shootdown (multicast)") \
 	X(IPI_DELIVERY,      "ipi_delivery",      "from the send until the target takes the interrupt") \
@@ -45,6 +49,7 @@
 	X(INVLPGB_ISSUE,     "invlpgb_issue",     "issuing one INVLPGB on the issuing CPU") \
 	X(INVLPGB_COMPLETION, "invlpgb_completion", "from the end of an INVLPGB's occupancy until every target has done it") \
 	X(TLBSYNC,           "tlbsync",           "a TLBSYNC that finds its INVLPGBs complete") \
+	X(INVLPGB_RECV,      "invlpgb_recv",      "what one INVLPGB costs each other CPU it reaches (the invalidation stalls the core), on that CPU's own clock; at most invlpgb_completion") \
 	X(CONTEXT_SWITCH,    "context_switch",    "switching address spaces (switch_mm and the register write)") \
 	X(SYSCALL_ENTRY,     "syscall_entry",     "system call entry (mmap, munmap, mprotect, madvise)") \
 	X(SYSCALL_EXIT,      "syscall_exit",      "system call exit") \

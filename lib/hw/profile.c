@@ -206,11 +206,30 @@ static int read_dist_table(struct json_object *o, const char *name, double out[S
 
 /* A virtual machine's parameters (absent: not a virtual machine), a
  * workload's own message cost (absent: 0), which the library never charges,
- * and the LRU's per-folio work (absent: 0, as in profiles older than it). */
+ * the LRU's per-folio work and a broadcast's cost to its receivers (absent:
+ * 0, as in profiles older than them). */
 static bool param_optional(int i)
 {
 	return i == SD_MP_VCPU_PREEMPT_INTERVAL || i == SD_MP_VCPU_PREEMPT ||
-	       i == SD_MP_PIPE_MESSAGE || i == SD_MP_LRU_PAGE;
+	       i == SD_MP_PIPE_MESSAGE || i == SD_MP_LRU_PAGE || i == SD_MP_TLBI_RECV ||
+	       i == SD_MP_INVLPGB_RECV;
+}
+
+/*
+ * A receiver does its part of a broadcast before it reports completion
+ * (the DVM sync's response; INVLPGB's to the issuer's TLBSYNC), so the
+ * stall it pays cannot outlast the time the issuer waits for every
+ * target: a larger value is a unit slip (us for ns), not a machine.
+ */
+static int check_recv(const struct sd_model *mod, enum sd_model_param recv,
+		      enum sd_model_param completion)
+{
+	if (mod->param_ns[recv] <= mod->param_ns[completion])
+		return 0;
+	return sd_fail(-EINVAL, "profile: %s (%g ns) is longer than %s (%g ns): a CPU a "
+		       "broadcast reaches is done with it by the time the broadcast completes",
+		       param_key[recv], mod->param_ns[recv], param_key[completion],
+		       mod->param_ns[completion]);
 }
 
 static int read_costs(struct json_object *costs, struct sd_model *mod)
@@ -250,6 +269,9 @@ static int read_costs(struct json_object *costs, struct sd_model *mod)
 			       "vcpu_preempt 0 too)",
 			       mod->param_ns[SD_MP_VCPU_PREEMPT],
 			       mod->param_ns[SD_MP_VCPU_PREEMPT_INTERVAL]);
+	if ((err = check_recv(mod, SD_MP_TLBI_RECV, SD_MP_DVM_COMPLETION)) ||
+	    (err = check_recv(mod, SD_MP_INVLPGB_RECV, SD_MP_INVLPGB_COMPLETION)))
+		return err;
 	for (i = 0; i < SD_MDP_NR; i++)
 		if (!seen_dist[i])
 			return sd_fail(-EINVAL, "profile: costs has no '%s'", dist_param_key[i]);
@@ -450,8 +472,9 @@ static void fill_event_costs(struct sd_model *mod, unsigned tlb_entries)
 	memset(mod->ev_ps, 0, sizeof(mod->ev_ps));
 	for (unsigned i = 0; i < sizeof(fixed) / sizeof(fixed[0]); i++)
 		mod->ev_ps[fixed[i].ev] = mod->param_ps[fixed[i].p];
+	mod->scan_ps = mod->param_ps[SD_MP_TLB_SCAN_ENTRY] * tlb_entries;
 	for (unsigned i = 0; i < sizeof(scans) / sizeof(scans[0]); i++)
-		mod->ev_ps[scans[i]] += mod->param_ps[SD_MP_TLB_SCAN_ENTRY] * tlb_entries;
+		mod->ev_ps[scans[i]] += mod->scan_ps;
 }
 
 /*

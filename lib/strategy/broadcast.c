@@ -164,7 +164,8 @@ void sd_broadcast_tlbi(struct sd_cpu *cpu, const struct sd_tlb_inval *op)
 	for (unsigned i = 0; i < m->nr_cpus; i++)
 		sd_tlb_invalidate(&m->cpus[i]->tlb, op);
 	sd_spin_unlock(&b->dvm);
-	sd_event(cpu, SD_EV_TLBI_OP, m->nr_cpus - 1, 0);
+	sd_event(cpu, SD_EV_TLBI_OP, m->nr_cpus - 1,
+		 op->kind == SD_TLB_INVAL_RANGE ? op->nr : 0);
 	if (op->kind != SD_TLB_INVAL_RANGE)
 		sd_event(cpu, SD_EV_TLBI_ASID_OP, 0, 0);
 	sd_event(cpu, SD_EV_REMOTE_INVAL, m->nr_cpus - 1, 0);

@@ -44,7 +44,8 @@ sd_machine_config strict(unsigned cpus, const char *strategy, const Profile &p,
 }
 
 // Costs of the contended shape: every kind of shared resource is charged
-// (IPIs and their lines, the mm lock, page-table locks, the LRU, frees).
+// (IPIs and their lines, the mm lock, page-table locks, the LRU, frees),
+// and broadcasts stall the CPUs they reach.
 const std::map<std::string, double> kCosts = {
 	{"tlb_l1_hit", 0.5}, {"tlb_l2_hit", 2}, {"page_walk_level", 20}, {"tlb_fill", 3},
 	{"local_flush_page", 50}, {"local_flush_asid", 90}, {"page_fault_entry", 150},
@@ -52,6 +53,8 @@ const std::map<std::string, double> kCosts = {
 	{"lock_acquire", 10}, {"vma_change", 400}, {"ipi_send", 50}, {"ipi_send_target", 20},
 	{"ipi_delivery", 500}, {"irq_entry", 100}, {"ipi_handler", 40}, {"irq_exit", 70},
 	{"context_switch", 300}, {"pt_alloc", 400}, {"pt_free", 200},
+	{"dvm_completion", 100}, {"tlbi_recv", 15}, {"invlpgb_completion", 100},
+	{"invlpgb_recv", 12},
 	{"line_transfer.core", 20}, {"line_transfer.llc", 60}, {"line_transfer.package", 120},
 	{"line_transfer.system", 250}, {"lock_handoff.llc", 80}, {"lock_handoff.package", 150},
 	{"lock_handoff.system", 300}};

@@ -1331,6 +1331,10 @@ static int host_bcast(void)
 	set(&host, P_INVLPGB_COMPLETION, 0, "sd-calibrate --only bcast: 0: included in "
 	    "invlpgb_issue (the emulated INVLPGB completes within the flush call)");
 	set(&host, P_TLBSYNC, 0, "sd-calibrate --only bcast: 0: included in invlpgb_issue");
+	set(&host, P_TLBI_RECV, 0, "sd-calibrate --only bcast: 0: the emulator's issuer does "
+	    "each target's invalidation itself (in dvm_target); the target's thread loses no time");
+	set(&host, P_INVLPGB_RECV, 0, "sd-calibrate --only bcast: 0: the emulator's issuer does "
+	    "each target's invalidation itself (in invlpgb_issue); the target's thread loses no time");
 	return 0;
 }
 
@@ -1897,9 +1901,11 @@ static int group_ipi(void)
 static void kern_bcast(void)
 {
 	static const enum param dvm[] = {
-		P_TLBI_ISSUE, P_DVM_MESSAGE, P_DVM_TARGET, P_DVM_COMPLETION, P_DSB,
+		P_TLBI_ISSUE, P_DVM_MESSAGE, P_DVM_TARGET, P_DVM_COMPLETION, P_DSB, P_TLBI_RECV,
 	};
-	static const enum param gb[] = { P_INVLPGB_ISSUE, P_INVLPGB_COMPLETION, P_TLBSYNC };
+	static const enum param gb[] = {
+		P_INVLPGB_ISSUE, P_INVLPGB_COMPLETION, P_TLBSYNC, P_INVLPGB_RECV,
+	};
 
 	for (size_t i = 0; i < sizeof(dvm) / sizeof(dvm[0]); i++)
 		set(&kern, dvm[i], 0, "not measurable on this host%s: no broadcast TLBI (arm64 "
