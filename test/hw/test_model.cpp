@@ -636,7 +636,9 @@ TEST(ModelByHand, PreemptedLockHolderKeepsTheLock)
 	EXPECT_LE((double)info.clock_max_ns, work * (1 + 2 * P / I));
 }
 
-// A caller built against 0.2.0's struct (ending at rejoins) is still served.
+// A caller built against 0.2.0's struct (ending at rejoins), or 0.2.2's
+// (ending at seq_summons), is still served, and nothing past its end is
+// written.
 TEST(ModelApi, InfoOfTheOlderSizeIsFilled)
 {
 	Profile p("pack:1 core:1 pu:1", {});
@@ -648,6 +650,12 @@ TEST(ModelApi, InfoOfTheOlderSizeIsFilled)
 	ASSERT_EQ(0, sd_machine_model_info(mach.m, &info)) << sd_last_error();
 	EXPECT_EQ(1, info.modelled);
 	EXPECT_EQ(77u, info.vcpu_preemptions) << "written past the caller's struct";
+	info = SD_MODEL_INFO_INIT;
+	info.stalls = 77;
+	info.size = offsetof(sd_model_info, stalls);
+	ASSERT_EQ(0, sd_machine_model_info(mach.m, &info)) << sd_last_error();
+	EXPECT_EQ(1, info.modelled);
+	EXPECT_EQ(77u, info.stalls) << "written past the caller's struct";
 	info.size = 3;
 	EXPECT_EQ(-EINVAL, sd_machine_model_info(mach.m, &info));
 }
@@ -712,6 +720,7 @@ TEST(ModelWindow, CpuBlockedOutsideTheLibraryDoesNotHoldOthersBack)
 	sd_model_info info = SD_MODEL_INFO_INIT;
 	ASSERT_EQ(0, sd_machine_model_info(mach.m, &info));
 	EXPECT_GE(info.rejoins, 1u);
+	EXPECT_GE(info.stalls, 1u) << "host time decided this run: it must say so";
 	EXPECT_GE(s.clock1, 90000u) << "CPU 1 came back at its own old time, not the others'";
 }
 
