@@ -203,8 +203,9 @@ static inline uint64_t sd_now_ns(void)
  * tracepoints time a flush on the initiator. A modelled CPU reads its
  * modelled clock, no clock_gettime(): what the flush would take on the
  * profile's machine, whatever the host did meanwhile. The clock may jump
- * inside the flush (an ack waited for, a lock, a window wait, an IPI
- * handled); the difference keeps all of it, as the kernel's would. Only
+ * inside the flush (an ack waited for, a lock, an IPI handled, strict
+ * mode's grant of the machine back); the difference keeps all of it, as
+ * the kernel's would, and a lax window wait, in host time, adds none. Only
  * the owner writes clock_ps, and it never goes back, so the difference is
  * exact and never negative. Taken in ps and converted once, so two
  * durations of 1.6 ns do not become 1 and 2.
