@@ -1024,6 +1024,41 @@ TEST(ModelByHand, FlushLatencyIsTheModelledDurationNotTheHosts)
 	EXPECT_EQ(Entry + Exit + Pte + W, o.mprotect_ns);
 }
 
+// A TLB batch's flush (arch_tlbbatch_flush()) is timed the same way: one
+// sample of W, not the host's 5 ms.
+TEST(ModelByHand, FlushLatencyOfABatchIsModelledToo)
+{
+	constexpr uint64_t W = 700;
+	TimedFlush f;
+	f.host_sleep_us = 5000;
+	f.work_ns = W;
+	RegisteredFlush reg("model_batch_flush", &f);
+	Profile p("pack:1 core:1 pu:1", {});
+	Machine mach(modelled(1, "model_batch_flush", p));
+	ASSERT_NE(nullptr, mach.m);
+	sd_stats d = SD_STATS_INIT;
+	ASSERT_EQ(0, sd_machine_run(mach.m, [](sd_cpu *c, void *arg) {
+		sd_machine *m = sd_cpu_machine(c);
+		sd_stats before = SD_STATS_INIT, after = SD_STATS_INIT;
+		sd_tlbbatch *b = nullptr;
+		sd_mm *mm = nullptr;
+		ASSERT_EQ(0, sd_mm_create(m, &mm));
+		ASSERT_EQ(0, sd_switch_mm(c, mm));
+		ASSERT_EQ(0, sd_tlbbatch_create(m, &b));
+		ASSERT_EQ(0, sd_tlbbatch_add(c, b, mm));
+		EXPECT_EQ(0, sd_stats_snapshot(m, &before));
+		EXPECT_EQ(0, sd_tlbbatch_flush(c, b));
+		EXPECT_EQ(0, sd_stats_snapshot(m, &after));
+		sd_stats_delta(&after, &before, static_cast<sd_stats *>(arg));
+		EXPECT_EQ(0, sd_tlbbatch_destroy(b));
+		EXPECT_EQ(0, sd_switch_mm(c, nullptr));
+		EXPECT_EQ(0, sd_mm_destroy(mm));
+	}, &d)) << sd_last_error();
+	EXPECT_EQ(1u, d.counter[SD_STAT_FLUSH]);
+	EXPECT_EQ(W, d.flush_ns_total);
+	EXPECT_EQ(f.exit_ns - f.entry_ns, d.flush_ns_total);
+}
+
 // The clock jumps inside a flush when the initiator waits for an ack: the
 // sample keeps the wait, as the kernel's tlb_flush latency would. CPU 1
 // (behind) takes the IPI when it arrives: send S + delivery D, then entry
