@@ -202,7 +202,8 @@ private:
 //                       A row with any is disturbed.
 //   model_late          strict mode: CPUs that came back behind the
 //                       machine's time (seq_late), after a stall or by the
-//                       workload's own choice; 0 in lax mode
+//                       workload's own order (a CPU whose first event
+//                       comes after the others started); 0 in lax mode
 //   model_lead_ns       lax mode: the largest lead of a CPU over the slowest
 //                       since the machine was created (max_lead_ns; at
 //                       most the window plus one step); 0 in strict mode
