@@ -213,6 +213,8 @@ ModelSpan::ModelSpan(const sd_machine *m, const sd_cpu *self) : m_(m), self_(sel
 	struct sd_model_info info = SD_MODEL_INFO_INIT;
 
 	on_ = m && !sd_machine_model_info(m, &info) && info.modelled;
+	strict_ = info.strict;
+	window_ns_ = info.window_ns;
 	if (on_)
 		a_ = sample();
 }
@@ -228,6 +230,10 @@ ModelSpan::Sample ModelSpan::sample() const
 	if (!sd_machine_model_info(m_, &info)) {
 		s.clock_max_ns = info.clock_max_ns;
 		s.window_waits = info.window_waits;
+		// One mode's counters are 0 in the other: the sum is the run's.
+		s.stalls = info.stalls + info.seq_stalls;
+		s.late = info.seq_late;
+		s.max_lead_ns = info.max_lead_ns;
 	}
 	return s;
 }
@@ -252,6 +258,11 @@ void ModelSpan::report(State &st, double ops, double host_s)
 	st.counters["model_ns"] = ops > 0 ? (double)span_ns_ / ops : 0;
 	st.counters["model_slowdown"] = span_ns_ ? host_s / ((double)span_ns_ * 1e-9) : 0;
 	st.counters["model_window_waits"] = (double)(b_.window_waits - a_.window_waits);
+	st.counters["model_strict"] = strict_;
+	st.counters["model_window_ns"] = (double)window_ns_;
+	st.counters["model_stalls"] = (double)(b_.stalls - a_.stalls);
+	st.counters["model_late"] = (double)(b_.late - a_.late);
+	st.counters["model_lead_ns"] = (double)b_.max_lead_ns;
 }
 
 // ---- Single ----

@@ -194,6 +194,19 @@ private:
 //                       divided by): the part's modelled span / @ops
 //   model_slowdown      host seconds per modelled second over the part
 //   model_window_waits  times a CPU waited, a window ahead of the slowest
+//   model_strict        1 in strict mode, 0 in lax mode
+//   model_window_ns     the lax-synchronisation window
+//   model_stalls        the part's disturbances: CPUs blocked outside the
+//                       library long enough that host time decided the
+//                       run (lax: sd_model_info.stalls; strict: seq_stalls).
+//                       A row with any is disturbed.
+//   model_late          strict mode: CPUs that came back behind the
+//                       machine's time (seq_late), after a stall or by the
+//                       workload's own order (a CPU whose first event
+//                       comes after the others started); 0 in lax mode
+//   model_lead_ns       lax mode: the largest lead of a CPU over the slowest
+//                       since the machine was created (max_lead_ns; at
+//                       most the window plus one step); 0 in strict mode
 // Absent (not 0) on a machine that models nothing. The span is the largest
 // of: the exact per-CPU span passed to stop() (CpuClocks), @self's own
 // clock delta (the calling thread's CPU, exact), and the delta of the
@@ -215,13 +228,15 @@ public:
 private:
 	struct Sample {
 		uint64_t clock_max_ns = 0, window_waits = 0, self_ns = 0;
+		uint64_t stalls = 0, late = 0, max_lead_ns = 0;
 		std::chrono::steady_clock::time_point t;
 	};
 	Sample sample() const;
 
 	const sd_machine *m_;
 	const sd_cpu *self_;
-	bool on_ = false, stopped_ = false;
+	bool on_ = false, stopped_ = false, strict_ = false;
+	uint64_t window_ns_ = 0;
 	Sample a_, b_;
 	uint64_t span_ns_ = 0;
 };

@@ -215,6 +215,7 @@ int main(int argc, char **argv)
 {
 	struct options o = { 0 };
 	struct result res[MAX_LIST * MAX_LIST];
+	struct sd_model_info model = SD_MODEL_INFO_INIT;
 	unsigned n = 0;
 	int failed = 0;
 
@@ -230,6 +231,8 @@ int main(int argc, char **argv)
 			printf("host: %s; TLB %u + %ux%u entries, %zu bytes per emulated CPU\n",
 			       info.topology, info.tlb_l1_entries, info.tlb_sets, info.tlb_ways,
 			       info.bytes_per_cpu);
+			/* SD_PROFILE models every machine of the run alike. */
+			sd_machine_model_info(m, &model);
 			sd_machine_destroy(m);
 		}
 	}
@@ -252,6 +255,11 @@ int main(int argc, char **argv)
 	}
 	printf("\n* oversubscribed: more emulated CPUs than PUs. p50/p99 are histogram bucket "
 	       "upper bounds.\n");
+	/* The flush latencies follow the machine's clock; ns/op is always
+	 * this host's wall time. */
+	if (model.modelled)
+		printf("flush_ns, p50_ns and p99_ns are modelled ns on profile '%s'; ns/op is "
+		       "host time.\n", model.profile);
 	if (o.json)
 		write_json(o.json, res, n);
 	return failed;

@@ -82,10 +82,14 @@ struct sd_model_info {
 	uint64_t window_waits;
 	/** Largest lead of a CPU over the slowest running CPU at the moment
 	 *  it went on (never more than window_ns plus the event that took it
-	 *  past: the bound test/hw/test_model checks). */
+	 *  past: the bound test/hw/test_model checks), since the machine was
+	 *  created. Lax mode only: 0 in strict mode, where one CPU runs at a
+	 *  time. How loosely the CPUs met shared resources, not a fault. */
 	uint64_t max_lead_ns;
 	/** CPUs that came back from idle, a wait or a stall outside the
-	 *  library and were moved up to the running CPUs' time. */
+	 *  library and were moved up to the running CPUs' time. Every attach
+	 *  counts one too, so a run without any disturbance has some: the
+	 *  stalls among them are in @stalls. */
 	uint64_t rejoins;
 	/** A virtual machine's profile (vcpu_preempt_interval not 0): host
 	 *  preemptions charged to its vCPUs, in all. Added in 0.2.1; a caller
@@ -115,10 +119,19 @@ struct sd_model_info {
 	/** Strict mode: IPIs that brought a CPU away from the machine (idle,
 	 *  or blocked outside the library) in to run them, by a real signal. */
 	uint64_t seq_summons;
+	/** Lax mode: times a CPU that held the others back was blocked
+	 *  outside the library (2 ms asleep, or 200 ms spinning, of host time)
+	 *  and was taken for stalled, so the others went on without it; it
+	 *  rejoined later at their time. Each one makes the run depend on the
+	 *  host: a run with any is disturbed (the guide, "What to report with
+	 *  a modelled number"). Strict mode's are in @seq_stalls. Added in
+	 *  0.2.3; a caller built against an older struct (size up to
+	 *  seq_summons, vcpu_preemptions_locked or rejoins) still works. */
+	uint64_t stalls;
 };
 
 /** Initialiser for struct sd_model_info. */
-#define SD_MODEL_INFO_INIT { sizeof(struct sd_model_info), 0, "", "", "", 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 }
+#define SD_MODEL_INFO_INIT { sizeof(struct sd_model_info), 0, "", "", "", 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 }
 
 /**
  * sd_cpu_clock_ns() - @cpu's modelled clock, in ns.

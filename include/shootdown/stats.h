@@ -9,6 +9,20 @@
  * reads every CPU's counters and sums them; it may run concurrently with the
  * CPUs and is then a consistent-enough sample, exact once they are quiet.
  * Names follow the kernel's vm events where one exists.
+ *
+ * **Which clock the flush latencies use.** A flush's latency (one sample of
+ * the histogram, flush_ns_hist, and of flush_ns_total) is the initiating
+ * CPU's clock at the flush's end minus the same clock at its start, as the
+ * kernel's tlb_flush tracepoints would time it on the initiator: the
+ * strategy's whole flush, its waits for acknowledgements or locks and any
+ * IPI the initiator handled meanwhile included; the system call around it
+ * excluded. On a machine that models time (a profile: model.h) that clock
+ * is the CPU's modelled clock, so the latency is modelled ns on the
+ * profile's machine and no host time enters it (a host delay inside the
+ * flush adds nothing); otherwise it is the host's CLOCK_MONOTONIC, real ns
+ * on this host. One machine uses one clock for all its samples, so every
+ * snapshot, delta, quantile and print of it speaks one unit. Flushes sent
+ * with sd_flush_tlb_range() are counted but not timed.
  */
 #ifndef SHOOTDOWN_STATS_H
 #define SHOOTDOWN_STATS_H
@@ -126,9 +140,12 @@ struct sd_stats {
 	size_t size;
 	/** CPUs summed */
 	unsigned nr_cpus;
-	/** sum of flush latencies in ns (for the mean) */
+	/** sum of flush latencies in ns (for the mean): modelled ns on a
+	 *  modelled machine, host ns otherwise (the file comment says how a
+	 *  flush is timed) */
 	uint64_t flush_ns_total;
-	/** flush latency seen by the initiator, log2 ns buckets */
+	/** flush latency seen by the initiator, log2 ns buckets, in the same
+	 *  clock as flush_ns_total */
 	uint64_t flush_ns_hist[SD_STAT_HIST_BUCKETS];
 	/** Event counts, indexed by enum sd_stat. Last, so that new counters
 	 *  extend the struct without moving anything an old caller reads. */
@@ -151,7 +168,8 @@ SD_EXPORT const char *sd_stat_name(enum sd_stat id);
 
 /**
  * sd_stats_snapshot() - sum every CPU's counters into @out, whose @size the
- * caller set (SD_STATS_INIT); at most that many bytes are written.
+ * caller set (SD_STATS_INIT); at most that many bytes are written. The flush
+ * latencies are modelled ns on a modelled machine, host ns otherwise.
  * Return: 0; -EINVAL for NULL arguments or an unknown @out->size (nothing
  * written). Any thread.
  * Never waits for another CPU: may be called with interrupts off.
@@ -160,7 +178,9 @@ SD_EXPORT int sd_stats_snapshot(const struct sd_machine *m, struct sd_stats *out
 
 /**
  * sd_stats_cpu() - counters of CPU @cpu alone, into at most @out->size bytes
- * of @out (the caller sets @size, as for sd_stats_snapshot()).
+ * of @out (the caller sets @size, as for sd_stats_snapshot()). The flush
+ * latencies are those of the flushes @cpu initiated, in @m's clock (modelled
+ * ns on a modelled machine, host ns otherwise).
  * Return: 0; -EINVAL for NULL arguments, @cpu out of range or an unknown
  * @out->size (nothing written). Any thread.
  * Never waits for another CPU: may be called with interrupts off.
@@ -170,7 +190,10 @@ SD_EXPORT int sd_stats_cpu(const struct sd_machine *m, unsigned cpu, struct sd_s
 /**
  * sd_stats_delta() - @out = @after - @before, counter by counter, into at
  * most @out->size bytes of @out; a counter that @after or @before is too
- * small to hold counts as 0 there. A NULL argument or an unknown size in any
+ * small to hold counts as 0 there. The flush latencies keep the clock of
+ * the snapshots' machine (modelled ns if it models time, else host ns);
+ * subtracting snapshots of two machines with different clocks means
+ * nothing. A NULL argument or an unknown size in any
  * of the three: nothing done, detail in sd_last_error(). Any thread.
  * Never waits for another CPU: may be called with interrupts off.
  */
@@ -179,7 +202,8 @@ SD_EXPORT void sd_stats_delta(const struct sd_stats *after, const struct sd_stat
 
 /**
  * sd_stats_flush_ns_quantile() - a flush-latency quantile (0 <= @q <= 1) from
- * the histogram, as the upper bound of its bucket in ns; 0 if no flushes,
+ * the histogram, as the upper bound of its bucket in ns: modelled ns if @s
+ * came from a machine that models time, host ns otherwise; 0 if no flushes,
  * @s is NULL or has an unknown size, or @q is outside [0, 1] (NaN included).
  * Never waits for another CPU: may be called with interrupts off. Any thread.
  */
@@ -188,7 +212,9 @@ SD_EXPORT uint64_t sd_stats_flush_ns_quantile(const struct sd_stats *s, double q
 /**
  * sd_stats_print() - print non-zero counters and the histogram, one per line,
  * of the counters @s->size holds (a NULL argument or an unknown size: nothing
- * printed, detail in sd_last_error()).
+ * printed, detail in sd_last_error()). flush_ns_mean and the flush_ns
+ * buckets are in the snapshot's clock: modelled ns on a modelled machine,
+ * host ns otherwise.
  * Never waits for another CPU: may be called with interrupts off. Any thread.
  */
 SD_EXPORT void sd_stats_print(const struct sd_stats *s, FILE *f);
@@ -196,7 +222,8 @@ SD_EXPORT void sd_stats_print(const struct sd_stats *s, FILE *f);
 /**
  * sd_stats_json() - print @s as one JSON object (the counters @s->size holds,
  * histogram); a NULL argument or an unknown size: nothing printed, detail in
- * sd_last_error().
+ * sd_last_error(). flush_ns_total and flush_ns_hist are in the snapshot's
+ * clock (modelled ns on a modelled machine, host ns otherwise).
  * Never waits for another CPU: may be called with interrupts off. Any thread.
  */
 SD_EXPORT void sd_stats_json(const struct sd_stats *s, FILE *f);

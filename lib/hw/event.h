@@ -189,13 +189,40 @@ void sd_trace_record(struct sd_cpu *c, enum sd_event ev, uint64_t arg, uint64_t 
 uint64_t sd_trace_record_flow(struct sd_cpu *c, enum sd_event ev, uint64_t arg);
 void sd_event_flush_latency(struct sd_cpu *c, uint64_t ns);
 
-/* What FLUSH_END's duration is measured with (and the trace's clock). */
+/* Host time: an unmodelled machine's flush latency and trace clock. */
 static inline uint64_t sd_now_ns(void)
 {
 	struct timespec ts;
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/*
+ * A flush's start and its duration, FLUSH_END's argument (the histogram's
+ * sample): taken on the flushing CPU's own clock, as the kernel's tlb_flush
+ * tracepoints time a flush on the initiator. A modelled CPU reads its
+ * modelled clock, no clock_gettime(): what the flush would take on the
+ * profile's machine, whatever the host did meanwhile. The clock may jump
+ * inside the flush (an ack waited for, a lock, an IPI handled, strict
+ * mode's grant of the machine back); the difference keeps all of it, as
+ * the kernel's would, and a lax window wait, in host time, adds none. Only
+ * the owner writes clock_ps, and it never goes back, so the difference is
+ * exact and never negative. Taken in ps and converted once, so two
+ * durations of 1.6 ns do not become 1 and 2.
+ */
+static inline uint64_t sd_event_flush_start(const struct sd_cpu *c)
+{
+	if (unlikely(c->model.ev_ps != NULL))
+		return c->model.clock_ps;
+	return sd_now_ns();
+}
+
+static inline uint64_t sd_event_flush_ns(const struct sd_cpu *c, uint64_t start)
+{
+	if (unlikely(c->model.ev_ps != NULL))
+		return (c->model.clock_ps - start) / PS_PER_NS;
+	return sd_now_ns() - start;
 }
 
 static inline void sd_event_count(struct sd_cpu *c, enum sd_stat id, uint64_t n)

@@ -307,9 +307,12 @@ static void check_stall(struct sd_cpu *c, struct laggard *l, unsigned who, uint6
 		return;
 	/* Relaxed, as every run state: it steers waits only. If the laggard
 	 * changes its own state first, the CAS fails and nothing is lost; if
-	 * it comes back after it, it rejoins (sd_model_event()). */
-	atomic_compare_exchange_strong_explicit(&t->model_pub.state, &running, SD_MODEL_STALLED,
-						memory_order_relaxed, memory_order_relaxed);
+	 * it comes back after it, it rejoins (sd_model_event()). Only the
+	 * CAS's winner counts: a stall is where host time decided the run. */
+	if (atomic_compare_exchange_strong_explicit(&t->model_pub.state, &running,
+						    SD_MODEL_STALLED, memory_order_relaxed,
+						    memory_order_relaxed))
+		atomic_fetch_add_explicit(&c->m->model.stalls, 1, memory_order_relaxed);
 	l->since_ns = now;
 }
 
@@ -1028,14 +1031,17 @@ int sd_machine_model_info(const struct sd_machine *m, struct sd_model_info *info
 
 	if (!m || !info)
 		return sd_fail(-EINVAL, "sd_machine_model_info: NULL argument");
-	/* 0.2.0's struct ended at rejoins: fill that much for its callers. */
+	/* 0.2.0's struct ended at rejoins, 0.2.1's at vcpu_preemptions_locked,
+	 * 0.2.2's at seq_summons: fill that much for their callers. */
 	const size_t v020 = offsetof(struct sd_model_info, vcpu_preemptions);
 	const size_t v021 = offsetof(struct sd_model_info, strict);
+	const size_t v022 = offsetof(struct sd_model_info, stalls);
 	const size_t size = info->size;
 
-	if (size != sizeof(out) && size != v020 && size != v021)
+	if (size != sizeof(out) && size != v020 && size != v021 && size != v022)
 		return sd_fail(-EINVAL, "sd_machine_model_info: unknown size %zu (this release: %zu, "
-			       "0.2.1's %zu or 0.2.0's %zu)", size, sizeof(out), v021, v020);
+			       "0.2.2's %zu, 0.2.1's %zu or 0.2.0's %zu)", size, sizeof(out), v022,
+			       v021, v020);
 	mod = &m->model;
 	out.modelled = mod->on;
 	if (mod->on) {
@@ -1065,6 +1071,7 @@ int sd_machine_model_info(const struct sd_machine *m, struct sd_model_info *info
 		out.seq_stalls = atomic_load_explicit(&mod->seq.stalls, memory_order_relaxed);
 		out.seq_late = atomic_load_explicit(&mod->seq.late, memory_order_relaxed);
 		out.seq_summons = atomic_load_explicit(&mod->seq.summons, memory_order_relaxed);
+		out.stalls = atomic_load_explicit(&mod->stalls, memory_order_relaxed);
 	}
 	out.size = size;
 	memcpy(info, &out, size);

@@ -242,6 +242,7 @@ struct sd_model {
 	sd_cacheline_aligned struct sd_model_queue interconnect;
 	sd_cacheline_aligned SD_ATOMIC(uint64_t) max_lead_ps;
 	SD_ATOMIC(uint64_t) rejoins;
+	SD_ATOMIC(uint64_t) stalls;    /* laggards a window wait took for stalled */
 	struct sd_seq seq;             /* strict mode: on or not, fixed at creation */
 };
 

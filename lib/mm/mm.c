@@ -461,12 +461,12 @@ static void flush_change(struct sd_cpu *c, struct sd_mm *mm, uint64_t vpn, uint6
 	/* Test instrumentation: a change about to flush (see ordering.h). */
 	sd_order_point(SD_ORDER_CHANGE_FLUSH, c->id);
 	sd_event(c, SD_EV_FLUSH_BEGIN, vpn, sd_flush_aux(reason, whole_mm ? 0 : nr));
-	t0 = sd_now_ns();
+	t0 = sd_event_flush_start(c);
 	if (whole_mm)
 		m->ops->flush_mm(c, mm);
 	else
 		m->ops->flush_range(c, &req);
-	sd_event(c, SD_EV_FLUSH_END, sd_now_ns() - t0, reason);
+	sd_event(c, SD_EV_FLUSH_END, sd_event_flush_ns(c, t0), reason);
 }
 
 /*

@@ -140,14 +140,14 @@ static void flush_batch(struct sd_cpu *cpu, struct sd_tlbbatch *b)
 	/* Test instrumentation: a flush about to start (see ordering.h). */
 	sd_order_point(SD_ORDER_CHANGE_FLUSH, cpu->id);
 	sd_event(cpu, SD_EV_FLUSH_BEGIN, 0, sd_flush_aux(SD_FLUSH_BATCH, 0));
-	t0 = sd_now_ns();
+	t0 = sd_event_flush_start(cpu);
 	if (ops->batch_flush) {
 		ops->batch_flush(cpu, &b->cpus);
 	} else {
 		for (size_t i = 0; i < b->nr_mms; i++)
 			ops->flush_mm(cpu, b->mms[i]);
 	}
-	sd_event(cpu, SD_EV_FLUSH_END, sd_now_ns() - t0, SD_FLUSH_BATCH);
+	sd_event(cpu, SD_EV_FLUSH_END, sd_event_flush_ns(cpu, t0), SD_FLUSH_BATCH);
 }
 
 int sd_tlbbatch_flush(struct sd_cpu *cpu, struct sd_tlbbatch *b)

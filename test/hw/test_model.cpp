@@ -636,7 +636,9 @@ TEST(ModelByHand, PreemptedLockHolderKeepsTheLock)
 	EXPECT_LE((double)info.clock_max_ns, work * (1 + 2 * P / I));
 }
 
-// A caller built against 0.2.0's struct (ending at rejoins) is still served.
+// A caller built against 0.2.0's struct (ending at rejoins), or 0.2.2's
+// (ending at seq_summons), is still served, and nothing past its end is
+// written.
 TEST(ModelApi, InfoOfTheOlderSizeIsFilled)
 {
 	Profile p("pack:1 core:1 pu:1", {});
@@ -648,6 +650,12 @@ TEST(ModelApi, InfoOfTheOlderSizeIsFilled)
 	ASSERT_EQ(0, sd_machine_model_info(mach.m, &info)) << sd_last_error();
 	EXPECT_EQ(1, info.modelled);
 	EXPECT_EQ(77u, info.vcpu_preemptions) << "written past the caller's struct";
+	info = SD_MODEL_INFO_INIT;
+	info.stalls = 77;
+	info.size = offsetof(sd_model_info, stalls);
+	ASSERT_EQ(0, sd_machine_model_info(mach.m, &info)) << sd_last_error();
+	EXPECT_EQ(1, info.modelled);
+	EXPECT_EQ(77u, info.stalls) << "written past the caller's struct";
 	info.size = 3;
 	EXPECT_EQ(-EINVAL, sd_machine_model_info(mach.m, &info));
 }
@@ -712,6 +720,7 @@ TEST(ModelWindow, CpuBlockedOutsideTheLibraryDoesNotHoldOthersBack)
 	sd_model_info info = SD_MODEL_INFO_INIT;
 	ASSERT_EQ(0, sd_machine_model_info(mach.m, &info));
 	EXPECT_GE(info.rejoins, 1u);
+	EXPECT_GE(info.stalls, 1u) << "host time decided this run: it must say so";
 	EXPECT_GE(s.clock1, 90000u) << "CPU 1 came back at its own old time, not the others'";
 }
 
@@ -904,6 +913,197 @@ TEST(ModelByHand, HitsAreChargedTheirCost)
 		EXPECT_EQ(0, sd_switch_mm(c, nullptr));
 		EXPECT_EQ(0, sd_mm_destroy(mm));
 	}, nullptr));
+}
+
+// ---- the flush-latency histogram ----
+
+// A user strategy's flush that takes @work_ns of modelled compute, after a
+// host sleep of @host_sleep_us (far longer), then IPIs every other CPU in
+// the mm's cpumask; it notes the flushing CPU's clock at its entry and its
+// return.
+struct TimedFlush {
+	uint64_t host_sleep_us = 0;
+	uint64_t work_ns = 0;
+	uint64_t entry_ns = 0, exit_ns = 0;
+};
+
+struct FlushRange {
+	sd_mm *mm;
+	uint64_t va, len;
+};
+
+void timed_flush(sd_cpu *cpu, sd_mm *mm, uint64_t va, uint64_t len, unsigned, void *arg)
+{
+	auto *f = static_cast<TimedFlush *>(arg);
+	const unsigned me = sd_cpu_id(cpu), n = sd_machine_nr_cpus(sd_cpu_machine(cpu));
+	FlushRange r{ mm, va, len };
+
+	f->entry_ns = sd_cpu_clock_ns(cpu);
+	if (f->host_sleep_us)
+		std::this_thread::sleep_for(std::chrono::microseconds(f->host_sleep_us));
+	EXPECT_EQ(0, sd_cpu_work(cpu, f->work_ns));
+	EXPECT_EQ(0, sd_tlb_invalidate_local(cpu, mm, va, len));
+	for (unsigned c = sd_mm_cpumask_next(mm, 0); c < n; c = sd_mm_cpumask_next(mm, c + 1)) {
+		if (c == me)
+			continue;
+		EXPECT_EQ(0, sd_smp_call_single(cpu, c, [](sd_cpu *t, void *a) {
+			auto *q = static_cast<FlushRange *>(a);
+			sd_tlb_invalidate_local(t, q->mm, q->va, q->len);
+		}, &r));
+	}
+	f->exit_ns = sd_cpu_clock_ns(cpu);
+}
+
+struct RegisteredFlush {
+	std::string name;
+	RegisteredFlush(const char *n, TimedFlush *f) : name(n)
+	{
+		sd_strategy s = SD_STRATEGY_INIT;
+		s.name = n;
+		s.flush = timed_flush;
+		s.arg = f;
+		EXPECT_EQ(0, sd_strategy_register(&s)) << sd_last_error();
+	}
+	~RegisteredFlush() { EXPECT_EQ(0, sd_strategy_unregister(name.c_str())) << sd_last_error(); }
+};
+
+// What one sd_mprotect() of a touched page by @c did to the histogram, and
+// its modelled cost.
+struct OneFlush {
+	sd_stats d = SD_STATS_INIT;
+	uint64_t mprotect_ns = 0;
+};
+
+OneFlush mprotect_once(sd_cpu *c, sd_mm *mm)
+{
+	sd_machine *m = sd_cpu_machine(c);
+	sd_stats before = SD_STATS_INIT, after = SD_STATS_INIT;
+	OneFlush o;
+
+	EXPECT_EQ(0, sd_stats_snapshot(m, &before));
+	uint64_t t0 = sd_cpu_clock_ns(c);
+	EXPECT_EQ(0, sd_mprotect(c, mm, kPage, P, SD_PROT_READ));
+	o.mprotect_ns = sd_cpu_clock_ns(c) - t0;
+	EXPECT_EQ(0, sd_stats_snapshot(m, &after));
+	sd_stats_delta(&after, &before, &o.d);
+	return o;
+}
+
+// A modelled machine's flush latency is the flushing CPU's modelled clock
+// from the flush's start to its end: here W of work, nothing else costs
+// inside the flush, and the host sleeps 20 ms in it, which a host-time
+// sample would show as a 2^25 ns bucket. The mprotect around it costs
+// entry + exit + one PTE more, which the sample leaves out.
+TEST(ModelByHand, FlushLatencyIsTheModelledDurationNotTheHosts)
+{
+	constexpr uint64_t W = 1500, Entry = 40, Exit = 60, Pte = 20;
+	TimedFlush f;
+	f.host_sleep_us = 20000;
+	f.work_ns = W;
+	RegisteredFlush reg("model_timed_flush", &f);
+	Profile p("pack:1 core:1 pu:1", {{"syscall_entry", Entry}, {"syscall_exit", Exit},
+					 {"pte_update", Pte}});
+	Machine mach(modelled(1, "model_timed_flush", p));
+	ASSERT_NE(nullptr, mach.m);
+	OneFlush o;
+	ASSERT_EQ(0, sd_machine_run(mach.m, [](sd_cpu *c, void *arg) {
+		sd_mm *mm = nullptr;
+		ASSERT_EQ(0, sd_mm_create(sd_cpu_machine(c), &mm));
+		ASSERT_EQ(0, sd_switch_mm(c, mm));
+		ASSERT_EQ(0, sd_mmap(c, mm, kPage, P, RW));
+		ASSERT_EQ(0, sd_access(c, kPage, SD_WRITE, nullptr));
+		*static_cast<OneFlush *>(arg) = mprotect_once(c, mm);
+		EXPECT_EQ(0, sd_switch_mm(c, nullptr));
+		EXPECT_EQ(0, sd_mm_destroy(mm));
+	}, &o)) << sd_last_error();
+	EXPECT_EQ(1u, o.d.counter[SD_STAT_FLUSH]);
+	EXPECT_EQ(W, o.d.flush_ns_total);
+	EXPECT_EQ(f.exit_ns - f.entry_ns, o.d.flush_ns_total);
+	EXPECT_EQ(2048u, sd_stats_flush_ns_quantile(&o.d, 0.5)) << "W is in [1024, 2048)";
+	EXPECT_EQ(2048u, sd_stats_flush_ns_quantile(&o.d, 1.0));
+	EXPECT_EQ(Entry + Exit + Pte + W, o.mprotect_ns);
+}
+
+// A TLB batch's flush (arch_tlbbatch_flush()) is timed the same way: one
+// sample of W, not the host's 5 ms.
+TEST(ModelByHand, FlushLatencyOfABatchIsModelledToo)
+{
+	constexpr uint64_t W = 700;
+	TimedFlush f;
+	f.host_sleep_us = 5000;
+	f.work_ns = W;
+	RegisteredFlush reg("model_batch_flush", &f);
+	Profile p("pack:1 core:1 pu:1", {});
+	Machine mach(modelled(1, "model_batch_flush", p));
+	ASSERT_NE(nullptr, mach.m);
+	sd_stats d = SD_STATS_INIT;
+	ASSERT_EQ(0, sd_machine_run(mach.m, [](sd_cpu *c, void *arg) {
+		sd_machine *m = sd_cpu_machine(c);
+		sd_stats before = SD_STATS_INIT, after = SD_STATS_INIT;
+		sd_tlbbatch *b = nullptr;
+		sd_mm *mm = nullptr;
+		ASSERT_EQ(0, sd_mm_create(m, &mm));
+		ASSERT_EQ(0, sd_switch_mm(c, mm));
+		ASSERT_EQ(0, sd_tlbbatch_create(m, &b));
+		ASSERT_EQ(0, sd_tlbbatch_add(c, b, mm));
+		EXPECT_EQ(0, sd_stats_snapshot(m, &before));
+		EXPECT_EQ(0, sd_tlbbatch_flush(c, b));
+		EXPECT_EQ(0, sd_stats_snapshot(m, &after));
+		sd_stats_delta(&after, &before, static_cast<sd_stats *>(arg));
+		EXPECT_EQ(0, sd_tlbbatch_destroy(b));
+		EXPECT_EQ(0, sd_switch_mm(c, nullptr));
+		EXPECT_EQ(0, sd_mm_destroy(mm));
+	}, &d)) << sd_last_error();
+	EXPECT_EQ(1u, d.counter[SD_STAT_FLUSH]);
+	EXPECT_EQ(W, d.flush_ns_total);
+	EXPECT_EQ(f.exit_ns - f.entry_ns, d.flush_ns_total);
+}
+
+// The clock jumps inside a flush when the initiator waits for an ack: the
+// sample keeps the wait, as the kernel's tlb_flush latency would. CPU 1
+// (behind) takes the IPI when it arrives: send S + delivery D, then entry
+// E and handler H, the ack line back T, and the handler's write of the
+// queue head the sender wrote, T: S + D + E + H + 2T, 720 ns.
+TEST(ModelByHand, FlushLatencyKeepsTheAckWait)
+{
+	TimedFlush f;
+	RegisteredFlush reg("model_ipi_flush", &f);
+	Profile p("pack:1 core:2 pu:1", kIpiCosts);
+	Machine mach(modelled(2, "model_ipi_flush", p, 1000000000));
+	ASSERT_NE(nullptr, mach.m);
+	struct Run {
+		sd_mm *mm = nullptr;
+		std::atomic<int> in{0}, done{0};
+		OneFlush o;
+	} run;
+	ASSERT_EQ(0, sd_mm_create(mach.m, &run.mm));
+	Watchdog w("FlushLatencyKeepsTheAckWait: a CPU stuck", 30);
+	ASSERT_EQ(0, sd_machine_run(mach.m, [](sd_cpu *c, void *arg) {
+		auto *s = static_cast<Run *>(arg);
+		if (sd_cpu_id(c) == 1) {
+			ASSERT_EQ(0, sd_switch_mm(c, s->mm));
+			s->in.store(1);
+			while (!s->done.load())
+				std::this_thread::sleep_for(std::chrono::microseconds(50));
+			EXPECT_EQ(0, sd_switch_mm(c, nullptr));
+			return;
+		}
+		while (!s->in.load())
+			std::this_thread::sleep_for(std::chrono::microseconds(50));
+		ASSERT_EQ(0, sd_switch_mm(c, s->mm));
+		ASSERT_EQ(0, sd_mmap(c, s->mm, kPage, P, RW));
+		ASSERT_EQ(0, sd_access(c, kPage, SD_WRITE, nullptr));
+		// Well past CPU 1, so the handler starts at the IPI's arrival.
+		EXPECT_EQ(0, sd_cpu_work(c, 10000));
+		s->o = mprotect_once(c, s->mm);
+		s->done.store(1);
+		EXPECT_EQ(0, sd_switch_mm(c, nullptr));
+	}, &run)) << sd_last_error();
+	EXPECT_EQ(0, sd_mm_destroy(run.mm));
+	EXPECT_EQ(1u, run.o.d.counter[SD_STAT_FLUSH]);
+	EXPECT_EQ((uint64_t)(S + D + E + H + 2 * T), run.o.d.flush_ns_total);
+	EXPECT_EQ(f.exit_ns - f.entry_ns, run.o.d.flush_ns_total);
+	EXPECT_EQ(1024u, sd_stats_flush_ns_quantile(&run.o.d, 0.5)) << "720 is in [512, 1024)";
 }
 
 }  // namespace
