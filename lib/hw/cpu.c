@@ -251,13 +251,10 @@ int sd_cpu_work(struct sd_cpu *c, uint64_t ns)
 	uint64_t left = ns * PS_PER_NS;
 
 	while (left) {
-		uint64_t start = c->model.clock_ps;
-
-		sd_seq_wait(c, start + left);
-		left -= c->model.clock_ps - start < left ? c->model.clock_ps - start : left;
-		if (!c->model.irq_batch &&
-		    (c->ipi_pending || sd_seq_arrival(c, NULL) <= c->model.clock_ps))
-			sd_irq_run_pending(c);
+		left -= sd_model_work_wait(c, left);
+		/* Its sync point: the preemption tick it reached, the IPIs
+		 * that arrived. */
+		sd_event(c, SD_EV_WORK, 0, 0);
 	}
 	return 0;
 }

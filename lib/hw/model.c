@@ -523,6 +523,16 @@ static bool seq_sync(struct sd_cpu *c)
 	return false;
 }
 
+uint64_t sd_model_work_wait(struct sd_cpu *c, uint64_t left)
+{
+	uint64_t start = c->model.clock_ps, wake = start + left;
+
+	if (c->model.preempt_at_ps > start && c->model.preempt_at_ps < wake)
+		wake = c->model.preempt_at_ps;
+	sd_seq_wait(c, wake);
+	return c->model.clock_ps - start < left ? c->model.clock_ps - start : left;
+}
+
 bool sd_model_sync(struct sd_cpu *c)
 {
 	if (c->model.seq)

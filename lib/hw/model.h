@@ -271,5 +271,11 @@ void sd_model_cpu_offline(struct sd_cpu *c);
  * caller runs them (sd_irq_run_pending()) and syncs again, as
  * sd_cpu_model_sync() in cpu.h does. */
 bool sd_model_sync(struct sd_cpu *c);
+/* Strict mode: modelled work of @left ps by the holder (sd_cpu_work()), as
+ * a wait for its end, which the next vCPU preemption tick or an IPI's
+ * arrival interrupts (the other CPUs run meanwhile). Returns the ps of it
+ * done; the caller's next event is the sync point that takes the tick or
+ * runs the IPIs. */
+uint64_t sd_model_work_wait(struct sd_cpu *c, uint64_t left);
 
 #endif

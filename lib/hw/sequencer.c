@@ -43,6 +43,7 @@
 #include "../core/error.h"
 #include "../core/futex.h"
 #include "cpu.h"
+#include "ipi_signal.h"
 #include "machine.h"
 #include "sequencer.h"
 
@@ -628,6 +629,32 @@ static void report_stuck(struct sd_seq *q, int h, uint64_t ns)
 	seq_unlock(q);
 }
 
+/*
+ * Take the token from holder @h, blocked outside the library (under the
+ * lock). IPIs posted to it while it held the token wait in its queue for
+ * a sync point it will not reach: it is summoned as a post to an away CPU
+ * would summon it (true: the caller sends the signal once the lock is
+ * dropped), else it is simply away.
+ */
+static bool take_token(struct sd_seq *q, int h)
+{
+	struct sd_seq_slot *s = &q->slot[h];
+	bool summon = s->arrival_ps != SD_SEQ_NEVER;
+
+	s->stalled = true;
+	s->state = summon ? SD_SEQ_RUN : SD_SEQ_AWAY;
+	s->summoned = summon;
+	if (summon) {
+		s->clock_ps = max_u64(s->clock_ps, s->arrival_ps);
+		atomic_fetch_add_explicit(&q->summons, 1, memory_order_relaxed);
+	}
+	atomic_fetch_add_explicit(&q->stalls, 1, memory_order_relaxed);
+	atomic_store_explicit(&q->go[h].go, SD_SEQ_GO_NO, memory_order_relaxed);
+	atomic_store_explicit(&q->holder, -1, memory_order_relaxed);
+	grant_next(q);
+	return summon;
+}
+
 /* One look at the holder: a holder that made no sync for STALL_* while
  * blocked or spinning outside the library loses the token. A summoned
  * holder is never forced: its signal is on the way, and it runs the IPI
@@ -662,6 +689,7 @@ static void watch_tick(struct sd_seq *q, struct watch *w)
 	if (now - w->since_ns < STALL_SLEEPING_NS || summoned)
 		return;
 	bool stalled = sd_tid_sleeping(tid) || thread_cpu_ns(thread) - w->cpu_ns >= STALL_SPINNING_NS;
+	bool signal = false;
 	if (!stalled)
 		return;
 	seq_lock(q);
@@ -669,15 +697,11 @@ static void watch_tick(struct sd_seq *q, struct watch *w)
 	 * which seq_unlock() makes after the lock is dropped. */
 	if (atomic_load_explicit(&q->holder, memory_order_relaxed) == h &&
 	    atomic_load_explicit(&q->go[h].go, memory_order_relaxed) == SD_SEQ_GO_RUNNING &&
-	    atomic_load_explicit(&q->go[h].beats, memory_order_relaxed) == beats) {
-		q->slot[h].state = SD_SEQ_AWAY;
-		q->slot[h].stalled = true;
-		atomic_fetch_add_explicit(&q->stalls, 1, memory_order_relaxed);
-		atomic_store_explicit(&q->go[h].go, SD_SEQ_GO_NO, memory_order_relaxed);
-		atomic_store_explicit(&q->holder, -1, memory_order_relaxed);
-		grant_next(q);
-	}
+	    atomic_load_explicit(&q->go[h].beats, memory_order_relaxed) == beats)
+		signal = take_token(q, h);
 	seq_unlock(q);
+	if (signal)
+		sd_ipi_signal_send(q->m->cfg.ipi_signal, tid);
 	w->holder = -1;
 }
 

@@ -28,6 +28,7 @@
 #include "../core/futex.h"
 #include "../core/ordering.h"
 #include "../core/tsan.h"
+#include "ipi_signal.h"
 #include "machine.h"
 #include "sequencer.h"
 #include "smp.h"
@@ -167,18 +168,6 @@ static void ipi_run_queue(struct sd_cpu *c)
 	} while (ipi_recheck(c));
 }
 
-/*
- * Our signals carry this address as their value (rt_tgsigqueueinfo with
- * SI_QUEUE), so the handler can tell an IPI from the host's own signal of
- * the same number, which goes on to the host's handler.
- */
-static const char ipi_cookie;
-
-static bool ipi_is_ours(const siginfo_t *si)
-{
-	return si && si->si_code == SI_QUEUE && si->si_value.sival_ptr == (void *)&ipi_cookie;
-}
-
 /* One handler per signal for the whole process; machines share it. The
  * handler reads the table without the lock (a lock-free atomic is
  * async-signal-safe): an entry's old action is written before its sig is
@@ -292,7 +281,7 @@ static void ipi_handler(int sig, siginfo_t *si, void *uctx)
 			ipi_run_queue(c);
 		}
 	}
-	if (!ipi_is_ours(si))
+	if (!sd_ipi_signal_is_ours(si))
 		chain_to_host(sig, si, uctx);
 	errno = saved_errno;
 }
@@ -406,27 +395,16 @@ void sd_smp_call_uninstall(int sig)
 	pthread_mutex_unlock(&install_lock);
 }
 
-/* Send the IPI signal to @tid: 0 or a negative errno (-ESRCH: no such
- * thread in this process; -EAGAIN: the real-time signal queue is full). */
-static int ipi_send(int sig, int tid)
-{
-	siginfo_t si;
-	pid_t pid = getpid();
-
-	memset(&si, 0, sizeof(si));
-	si.si_signo = sig;
-	si.si_code = SI_QUEUE;
-	si.si_pid = pid;
-	si.si_value.sival_ptr = (void *)&ipi_cookie;
-	if (syscall(SYS_rt_tgsigqueueinfo, pid, tid, sig, &si) < 0)
-		return -errno;
-	return 0;
-}
-
 bool sd_smp_call_post(struct sd_cpu *from, struct sd_cpu *t, struct sd_smp_call_req *req)
 {
 	int tid, err;
 
+	/* Strict modelled time: a CPU posts in modelled order, holding the
+	 * token. One away from the machine (taken from by the watchdog, or
+	 * back from idle before its first sync point) joins first, or it
+	 * would post to a holder that may never reach its sync point. */
+	if (from && from->model.seq && !from->irq_depth && !sd_seq_holds(from))
+		sd_seq_join(from);
 	atomic_init(&req->state, SD_SMP_CALL_PENDING);
 	req->target = t;
 	cds_lfs_node_init(&req->node);
@@ -462,7 +440,7 @@ bool sd_smp_call_post(struct sd_cpu *from, struct sd_cpu *t, struct sd_smp_call_
 		if (sd_seq_posted(from, t, req->model_sent_ps ?
 				  req->model_sent_ps + t->m->model.param_ps[SD_MP_IPI_DELIVERY] : 0)) {
 			atomic_store(&t->ipi_kick, 1);
-			err = ipi_send(t->m->cfg.ipi_signal, tid);
+			err = sd_ipi_signal_send(t->m->cfg.ipi_signal, tid);
 			if (err)
 				atomic_store_explicit(&t->ipi_send_err, err, memory_order_relaxed);
 		}
@@ -474,7 +452,7 @@ bool sd_smp_call_post(struct sd_cpu *from, struct sd_cpu *t, struct sd_smp_call_
 	 * leaves the kick set; the waiter's watchdog sends again, and finds
 	 * out whether the thread is gone. */
 	if (!atomic_exchange(&t->ipi_kick, 1)) {
-		err = ipi_send(t->m->cfg.ipi_signal, tid);
+		err = sd_ipi_signal_send(t->m->cfg.ipi_signal, tid);
 		if (err)
 			atomic_store_explicit(&t->ipi_send_err, err, memory_order_relaxed);
 	}
@@ -649,7 +627,7 @@ static void ipi_resend(struct sd_cpu *from, struct sd_cpu *t, int tid)
 	task_sig_state(tid, sig, &pending, &blocked);
 	if (pending)
 		return;
-	err = ipi_send(sig, tid);
+	err = sd_ipi_signal_send(sig, tid);
 	if (err == -ESRCH) {
 		ipi_reap_dead(from, t, tid);
 		return;
