@@ -105,6 +105,7 @@ sd_machine_config make_config(unsigned cpus, sd_oracle_mode oracle, const char *
 	if (!g_opt.model_topology.empty())
 		cfg.model_topology = g_opt.model_topology.c_str();
 	cfg.model_window_ns = g_opt.model_window_ns;
+	cfg.flags |= g_opt.model_flags;
 	return cfg;
 }
 

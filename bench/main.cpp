@@ -141,7 +141,12 @@ void usage()
 		"                          is no host profile yet, or an older release's\n"
 		"  --sd_model_topology=STR the modelled topology (hwloc synthetic string) instead\n"
 		"                          of the profile's, e.g. 'pack:2 core:32 pu:1'\n"
-		"  --sd_model_window=NS    lax-synchronisation window in modelled ns (default 2000)\n");
+		"  --sd_model=strict|lax   modelled time's mode (default lax, or strict if\n"
+		"                          SD_MODEL_STRICT=1): strict runs one CPU at a time in\n"
+		"                          modelled-time order, lax runs them at once within a\n"
+		"                          window\n"
+		"  --sd_model_window=NS    lax mode's synchronisation window in modelled ns\n"
+		"                          (default 2000; strict mode has none)\n");
 }
 
 // Take our flags out of argv; false on a bad one.
@@ -196,6 +201,10 @@ bool parse_options(int *argc, char **argv)
 			g_opt.model_topology = a + 20;
 			if (g_opt.model_topology.empty())
 				return false;
+		} else if (!strcmp(a, "--sd_model=strict")) {
+			g_opt.model_flags = SD_MACHINE_MODEL_STRICT;
+		} else if (!strcmp(a, "--sd_model=lax")) {
+			g_opt.model_flags = SD_MACHINE_MODEL_LAX;
 		} else if (!strncmp(a, "--sd_model_window=", 18)) {
 			char *end;
 			g_opt.model_window_ns = strtoull(a + 18, &end, 10);
@@ -210,9 +219,10 @@ bool parse_options(int *argc, char **argv)
 	}
 	*argc = out;
 	argv[out] = nullptr;
-	if ((!g_opt.model_topology.empty() || g_opt.model_window_ns) && g_opt.profile.empty()) {
-		fprintf(stderr, "shootdown-bench: --sd_model_topology and --sd_model_window need "
-				"--sd_profile\n");
+	if ((!g_opt.model_topology.empty() || g_opt.model_window_ns || g_opt.model_flags) &&
+	    g_opt.profile.empty()) {
+		fprintf(stderr, "shootdown-bench: --sd_model_topology, --sd_model and "
+				"--sd_model_window need --sd_profile\n");
 		return false;
 	}
 	return true;

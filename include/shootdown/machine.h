@@ -51,16 +51,29 @@ enum sd_machine_flags {
 	 *  in the guide). */
 	SD_MACHINE_TAKE_SIGNAL = 1u << 1,
 	/** Modelled time in strict mode (needs a profile; the environment
-	 *  variable SD_MODEL_STRICT=1 sets it too): one emulated CPU runs at
-	 *  a time, always the one with the lowest modelled clock, so every
-	 *  shared resource, lock, cpumask read and IPI is met in modelled-time
-	 *  order and a run's modelled results depend on the workload, the
-	 *  profile and the program's own seeds alone, not on the host's load
-	 *  or the window. sd_model_info.seq_stalls counts what could not be
-	 *  kept exact (guide, "Strict mode"). As only one runs at a time, all
-	 *  the CPUs are placed on the placement's first PU, where a hand-off
-	 *  is a switch on one core. Without a profile: -EINVAL. */
+	 *  variable SD_MODEL_STRICT=1 sets it too, for a configuration that
+	 *  sets neither mode flag): one emulated CPU runs at a time, always the one with the
+	 *  lowest modelled clock, so every shared resource, lock, cpumask
+	 *  read and IPI is met in modelled-time order and a run's modelled
+	 *  results depend on the workload, the profile and the program's own
+	 *  seeds alone, not on the host's load. sd_model_info.seq_stalls
+	 *  counts what could not be kept exact (guide, "Strict mode"). As only
+	 *  one runs at a time, all the CPUs are placed on one PU of the
+	 *  placement (the one the creating thread runs on, else the first),
+	 *  where a hand-off is a switch on one core. Without a
+	 *  profile, or with SD_MACHINE_MODEL_LAX: -EINVAL. */
 	SD_MACHINE_MODEL_STRICT = 1u << 2,
+	/** Modelled time in lax mode, what a machine with a profile gets when
+	 *  neither mode flag nor SD_MODEL_STRICT=1 asks for strict (for now:
+	 *  strict is to become the default; SD_MODEL_LAX=1 says lax
+	 *  explicitly): the CPUs run at once, kept within
+	 *  model_window_ns of each other, and shared resources serve them in
+	 *  the host's order inside the window (Graphite's lax
+	 *  synchronisation). Faster than strict mode on many PUs, but its
+	 *  results move with the window and the host's interleaving (guide,
+	 *  "Strict and lax mode"). Without a profile, or with
+	 *  SD_MACHINE_MODEL_STRICT: -EINVAL. */
+	SD_MACHINE_MODEL_LAX = 1u << 3,
 };
 
 /** Oracle mode for sd_machine_config.oracle. */
@@ -170,9 +183,10 @@ struct sd_machine_config {
 	 *  machine); NULL = the environment variable SD_MODEL_TOPOLOGY if set
 	 *  and not empty, else the profile's. Needs a profile (-EINVAL). */
 	const char *model_topology;
-	/** Lax-synchronisation window in modelled ns: no running CPU gets
-	 *  further than this ahead of the slowest; 0 = SD_MODEL_WINDOW_DEFAULT_NS
-	 *  (model.h). At most 1000000000. */
+	/** Lax mode's synchronisation window in modelled ns: no running CPU
+	 *  gets further than this ahead of the slowest; 0 =
+	 *  SD_MODEL_WINDOW_DEFAULT_NS (model.h). At most 1000000000. Strict
+	 *  mode has no window and does not use it. */
 	uint64_t model_window_ns;
 };
 

@@ -14,11 +14,14 @@
  * Shared resources (the broadcast interconnect, the modelled locks, the hot
  * cache lines the algorithms fight over) serialise their users in modelled
  * time, so contention shows up in the clocks however the host interleaved
- * the threads. Running CPUs are kept within a window of each other in
- * modelled time (lax synchronisation, as in the Graphite simulator), so 64
- * emulated CPUs time-sharing 2 host cores still interleave as 64 CPUs
- * would. The real execution is unchanged: real threads, real races, the
- * oracle; modelled time is computed beside it.
+ * the threads. In strict mode (SD_MACHINE_MODEL_STRICT) one emulated CPU
+ * runs at a time, always the one whose clock is lowest, so a run's clocks
+ * do not depend on the host at all; lax mode (the default for now) keeps
+ * running CPUs within a window of each other instead, as the Graphite
+ * simulator does, and lets the host's order decide inside it. Either way 64 emulated CPUs
+ * time-sharing 2 host cores interleave as 64 CPUs would. The real
+ * execution is unchanged: real threads, real races, the oracle; modelled
+ * time is computed beside it.
  *
  * A profile is a JSON file (format in the guide, "Modelled time"): the
  * modelled machine's topology as a hwloc synthetic string, and the cost in
@@ -46,7 +49,8 @@ SD_BEGIN_DECLS
  * @{
  */
 
-/** Default lax-synchronisation window (sd_machine_config.model_window_ns). */
+/** Default lax-mode window (sd_machine_config.model_window_ns); strict mode
+ *  has none. */
 #define SD_MODEL_WINDOW_DEFAULT_NS 2000u
 
 /** Distance classes between two emulated CPUs of a modelled machine. */

@@ -335,14 +335,19 @@ bool sd_seq_poll(struct sd_cpu *c)
 	uint64_t at;
 
 	seq_lock(q);
-	if (pick(q, (int)c->id, &at) < 0) {
+	/* Nobody else can run, and no IPI of its own is on the way: the
+	 * lock's owner is away from the machine, and only the host can
+	 * bring it on. An IPI on the way is a step to take first: its
+	 * sender may be the owner, waiting for the ack. */
+	if (pick(q, (int)c->id, &at) < 0 && s->arrival_ps == SD_SEQ_NEVER) {
 		seq_unlock(q);
 		return false;
 	}
-	/* Look again just after the next CPU's time, once it made a step. */
+	/* Look again just after the next CPU's time, once it made a step,
+	 * or at the IPI's arrival (want_at()). */
 	s->clock_ps = c->model.clock_ps;
 	s->state = SD_SEQ_WAIT;
-	s->wake_ps = at + 1;
+	s->wake_ps = at == SD_SEQ_NEVER ? SD_SEQ_NEVER : at + 1;
 	release(q, c);
 	seq_unlock(q);
 	park(q, c);
@@ -492,6 +497,10 @@ void sd_seq_leave(struct sd_cpu *c)
 	if (sd_seq_holds(c))
 		release(q, c);
 	seq_unlock(q);
+	/* Its next event is a sync point, which brings it back in: an away
+	 * CPU that went on with library calls would make them outside
+	 * modelled order, beside the holder. */
+	c->model.sync_at_ps = 0;
 }
 
 void sd_seq_cpu_online(struct sd_cpu *c)
@@ -617,9 +626,11 @@ static void report_stuck(struct sd_seq *q, int h, uint64_t ns)
 	static const char *const names[] = { "off", "away", "run", "wait" };
 
 	seq_lock(q);
-	fprintf(stderr, "libshootdown: strict modelled time: CPU %d (tid %d%s) has held the "
+	int go = atomic_load_explicit(&q->go[h].go, memory_order_relaxed);
+	fprintf(stderr, "libshootdown: strict modelled time: CPU %d (tid %d%s%s) has held the "
 		"machine for %llu ms without a sync point; the others:", h, q->slot[h].tid,
 		q->slot[h].summoned ? ", summoned by an IPI it has not taken yet" : "",
+		go == SD_SEQ_GO_GRANTED ? ", granted and not yet running" : "",
 		(unsigned long long)(ns / 1000000));
 	for (unsigned i = 0; i < q->nr; i++)
 		if ((int)i != h && q->slot[i].state != SD_SEQ_OFF)

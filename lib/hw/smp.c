@@ -288,7 +288,12 @@ static void ipi_handler(int sig, siginfo_t *si, void *uctx)
 
 void sd_irq_run_pending(struct sd_cpu *c)
 {
-	ipi_run_queue(c);
+	/* Strict modelled time: what the handler would have done, had
+	 * interrupts been on (a summoned CPU takes the token first). */
+	if (c->model.seq)
+		ipi_seq_handler(c);
+	else
+		ipi_run_queue(c);
 }
 
 void sd_smp_call_drain(struct sd_cpu *c)

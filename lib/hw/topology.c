@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 #include <errno.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -102,6 +103,20 @@ static int place_scatter(struct sd_topology *t, hwloc_obj_t *order)
 	return 0;
 }
 
+/* The one PU of a strict machine: of the placement's, the one the creating
+ * thread runs on if it is one (so that machines made by threads, or
+ * processes, the host has spread do not all pile onto the first PU),
+ * else the first. */
+static hwloc_obj_t strict_pu(hwloc_obj_t *order, unsigned n)
+{
+	int here = sched_getcpu();
+
+	for (unsigned i = 0; here >= 0 && i < n; i++)
+		if (order[i]->os_index == (unsigned)here)
+			return order[i];
+	return order[0];
+}
+
 /* The PUs the placement uses (a list may name one twice). */
 static unsigned distinct_pus(const struct sd_topology *t)
 {
@@ -159,8 +174,10 @@ static int place(struct sd_topology *t, const struct sd_machine_config *cfg)
 	 * one PU, a hand-off is a switch on that core, where across PUs it
 	 * wakes an idle PU or preempts what runs there (2-4 us against
 	 * 12-36 us a hand-off on a 2-PU VM, docs/design.md). */
-	if (cfg->flags & SD_MACHINE_MODEL_STRICT)
+	if (cfg->flags & SD_MACHINE_MODEL_STRICT) {
+		order[0] = strict_pu(order, n);
 		n = 1;
+	}
 	if (!err) {
 		for (unsigned c = 0; c < t->nr_cpus; c++)
 			t->pu_of_cpu[c] = order[c % n];

@@ -13,6 +13,7 @@
 
 #include <stdint.h>
 
+#include "../core/backoff.h"
 #include "../core/compiler.h"
 #include "../hw/event.h"
 #include "../hw/oracle.h"
@@ -99,17 +100,38 @@ void sd_mm_free_frames(struct sd_cpu *c, const uint64_t *pfns, size_t n);
  * the per-VMA lock of a fault or the rmap walk of a reclaim, which the
  * kernel does without the mmap_lock's count.
  */
+static inline bool sd_mmap_trylock(struct sd_mm *mm, bool write)
+{
+	return !(write ? pthread_rwlock_trywrlock(&mm->mmap_lock)
+		       : pthread_rwlock_tryrdlock(&mm->mmap_lock));
+}
+
+/*
+ * The wait. Strict modelled time runs one CPU at a time: the lock's owner
+ * is parked at a sync point, and a waiter blocked in the host would leave
+ * it no turn to release (only the sequencer's watchdog would, after 2 ms,
+ * a stall). So it polls through the wait hook (core/backoff.h), which lets
+ * the other CPUs make a step each time, and blocks only when none can run
+ * (the owner is a thread away from the machine).
+ */
+static inline void sd_mmap_lock_slow(struct sd_mm *mm, bool write)
+{
+	while (sd_wait_hook && sd_wait_hook())
+		if (sd_mmap_trylock(mm, write))
+			return;
+	if (write)
+		pthread_rwlock_wrlock(&mm->mmap_lock);
+	else
+		pthread_rwlock_rdlock(&mm->mmap_lock);
+}
+
 static inline void sd_mmap_lock(struct sd_cpu *c, struct sd_mm *mm, enum sd_lock_kind kind)
 {
 	const bool write = kind == SD_LOCK_MM;
 
-	if (write ? pthread_rwlock_trywrlock(&mm->mmap_lock)
-		  : pthread_rwlock_tryrdlock(&mm->mmap_lock)) {
+	if (!sd_mmap_trylock(mm, write)) {
 		sd_event(c, SD_EV_LOCK_WAIT_BEGIN, kind, 0);
-		if (write)
-			pthread_rwlock_wrlock(&mm->mmap_lock);
-		else
-			pthread_rwlock_rdlock(&mm->mmap_lock);
+		sd_mmap_lock_slow(mm, write);
 		sd_event(c, SD_EV_LOCK_WAIT_END, kind, 0);
 	}
 	sd_event(c, SD_EV_LOCK_ACQUIRE, kind, (uint64_t)(uintptr_t)&mm->mmap_model);

@@ -27,17 +27,10 @@ import tempfile
 import time
 
 from . import fmt, modelled, results
+from .model import loadavg
 
 LAX_WINDOW_NS = 2000            # SD_MODEL_WINDOW_DEFAULT_NS (include/shootdown/model.h)
 DISTURBANCE = ("model_stalls",)
-
-
-def loadavg():
-    try:
-        with open("/proc/loadavg") as f:
-            return " ".join(f.read().split()[:3])
-    except OSError:
-        return "?"
 
 
 def spin(stop):

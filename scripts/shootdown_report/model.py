@@ -3,6 +3,11 @@
 
     scripts/model-check [--bench PATH] [--reps K] [--min-time S] [--native]
                         [--profile NAME] [--filter REGEX] [--json FILE]
+    scripts/model-check --converge [--quick] [--bench PATH] [--json FILE]
+
+--converge: does modelled time converge (converge.py)? Every modelled row
+of the main job, strict three times, strict beside a busy loop on every
+PU, lax five times and at a tenth of the window, in one table.
 
 Self-consistency (default, profile `host`): every seed workload at 1 and 2
 CPUs runs once with the profile; its modelled time per operation
@@ -106,7 +111,14 @@ def main(argv=None):
     p.add_argument("--native", action="store_true")
     p.add_argument("--profile")
     p.add_argument("--filter")
+    p.add_argument("--converge", action="store_true",
+                   help="the main job's modelled rows: strict x3, loaded, lax x5, lax window/10")
+    p.add_argument("--quick", action="store_true", help="with --converge: the --tiny sizes")
+    p.add_argument("--json")
     args = p.parse_args(argv)
+    if args.converge:
+        from . import converge
+        return converge.main(os.path.abspath(args.bench), args.quick, args.json)
     profile = args.profile or ("host-kernel" if args.native else "host")
     if args.native:
         names = [x % n for pair in NATIVE_PAIRS for x in pair for n in (1, 2)]

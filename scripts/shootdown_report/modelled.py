@@ -3,11 +3,13 @@
 profile of the machine it was measured on, at the patch's own CPU counts, in
 modelled time, beside the figure the patch published (reference.json).
 
-Modelled time does not depend on the host's speed or load, so one
-repetition is enough; every run on this host with more CPUs than PUs is
-oversubscribed, which changes its real time only. Nothing here asserts a
-time: --check looks at what must hold whatever the numbers (every workload
-ran, was modelled, served no stale translation).
+Every row runs in strict mode (the default with a profile: one emulated CPU
+at a time, in modelled-time order), with nothing chosen per row: no window,
+no repetitions. Strict results depend on the workload and the profile alone,
+not on this host's speed or load, so one run is enough; scripts/model-check
+shows it (three strict runs bit-identical, lax beside it). Nothing here
+asserts a time: --check looks at what must hold whatever the numbers (every
+workload ran, was modelled, served no stale translation, was not disturbed).
 """
 import json
 import os
@@ -19,48 +21,48 @@ from . import ROOT, reference
 from .fmt import fmt_rate, fmt_time, fmt_x, table
 from .results import load, med
 
+# Every row's mode: strict, the library's default with a profile.
+MODE = "strict"
+
 # Within this of the patch's figure (ours / theirs), a row reproduces it.
 TOLERANCE = 0.30
 
 # One bench run per patch: its profile, the benchmarks at full size and at
-# the regression guard's size, and its own options. MRS emulation runs with
-# a 200 ns window, below the contended hold (lock_acquire + lock_handoff,
-# 195-415 ns on thunderx2-64-vm): a wider window lets a CPU take the lock
-# back to back without handoffs (guide, "Choosing the window"). 5000 reads
+# the regression guard's size, and the workload's own size. Every row runs
+# a fixed number of iterations: a count Google Benchmark picks from real
+# time amortises a run's first faults differently from run to run (the
+# 1-CPU mprotect rows moved by 0.07 ns that way). 5000 MRS reads
 # a thread, not the patch's 10^6: per trap the modelled times are the same
-# (locked / direct at 1, 2, 4, 64 threads: 1.10, 2.04, 5.04, 127x with 5000,
-# 1.10, 2.01, 5.03, 124x with 20000), and 64 threads take ~25 s on 2 PUs.
+# (lax mode at a 200 ns window: locked / direct at 1, 2, 4, 64 threads 1.10,
+# 2.04, 5.04, 127x with 5000, 1.10, 2.01, 5.03, 124x with 20000).
 RUNS = [
     {"key": "skip_broadcast", "profile": "ampere-emag-32",
      "filter": r"^mprotect_threaded/(broadcast|local)/cpus:(1|8|32)/",
-     "tiny": r"^mprotect_threaded/(broadcast|local)/cpus:(1|2)/", "args": []},
+     "tiny": r"^mprotect_threaded/(broadcast|local)/cpus:(1|2)/",
+     "args": ["--sd_iterations=2000"], "tiny_args": ["--sd_iterations=500"]},
     {"key": "mrs", "profile": "thunderx2-64-vm",
      "filter": r"^trap_dispatch/(locked|direct)/threads:(1|2|4|64)/",
      "tiny": r"^trap_dispatch/(locked|direct)/threads:(1|2)/",
-     "args": ["--sd_trap_reads=5000", "--sd_model_window=200"],
-     "tiny_args": ["--sd_trap_reads=1000", "--sd_model_window=200"]},
+     "args": ["--sd_trap_reads=5000"],
+     "tiny_args": ["--sd_trap_reads=1000"]},
     # A fixed number of switches, past the first ones onto each CPU, which
     # write the cpumask under lazy updating too: the count Google Benchmark
-    # picks from real time made the ratio wander (1.14x with 94.5% fewer
-    # writes to 1.55x with 99.3% between runs); 40000 gives 1.37-1.38x.
-    # Five repetitions, medians: the lazy side's modelled time varies with
-    # the host's interleaving inside the window (500-536 ns a switch over
-    # five runs, the eager side 598-609: 1.12x to 1.21x from one run).
+    # picks from real time made the ratio wander.
     {"key": "lazy_cpumask", "profile": "milan-36",
      "filter": r"^context_switch/ipi:cpumask=(eager|lazy)/cpus:36/",
      "tiny": r"^context_switch/ipi:cpumask=(eager|lazy)/cpus:36/",
-     "args": ["--sd_iterations=40000"], "tiny_args": ["--sd_iterations=2000"],
-     "repetitions": 5},
+     "args": ["--sd_iterations=40000"], "tiny_args": ["--sd_iterations=2000"]},
     {"key": "invlpgb", "profile": "milan-36",
      "filter": r"^tlb_flush2_threads/(ipi|gbcast)/lru:(global|percpu)/cpus:36/",
-     "tiny": r"^tlb_flush2_threads/(ipi|gbcast)/lru:(global|percpu)/cpus:36/", "args": []},
+     "tiny": r"^tlb_flush2_threads/(ipi|gbcast)/lru:(global|percpu)/cpus:36/",
+     "args": ["--sd_iterations=1024"], "tiny_args": ["--sd_iterations=128"]},
 ]
 
 
 def bench_cmd(bench, run, tiny, json_path):
     cmd = [bench, "--sd_set=patches", "--sd_profile=" + run["profile"],
            "--benchmark_filter=" + (run["tiny"] if tiny else run["filter"]),
-           "--benchmark_repetitions=%d" % (1 if tiny else run.get("repetitions", 1)),
+           "--benchmark_repetitions=1", "--sd_model=" + MODE,
            "--benchmark_min_time=%g" % (0.001 if tiny else 0.05),
            "--benchmark_out=" + json_path, "--benchmark_out_format=json",
            "--benchmark_color=false"]
@@ -188,17 +190,31 @@ def fitted_params():
     return out
 
 
+def disturbed(res):
+    """Rows whose run says host time got into it (model_stalls > 0: the
+    watchdog took the machine from a thread blocked outside the library,
+    or lax mode marked a laggard stalled): their numbers are not exact."""
+    out = []
+    for key in sorted(res):
+        for name, r in res[key].items():
+            if max(r["counters"].get("model_stalls", [0]) or [0]) > 0:
+                out.append(name)
+    return out
+
+
 def report(res, seconds):
     """The section's lines and its rows (for the JSON)."""
     ref = reference.load()
     rows = (rows_skip_broadcast(res.get("skip_broadcast", {}), ref) + rows_mrs(res.get("mrs", {}), ref)
             + rows_lazy(res.get("lazy_cpumask", {}), ref) + rows_invlpgb(res.get("invlpgb", {}), ref))
     out = ["== Modelled: each patch on a profile of its own machine (%.0f s) ==" % seconds,
-           "modelled time (it does not depend on this host's speed, only a little on its "
-           "interleaving: lazy mm_cpumask is the median of 5 runs, the others one); "
+           "modelled time, %s mode for every row (one CPU at a time in modelled-time "
+           "order: the same numbers on any host, at any load, run after run); "
            "'within' = inside +-%.0f%% of the patch's figure, and for a speedup at least "
-           "half its gain" % (100 * TOLERANCE)]
+           "half its gain" % (MODE, 100 * TOLERANCE)]
     out += table(rows, ["patch", "profile", "measure", "patch's", "modelled", "verdict"], left=3)
+    hit = disturbed(res)
+    out.append("disturbed runs (not exact; see model_stalls): " + (", ".join(hit) if hit else "none"))
     fitted = fitted_params()
     out.append("fitted parameters (their figures do not count as reproduced):"
                if fitted else "fitted parameters: none")
@@ -246,6 +262,10 @@ def check(res, tiny=False):
             elif not med(r, "model_ns"):
                 bad.append("modelled %s: %s has no model_ns (was it modelled?)"
                            % (run["key"], name))
+            if max(r["counters"].get("model_stalls", [0]) or [0]) > 0:
+                bad.append("modelled %s: %s was disturbed (model_stalls %g): host time "
+                           "decided part of it" % (run["key"], name,
+                                                  max(r["counters"]["model_stalls"])))
             v = r["counters"].get("violations")
             if v and max(v):
                 bad.append("modelled %s: %s served %g stale translations"

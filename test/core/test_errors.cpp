@@ -1133,7 +1133,7 @@ TEST(Errors, MachineCreateWithInterruptsOffIsRefused)
 
 TEST(Errors, UnknownMachineFlags)
 {
-	for (unsigned flags : {1u << 3, 1u << 31, ~0u}) {
+	for (unsigned flags : {1u << 4, 1u << 31, ~0u}) {
 		sd_machine_config c = cfg_cpus(2);
 		c.flags = flags;
 		expect_create_fails(c, -EINVAL, {"flags"});
@@ -1145,6 +1145,21 @@ TEST(Errors, StrictModelledTimeNeedsAProfile)
 	sd_machine_config c = cfg_cpus(2);
 	c.flags = SD_MACHINE_MODEL_STRICT;
 	expect_create_fails(c, -EINVAL, {"SD_MACHINE_MODEL_STRICT", "profile"});
+	c.flags = SD_MACHINE_MODEL_LAX;
+	expect_create_fails(c, -EINVAL, {"SD_MACHINE_MODEL_LAX", "profile"});
+}
+
+// Strict and lax at once is a contradiction, by flags or by environment:
+// refused before any profile is read, never settled by a silent choice.
+TEST(Errors, StrictAndLaxModelledTimeAtOnce)
+{
+	sd_machine_config c = cfg_cpus(2);
+	c.profile = "no-such-profile";
+	c.flags = SD_MACHINE_MODEL_STRICT | SD_MACHINE_MODEL_LAX;
+	expect_create_fails(c, -EINVAL, {"one mode or the other"});
+	c.flags = 0;
+	EnvGuard strict("SD_MODEL_STRICT", "1"), lax("SD_MODEL_LAX", "1");
+	expect_create_fails(c, -EINVAL, {"SD_MODEL_STRICT", "SD_MODEL_LAX"});
 }
 
 TEST(Errors, StrategyOptionsWithBlanksOrRepeatedKeys)
