@@ -492,8 +492,7 @@ static bool seq_sync(struct sd_cpu *c)
 	if (c->model.clock_ps >= c->model.preempt_at_ps)
 		vcpu_preempt(c);
 	publish(c);
-	if (!sd_seq_holds(c))
-		sd_seq_join(c);
+	sd_seq_join(c);         /* at once if it holds the token and runs */
 	/* Holding the token: every add made earlier in modelled time is
 	 * in. A preemption the stall crosses is met at the next sync. */
 	if (recv_pay(c))

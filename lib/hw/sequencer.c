@@ -463,8 +463,21 @@ void sd_seq_join(struct sd_cpu *c)
 	struct sd_seq *q = seq_of(c);
 	struct sd_seq_slot *s = &q->slot[c->id];
 
-	if (sd_seq_holds(c))
+	if (sd_seq_holds(c)) {
+		if (atomic_load_explicit(&q->go[c->id].go, memory_order_relaxed) ==
+		    SD_SEQ_GO_RUNNING)
+			return;
+		/* Granted while away (summoned, its signal still on the way)
+		 * and back in the library first: it takes the token up here,
+		 * at the grant's time, and its sync points run the IPI; the
+		 * signal's handler then finds it holding, not summoned. */
+		seq_lock(q);
+		s->summoned = false;
+		seq_unlock(q);
+		park(q, c);
+		resume(q, c);
 		return;
+	}
 	seq_lock(q);
 	if (s->state == SD_SEQ_RUN && s->summoned) {
 		/* Summoned meanwhile: its sync points run the IPI. */

@@ -408,8 +408,8 @@ bool sd_smp_call_post(struct sd_cpu *from, struct sd_cpu *t, struct sd_smp_call_
 	 * token. One away from the machine (taken from by the watchdog, or
 	 * back from idle before its first sync point) joins first, or it
 	 * would post to a holder that may never reach its sync point. */
-	if (from && from->model.seq && !from->irq_depth && !sd_seq_holds(from))
-		sd_seq_join(from);
+	if (from && from->model.seq && !from->irq_depth)
+		sd_seq_join(from);     /* at once if it holds the token and runs */
 	atomic_init(&req->state, SD_SMP_CALL_PENDING);
 	req->target = t;
 	cds_lfs_node_init(&req->node);
