@@ -11,3 +11,13 @@ import os
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DEFAULT_BENCH = os.path.join(ROOT, "build", "bench", "shootdown-bench")
+
+
+def loadavg():
+    """The host's load average (1, 5, 15 min), for reports that say how
+    loaded the machine was; "?" where /proc has none."""
+    try:
+        with open("/proc/loadavg") as f:
+            return " ".join(f.read().split()[:3])
+    except OSError:
+        return "?"

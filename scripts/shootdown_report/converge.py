@@ -26,8 +26,7 @@ import subprocess
 import tempfile
 import time
 
-from . import fmt, modelled, results
-from .model import loadavg
+from . import fmt, loadavg, modelled, results
 
 LAX_WINDOW_NS = 2000            # SD_MODEL_WINDOW_DEFAULT_NS (include/shootdown/model.h)
 DISTURBANCE = ("model_stalls",)

@@ -30,7 +30,7 @@ import re
 import subprocess
 import sys
 
-from . import fmt, results
+from . import fmt, loadavg, results
 
 SELF_TOL = 0.25
 NATIVE_TOL = 0.35
@@ -50,14 +50,6 @@ NATIVE_PAIRS = [
     ("tlb_flush2_threads/native/cpus:%d", "tlb_flush2_threads/ipi/lru:global/cpus:%d"),
     ("context_switch/native/cpus:%d", "context_switch/ipi:cpumask=lazy/cpus:%d"),
 ]
-
-
-def loadavg():
-    try:
-        with open("/proc/loadavg") as f:
-            return " ".join(f.read().split()[:3])
-    except OSError:
-        return "?"
 
 
 def run(bench, profile, filt, reps, min_time, extra=()):
