@@ -11,6 +11,8 @@
 
 #include <gtest/gtest.h>
 
+#include "common.hpp"
+
 extern "C" {
 #include "hw/model_params.h"
 }
@@ -77,5 +79,19 @@ struct Profile {
 	}
 	~Profile() { std::remove(path.c_str()); }
 };
+
+
+// A machine of @cpus on profile @p, in strict modelled time (one CPU at a
+// time, lowest clock first), @window_ns set for the tests that show strict
+// mode does not use it.
+inline sd_machine_config strict_config(unsigned cpus, const char *strategy, const Profile &p,
+				       uint64_t window_ns = 0)
+{
+	sd_machine_config c = config(cpus, strategy);
+	c.profile = p.path.c_str();
+	c.model_window_ns = window_ns;
+	c.flags |= SD_MACHINE_MODEL_STRICT;
+	return c;
+}
 
 }  // namespace sdtest

@@ -31,11 +31,7 @@ constexpr uint64_t kPage = 0x40000000;
 sd_machine_config modelled(unsigned cpus, const char *strategy, const Profile &p,
 			   uint64_t window_ns = 0)
 {
-	sd_machine_config c = sdtest::config(cpus, strategy);
-	c.profile = p.path.c_str();
-	c.model_window_ns = window_ns;
-	c.flags |= SD_MACHINE_MODEL_STRICT;
-	return c;
+	return sdtest::strict_config(cpus, strategy, p, window_ns);
 }
 
 // The same in lax mode: for what only the window decides, or what the

@@ -34,13 +34,9 @@ constexpr unsigned RW = SD_PROT_READ | SD_PROT_WRITE;
 constexpr uint64_t kRegion = 0x40000000;
 
 sd_machine_config strict(unsigned cpus, const char *strategy, const Profile &p,
-			 uint64_t window_ns = 0)
+			   uint64_t window_ns = 0)
 {
-	sd_machine_config c = sdtest::config(cpus, strategy);
-	c.profile = p.path.c_str();
-	c.model_window_ns = window_ns;
-	c.flags |= SD_MACHINE_MODEL_STRICT;
-	return c;
+	return sdtest::strict_config(cpus, strategy, p, window_ns);
 }
 
 // Costs of the contended shape: every kind of shared resource is charged
