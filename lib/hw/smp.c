@@ -62,6 +62,26 @@ static void ipi_run_one(struct sd_cpu *c, struct sd_smp_call_req *req)
 		sd_futex_wake(&req->state, 1);
 }
 
+/* Take the CPU's whole queue. Kick is cleared first: a sender that pushes
+ * after our pop sees 0 and signals again (its push and its exchange are
+ * ordered before our store, or it sends). */
+static struct cds_lfs_node *ipi_take_queue(struct sd_cpu *c)
+{
+	atomic_store(&c->ipi_kick, 0);
+	struct cds_lfs_head *head = __cds_lfs_pop_all(&c->ipi_queue);
+
+	return head ? &head->node : NULL;
+}
+
+static struct sd_smp_call_req *ipi_req_of(struct cds_lfs_node *node)
+{
+	struct sd_smp_call_req *req = caa_container_of(node, struct sd_smp_call_req, node);
+
+	/* Pairs with the release before cds_lfs_push(). */
+	sd_tsan_acquire(req);
+	return req;
+}
+
 /*
  * Strict modelled time: run the requests that have arrived by the CPU's
  * clock (each at the later of its arrival and the clock, as it reaches
@@ -74,15 +94,10 @@ static void ipi_run_arrived(struct sd_cpu *c)
 	uint64_t posts, next = SD_SEQ_NEVER;
 
 	sd_seq_arrival(c, &posts);
-	atomic_store(&c->ipi_kick, 0);
-	struct cds_lfs_head *head = __cds_lfs_pop_all(&c->ipi_queue);
-	struct cds_lfs_node *node = head ? &head->node : NULL;
+	struct cds_lfs_node *node = ipi_take_queue(c);
 
 	while (node) {
-		struct sd_smp_call_req *req = caa_container_of(node, struct sd_smp_call_req, node);
-
-		/* Pairs with the release before cds_lfs_push(). */
-		sd_tsan_acquire(req);
+		struct sd_smp_call_req *req = ipi_req_of(node);
 		struct cds_lfs_node *next_node = node->next;
 		uint64_t arrival = req->model_sent_ps ? req->model_sent_ps + delivery : 0;
 
@@ -105,18 +120,10 @@ static void ipi_run_batch(struct sd_cpu *c)
 		ipi_run_arrived(c);
 		return;
 	}
-	/* Clear kick before taking the queue: a sender that pushes after our
-	 * pop sees 0 and signals again (its push and its exchange are ordered
-	 * before our store, or it sends). */
-	atomic_store(&c->ipi_kick, 0);
-	struct cds_lfs_head *head = __cds_lfs_pop_all(&c->ipi_queue);
-	struct cds_lfs_node *node = head ? &head->node : NULL;
+	struct cds_lfs_node *node = ipi_take_queue(c);
 
 	while (node) {
-		struct sd_smp_call_req *req = caa_container_of(node, struct sd_smp_call_req, node);
-
-		/* Pairs with the release before cds_lfs_push(). */
-		sd_tsan_acquire(req);
+		struct sd_smp_call_req *req = ipi_req_of(node);
 		/* Read next before the ack: the sender may reuse the request
 		 * (or leave the stack frame it lives in) as soon as it sees
 		 * DONE. */
