@@ -5,6 +5,7 @@
 #include "backoff.h"
 
 SD_THREAD_LOCAL bool (*sd_wait_hook)(void) __attribute__((tls_model("initial-exec")));
+SD_THREAD_LOCAL void (*sd_release_hook)(void) __attribute__((tls_model("initial-exec")));
 
 void sd_backoff_slow(struct sd_backoff *b)
 {

@@ -38,6 +38,21 @@ struct sd_backoff {
  */
 extern SD_THREAD_LOCAL bool (*sd_wait_hook)(void) __attribute__((tls_model("initial-exec")));
 
+/*
+ * Its partner: the calling thread's release hook, NULL for none. A CPU that
+ * polled through sd_wait_hook is parked until something it may be waiting
+ * for changes; every lock release and every store that ends a polled wait
+ * says so here (sd_wait_released()), so that the parked waiters look again
+ * at the modelled time of the release, not after every step of the others.
+ */
+extern SD_THREAD_LOCAL void (*sd_release_hook)(void) __attribute__((tls_model("initial-exec")));
+
+static inline void sd_wait_released(void)
+{
+	if (unlikely(sd_release_hook != NULL))
+		sd_release_hook();
+}
+
 void sd_backoff_slow(struct sd_backoff *b);
 
 static inline void sd_backoff_wait(struct sd_backoff *b)

@@ -52,6 +52,7 @@ static inline void sd_spin_unlock(struct sd_spinlock *l)
 {
 	if (unlikely(atomic_exchange_explicit(&l->state, 0, memory_order_release) == 2))
 		sd_futex_wake(&l->state, 1);
+	sd_wait_released();     /* a waiter parked by sd_wait_hook looks again */
 }
 
 #endif

@@ -277,7 +277,16 @@ static bool seq_wait_hook(void)
 	return true;
 }
 
+static void seq_release_hook(void)
+{
+	struct sd_cpu *c = sd_this_cpu;
+
+	if (c && c->model.seq)
+		sd_seq_released(c);
+}
+
 void sd_cpu_seq_hook(struct sd_cpu *c, bool on)
 {
 	sd_wait_hook = on && c->model.seq ? seq_wait_hook : NULL;
+	sd_release_hook = on && c->model.seq ? seq_release_hook : NULL;
 }

@@ -71,6 +71,14 @@ static struct sd_seq *seq_of(const struct sd_cpu *c)
 
 /* ---- picking the next holder (under the lock) ---- */
 
+/* A CPU that cannot take an IPI now (interrupts off, or inside a batch of
+ * handlers): one that arrives while it waits must not wake it, or it would
+ * be given the token back at once, forever, with the IPI still pending. */
+static bool irqs_off(const struct sd_cpu *c)
+{
+	return c->irq_depth || c->model.irq_batch;
+}
+
 /* The modelled time at which slot @s wants the token, SD_SEQ_NEVER if it
  * does not. A WAIT looks again at its wake time or at its first IPI. */
 static uint64_t want_at(const struct sd_seq_slot *s)
@@ -79,7 +87,12 @@ static uint64_t want_at(const struct sd_seq_slot *s)
 		return s->clock_ps;
 	if (s->state != SD_SEQ_WAIT)
 		return SD_SEQ_NEVER;
-	uint64_t w = min_u64(s->wake_ps, s->arrival_ps);
+	/* A poller looks again at a release (sd_seq_released()) or its
+	 * first IPI, never by itself: two pollers must not hand the token
+	 * back and forth a picosecond at a time while the lock's owner
+	 * waits its turn microseconds ahead. */
+	uint64_t w = min_u64(s->wake_ps == SD_SEQ_POLL ? SD_SEQ_NEVER : s->wake_ps,
+			     s->deaf ? SD_SEQ_NEVER : s->arrival_ps);
 	return w == SD_SEQ_NEVER ? SD_SEQ_NEVER : max_u64(s->clock_ps, w);
 }
 
@@ -146,6 +159,7 @@ static void grant(struct sd_seq *q, int i, uint64_t at, int next, uint64_t next_
 
 	s->state = SD_SEQ_RUN;
 	s->wake_ps = SD_SEQ_NEVER;
+	s->deaf = false;
 	s->grant_ps = at;
 	s->clock_ps = max_u64(s->clock_ps, at);
 	s->until_ps = next_at;
@@ -178,6 +192,25 @@ static void seq_unlock(struct sd_seq *q)
 		sd_futex_wake(&q->go[kick].go, 1);
 }
 
+/* Nobody else can run: the poller with the lowest clock looks again (a
+ * release it was not told of, one made from outside the machine), -1 if
+ * there is none. */
+static int unpark_poller(struct sd_seq *q)
+{
+	int best = -1;
+
+	for (unsigned i = 0; i < q->nr; i++) {
+		const struct sd_seq_slot *s = &q->slot[i];
+
+		if (s->state == SD_SEQ_WAIT && s->wake_ps == SD_SEQ_POLL &&
+		    (best < 0 || s->clock_ps < q->slot[best].clock_ps))
+			best = (int)i;
+	}
+	if (best >= 0)
+		q->slot[best].wake_ps = q->slot[best].clock_ps;
+	return best;
+}
+
 /* Nobody holds the token: give it to whoever wants it first. */
 static void grant_next(struct sd_seq *q)
 {
@@ -187,6 +220,8 @@ static void grant_next(struct sd_seq *q)
 	if (q->expect)
 		return;
 	pick2(q, -1, best, at);
+	if (best[0] < 0 && unpark_poller(q) >= 0)
+		pick2(q, -1, best, at);
 	if (best[0] < 0) {
 		atomic_store_explicit(&q->holder, -1, memory_order_relaxed);
 		return;
@@ -313,13 +348,9 @@ void sd_seq_wait(struct sd_cpu *c, uint64_t wake_ps)
 	}
 	seq_lock(q);
 	s->clock_ps = c->model.clock_ps;
-	if (wake_ps == SD_SEQ_POLL) {
-		/* Look again once the running CPUs made a step: just after
-		 * the next one's time. */
-		uint64_t at;
-		pick(q, (int)c->id, &at);
-		wake_ps = at == SD_SEQ_NEVER ? SD_SEQ_NEVER : at + 1;
-	}
+	if (wake_ps == SD_SEQ_POLL)
+		atomic_store_explicit(&q->polling, true, memory_order_relaxed);
+	s->deaf = irqs_off(c);
 	s->state = SD_SEQ_WAIT;
 	s->wake_ps = wake_ps;
 	release(q, c);
@@ -335,24 +366,70 @@ bool sd_seq_poll(struct sd_cpu *c)
 	uint64_t at;
 
 	seq_lock(q);
+	/* A thread away from the machine released something since this
+	 * CPU last looked: look again at once. */
+	if (q->missed_release) {
+		q->missed_release = false;
+		seq_unlock(q);
+		return true;
+	}
 	/* Nobody else can run, and no IPI of its own is on the way: the
 	 * lock's owner is away from the machine, and only the host can
 	 * bring it on. An IPI on the way is a step to take first: its
 	 * sender may be the owner, waiting for the ack. */
-	if (pick(q, (int)c->id, &at) < 0 && s->arrival_ps == SD_SEQ_NEVER) {
+	if (pick(q, (int)c->id, &at) < 0 && (s->arrival_ps == SD_SEQ_NEVER || irqs_off(c))) {
 		seq_unlock(q);
 		return false;
 	}
-	/* Look again just after the next CPU's time, once it made a step,
-	 * or at the IPI's arrival (want_at()). */
+	/* Look again at the next release, made at the releaser's modelled
+	 * time (sd_seq_released()), or at the IPI's arrival (want_at()). */
 	s->clock_ps = c->model.clock_ps;
 	s->state = SD_SEQ_WAIT;
-	s->wake_ps = at == SD_SEQ_NEVER ? SD_SEQ_NEVER : at + 1;
+	s->deaf = irqs_off(c);
+	s->wake_ps = SD_SEQ_POLL;
+	atomic_store_explicit(&q->polling, true, memory_order_relaxed);
 	release(q, c);
 	seq_unlock(q);
 	park(q, c);
 	resume(q, c);
 	return true;
+}
+
+void sd_seq_released(struct sd_cpu *c)
+{
+	struct sd_seq *q = seq_of(c);
+	const bool holder = sd_seq_holds(c);
+
+	/* Only the holder registers pollers (sd_seq_poll()), so the holder
+	 * reads the hint exactly; a thread away from the machine takes the
+	 * lock to see it. */
+	if (holder && !atomic_load_explicit(&q->polling, memory_order_relaxed))
+		return;
+	seq_lock(q);
+	if (!atomic_load_explicit(&q->polling, memory_order_relaxed)) {
+		/* A poller that failed its try before this release and has
+		 * not yet parked must not park for good (sd_seq_poll()). */
+		if (!holder)
+			q->missed_release = true;
+		seq_unlock(q);
+		return;
+	}
+	/* The holder released at its clock; one away from the machine
+	 * has none the others share: the latest grant stands for it. */
+	const uint64_t at = holder ? c->model.clock_ps : q->frontier_ps;
+
+	for (unsigned i = 0; i < q->nr; i++) {
+		struct sd_seq_slot *s = &q->slot[i];
+
+		if (s->state == SD_SEQ_WAIT && s->wake_ps == SD_SEQ_POLL)
+			s->wake_ps = at;
+	}
+	atomic_store_explicit(&q->polling, false, memory_order_relaxed);
+	if (holder)
+		compute_until(q, c);
+	else if (atomic_load_explicit(&q->holder, memory_order_relaxed) < 0)
+		grant_next(q);
+	seq_unlock(q);
 }
 
 void sd_seq_wake(struct sd_cpu *self, struct sd_cpu *t, uint64_t at_ps)
@@ -755,6 +832,7 @@ int sd_seq_init(struct sd_machine *m, bool on)
 	memset(q, 0, sizeof(*q));
 	q->m = m;
 	atomic_init(&q->holder, -1);
+	atomic_init(&q->polling, false);
 	q->kick = -1;
 	if (!on)
 		return 0;

@@ -41,8 +41,9 @@ enum sd_seq_state {
 	SD_SEQ_WAIT,            /* in the machine, waiting for an event (an ack, a lock) */
 };
 
-/* A WAIT with no known wake time that must look again after every step of
- * the running CPUs (a spin on a real lock: nobody says when it is free). */
+/* A WAIT with no known wake time that looks again at the next release of
+ * anything (sd_seq_released(): a spin on a real lock, whose owner does not
+ * say when it is free), or, when no other CPU can run, at once. */
 #define SD_SEQ_POLL (UINT64_MAX - 1)
 #define SD_SEQ_NEVER UINT64_MAX
 
@@ -50,6 +51,7 @@ struct sd_seq_slot {
 	int state;              /* enum sd_seq_state */
 	bool summoned;          /* AWAY, brought in to run an IPI */
 	bool stalled;           /* the watchdog took the token: it came back late */
+	bool deaf;              /* WAIT with interrupts off: an IPI's arrival does not wake it */
 	uint64_t clock_ps;      /* its clock when it last gave the token away */
 	uint64_t wake_ps;       /* WAIT: when it looks again (SD_SEQ_POLL, SD_SEQ_NEVER) */
 	uint64_t arrival_ps;    /* the earliest IPI posted to it and not yet run */
@@ -78,6 +80,10 @@ struct sd_seq {
 	pthread_mutex_t lock;          /* orders everything below but the atomics */
 	SD_ATOMIC(int) holder;         /* the CPU holding the token, -1: none */
 	int kick;                      /* granted under the lock: wake once it is dropped */
+	/* A CPU may be parked polling (SD_SEQ_POLL); written under the lock,
+	 * read without it by the holder, the only one that adds pollers. */
+	SD_ATOMIC(bool) polling;
+	bool missed_release;           /* released from away while nobody polled */
 	unsigned expect;               /* CPUs of a sd_machine_run() not yet in */
 	uint64_t epoch_ps;             /* where a run starts: the latest clock that left */
 	uint64_t frontier_ps;          /* the time of the latest grant */
@@ -127,10 +133,15 @@ void sd_seq_sync(struct sd_cpu *c);
  * was woken at. IPIs that arrive meanwhile are run (with interrupts on). */
 void sd_seq_wait(struct sd_cpu *c, uint64_t wake_ps);
 
-/* A spin on a real lock by the holder @c: let the other CPUs make a step
- * and look again. False (and nothing done) if no other CPU can run. */
+/* A spin on a real lock by the holder @c: park until the next release
+ * (sd_seq_released()) and look again. False (and nothing done) if no other
+ * CPU can run. */
 bool sd_seq_poll(struct sd_cpu *c);
 
+/* @c released a lock or ended a polled wait (core/backoff.h,
+ * sd_wait_released()): the CPUs parked by sd_seq_poll() look again, at @c's
+ * clock if it holds the token. Any thread of a CPU of a strict machine. */
+void sd_seq_released(struct sd_cpu *c);
 /* @self (NULL: a thread that is no CPU) made @t's awaited event happen at
  * modelled @at_ps. */
 void sd_seq_wake(struct sd_cpu *self, struct sd_cpu *t, uint64_t at_ps);

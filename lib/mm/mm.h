@@ -110,9 +110,10 @@ static inline bool sd_mmap_trylock(struct sd_mm *mm, bool write)
  * The wait. Strict modelled time runs one CPU at a time: the lock's owner
  * is parked at a sync point, and a waiter blocked in the host would leave
  * it no turn to release (only the sequencer's watchdog would, after 2 ms,
- * a stall). So it polls through the wait hook (core/backoff.h), which lets
- * the other CPUs make a step each time, and blocks only when none can run
- * (the owner is a thread away from the machine).
+ * a stall). So it polls through the wait hook (core/backoff.h), which
+ * parks it until the next release (sd_mmap_unlock()'s sd_wait_released(),
+ * at the releaser's modelled time), and blocks only when no other CPU can
+ * run (the owner is a thread away from the machine).
  */
 static inline void sd_mmap_lock_slow(struct sd_mm *mm, bool write)
 {
@@ -142,6 +143,7 @@ static inline void sd_mmap_unlock(struct sd_cpu *c, struct sd_mm *mm, enum sd_lo
 {
 	sd_event(c, SD_EV_LOCK_RELEASE, kind, (uint64_t)(uintptr_t)&mm->mmap_model);
 	pthread_rwlock_unlock(&mm->mmap_lock);
+	sd_wait_released();     /* partner of sd_mmap_lock_slow()'s poll */
 	sd_model_resync(c);
 }
 

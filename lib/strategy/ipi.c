@@ -358,6 +358,7 @@ static void load_asid(struct sd_cpu *cpu, struct sd_ipi_cpu *me, struct sd_mm *n
 	cpu->asid = sd_ipi_slot_tag(asid);
 	sd_sb_store(&me->loaded_mm, (uintptr_t)next);
 	sd_sb_drain();
+	sd_wait_released();     /* partner of finish_asid_transition()'s poll (gbcast.c) */
 	if (need_flush) {
 		flush_slot_full(cpu, asid);
 		sd_event(cpu, SD_EV_SWITCH_FLUSH, 0, 0);
@@ -428,6 +429,7 @@ static void ipi_switch_to(struct sd_cpu *cpu, struct sd_mm *next)
 		atomic_store_explicit(&me->loaded_asid, 0, memory_order_relaxed);
 		sd_sb_store(&me->loaded_mm, 0);
 		sd_sb_drain();
+		sd_wait_released();
 		return;
 	}
 	join_cpumask(cpu, ipi, next);
