@@ -50,9 +50,9 @@ enum sd_machine_flags {
 	 *  number that is not one of ours (see "Signals and the host program"
 	 *  in the guide). */
 	SD_MACHINE_TAKE_SIGNAL = 1u << 1,
-	/** Modelled time in strict mode (needs a profile; the environment
-	 *  variable SD_MODEL_STRICT=1 sets it too, for a configuration that
-	 *  sets neither mode flag): one emulated CPU runs at a time, always the one with the
+	/** Modelled time in strict mode, what a machine with a profile gets
+	 *  when neither mode flag is set and the environment does not ask for
+	 *  lax (SD_MODEL_LAX=1 or SD_MODEL_STRICT=0): one emulated CPU runs at a time, always the one with the
 	 *  lowest modelled clock, so every shared resource, lock, cpumask
 	 *  read and IPI is met in modelled-time order and a run's modelled
 	 *  results depend on the workload, the profile and the program's own
@@ -63,15 +63,15 @@ enum sd_machine_flags {
 	 *  where a hand-off is a switch on one core. Without a
 	 *  profile, or with SD_MACHINE_MODEL_LAX: -EINVAL. */
 	SD_MACHINE_MODEL_STRICT = 1u << 2,
-	/** Modelled time in lax mode, what a machine with a profile gets when
-	 *  neither mode flag nor SD_MODEL_STRICT=1 asks for strict (for now:
-	 *  strict is to become the default; SD_MODEL_LAX=1 says lax
-	 *  explicitly): the CPUs run at once, kept within
+	/** Modelled time in lax mode (needs a profile; SD_MODEL_LAX=1 or
+	 *  SD_MODEL_STRICT=0 in the environment sets it too, for a
+	 *  configuration that sets neither mode flag; two variables that
+	 *  disagree make sd_machine_create() fail with -EINVAL): the CPUs run at once, kept within
 	 *  model_window_ns of each other, and shared resources serve them in
 	 *  the host's order inside the window (Graphite's lax
 	 *  synchronisation). Faster than strict mode on many PUs, but its
 	 *  results move with the window and the host's interleaving (guide,
-	 *  "Strict and lax mode"). Without a profile, or with
+	 *  "Strict mode (the default) and lax mode"). Without a profile, or with
 	 *  SD_MACHINE_MODEL_STRICT: -EINVAL. */
 	SD_MACHINE_MODEL_LAX = 1u << 3,
 };

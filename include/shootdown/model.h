@@ -16,7 +16,7 @@
  * time, so contention shows up in the clocks however the host interleaved
  * the threads. In strict mode (SD_MACHINE_MODEL_STRICT) one emulated CPU
  * runs at a time, always the one whose clock is lowest, so a run's clocks
- * do not depend on the host at all; lax mode (the default for now) keeps
+ * do not depend on the host at all; lax mode (asked for) keeps
  * running CPUs within a window of each other instead, as the Graphite
  * simulator does, and lets the host's order decide inside it. Either way 64 emulated CPUs
  * time-sharing 2 host cores interleave as 64 CPUs would. The real

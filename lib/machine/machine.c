@@ -53,21 +53,25 @@ static int check_pow2(const char *what, unsigned v, unsigned max)
 	return 0;
 }
 
-/* Copy the caller's config (any size we know) and fill in the defaults. */
-static bool env_on(const char *name)
+/*
+ * The mode of a machine that names none: strict, whose results are a
+ * function of the workload and the profile alone (hw/sequencer.h). Lax
+ * mode is faster where CPUs outnumber PUs by far but depends on the host's
+ * interleaving; a user chooses it knowingly (SD_MACHINE_MODEL_LAX,
+ * SD_MODEL_LAX=1).
+ */
+#define SD_MODEL_DEFAULT_MODE SD_MACHINE_MODEL_STRICT
+
+/* The mode environment variable @name asks for: @on when set and not "0",
+ * @off when "0", 0 when unset or empty. */
+static int env_mode(const char *name, unsigned on, unsigned off)
 {
 	const char *env = getenv(name);
 
-	return env && *env && strcmp(env, "0");
+	if (!env || !*env)
+		return 0;
+	return (int)(strcmp(env, "0") ? on : off);
 }
-
-/*
- * The mode of a machine that names none: lax for now. Strict mode is what
- * the main job and scripts/model-check run, and is to become the default
- * once the API fuzzer's 64-CPU soak runs clean in it (issue 23: 16 CPUs
- * took 18-102 s where lax takes 2, and 64 CPUs once stuck).
- */
-#define SD_MODEL_DEFAULT_MODE SD_MACHINE_MODEL_LAX
 
 /* Strict or lax modelled time: the configuration's flag, else the
  * environment's, else SD_MODEL_DEFAULT_MODE. Either needs a profile; both
@@ -88,14 +92,21 @@ static int model_mode(struct sd_machine_config *cfg)
 	}
 	if (!cfg->profile)
 		return 0;
-	if (env_on("SD_MODEL_STRICT") && env_on("SD_MODEL_LAX"))
-		return sd_fail(-EINVAL, "SD_MODEL_STRICT and SD_MODEL_LAX are both set: one "
-			       "mode or the other");
-	cfg->flags |= env_on("SD_MODEL_LAX") ? SD_MACHINE_MODEL_LAX :
-		      env_on("SD_MODEL_STRICT") ? SD_MACHINE_MODEL_STRICT : SD_MODEL_DEFAULT_MODE;
+	/* Each variable names a mode when on and the other when "0". */
+	const int strict_env = env_mode("SD_MODEL_STRICT", SD_MACHINE_MODEL_STRICT,
+					SD_MACHINE_MODEL_LAX);
+	const int lax_env = env_mode("SD_MODEL_LAX", SD_MACHINE_MODEL_LAX,
+				     SD_MACHINE_MODEL_STRICT);
+
+	if (strict_env && lax_env && strict_env != lax_env)
+		return sd_fail(-EINVAL, "SD_MODEL_STRICT=%s and SD_MODEL_LAX=%s: one mode or "
+			       "the other", getenv("SD_MODEL_STRICT"), getenv("SD_MODEL_LAX"));
+	cfg->flags |= strict_env ? (unsigned)strict_env :
+		      lax_env ? (unsigned)lax_env : SD_MODEL_DEFAULT_MODE;
 	return 0;
 }
 
+/* Copy the caller's config (any size we know) and fill in the defaults. */
 static int normalise(const struct sd_machine_config *in, struct sd_machine_config *cfg)
 {
 	int err;

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <map>
 #include <set>
@@ -752,9 +753,10 @@ TEST(ModelApi, WithoutAProfileNothingIsModelled)
 	EXPECT_LT(sd_model_cost_ns(mach.m, "ipi_delivery"), 0);
 }
 
-// With a profile and no mode flag the mode is lax (for now), strict with
-// SD_MODEL_STRICT=1; a flag wins over the environment. sd_model_info says
-// which ran.
+// With a profile and no mode flag the mode is strict; SD_MODEL_LAX=1 or
+// SD_MODEL_STRICT=0 says lax, SD_MODEL_LAX=0 strict, and two variables
+// that disagree are an error; a flag wins over the environment.
+// sd_model_info says which ran.
 static int strict_of(sd_machine_config c)
 {
 	Machine mach(c);
@@ -773,7 +775,7 @@ TEST(ModelApi, ModeFromTheFlagsThenTheEnvironment)
 	none.profile = p.path.c_str();
 	unsetenv("SD_MODEL_LAX");
 	unsetenv("SD_MODEL_STRICT");
-	EXPECT_EQ(0, strict_of(none)) << "lax is the default for now";
+	EXPECT_EQ(1, strict_of(none)) << "strict is the default";
 	EXPECT_EQ(1, strict_of(modelled(2, "broadcast", p)));
 	EXPECT_EQ(0, strict_of(lax_modelled(2, "broadcast", p)));
 	setenv("SD_MODEL_STRICT", "1", 1);
@@ -782,7 +784,15 @@ TEST(ModelApi, ModeFromTheFlagsThenTheEnvironment)
 		<< "the configuration's flag wins over the environment";
 	setenv("SD_MODEL_STRICT", "0", 1);
 	EXPECT_EQ(0, strict_of(none));
+	setenv("SD_MODEL_LAX", "1", 1);
+	EXPECT_EQ(0, strict_of(none)) << "two variables that agree";
+	setenv("SD_MODEL_LAX", "0", 1);
+	sd_machine *bad = nullptr;
+	EXPECT_EQ(-EINVAL, sd_machine_create(&none, &bad)) << "two variables that disagree";
+	EXPECT_EQ(nullptr, bad);
+	EXPECT_NE(nullptr, std::strstr(sd_last_error(), "SD_MODEL_STRICT=0"));
 	unsetenv("SD_MODEL_STRICT");
+	EXPECT_EQ(1, strict_of(none)) << "SD_MODEL_LAX=0 says strict";
 	setenv("SD_MODEL_LAX", "1", 1);
 	EXPECT_EQ(0, strict_of(none));
 	EXPECT_EQ(1, strict_of(modelled(2, "broadcast", p)));
