@@ -4,10 +4,13 @@
     scripts/model-check [--bench PATH] [--reps K] [--min-time S] [--native]
                         [--profile NAME] [--filter REGEX] [--json FILE]
     scripts/model-check --converge [--quick] [--bench PATH] [--json FILE]
+    scripts/model-check --scale [--cpus N,...] [--strategies S,...] [--bench PATH]
 
 --converge: does modelled time converge (converge.py)? Every modelled row
 of the main job, strict three times, strict beside a busy loop on every
 PU, lax five times and at a tenth of the window, in one table.
+
+--scale: strict mode's host cost at 36 to 256 emulated CPUs (scale.py).
 
 Self-consistency (default, profile `host`): every seed workload at 1 and 2
 CPUs runs once with the profile; its modelled time per operation
@@ -106,8 +109,17 @@ def main(argv=None):
     p.add_argument("--converge", action="store_true",
                    help="the main job's modelled rows: strict x3, loaded, lax x5, lax window/10")
     p.add_argument("--quick", action="store_true", help="with --converge: the --tiny sizes")
+    p.add_argument("--scale", action="store_true",
+                   help="strict mode's host cost at 36-256 CPUs (scale.py)")
+    p.add_argument("--cpus", default="36,64,128,256", help="with --scale")
+    p.add_argument("--strategies", default="ipi,broadcast,gbcast", help="with --scale")
     p.add_argument("--json")
     args = p.parse_args(argv)
+    if args.scale:
+        from . import scale
+        return scale.main(os.path.abspath(args.bench),
+                          [int(n) for n in args.cpus.split(",")],
+                          args.strategies.split(","), args.json)
     if args.converge:
         from . import converge
         return converge.main(os.path.abspath(args.bench), args.quick, args.json)
