@@ -117,6 +117,43 @@ SD_EXPORT int sd_irqs_disabled(const struct sd_cpu *cpu);
  */
 SD_EXPORT void sd_cpu_quiescent(struct sd_cpu *cpu);
 
+/**
+ * sd_cpu_poll() - one turn of a wait, in the program's own code, for
+ * something another emulated CPU will do (a flag it stores, a mailbox it
+ * answers): call it in the loop where a program would call sched_yield()
+ * or cpu_relax(), and sd_cpu_poll_wake() after the store it waits for.
+ *
+ * IPIs that have arrived for @cpu are run (with interrupts on). Without
+ * modelled time it yields the host CPU. In strict modelled time (the
+ * default with a profile) the CPU gives the machine to the others and
+ * comes back when one calls sd_cpu_poll_wake() or releases a lock, or
+ * when an IPI arrives for it, with its clock moved to that moment: the
+ * wait costs what it would on the modelled machine, and a CPU that spins
+ * this way never holds the others back (a spin without it is a stall,
+ * sd_model_info.seq_stalls). If no other CPU can run, it just looks again.
+ * In lax mode it leaves the running CPUs and rejoins them, so it holds no
+ * window back either. A loop around it ends when the condition it polls
+ * does: sd_cpu_poll() itself never blocks for good.
+ *
+ * Return: 0; -EPERM if the caller is not attached as @cpu (NULL included);
+ * -EDEADLK if @cpu runs with interrupts off (nothing done: a wait for
+ * another CPU with interrupts off is how IPI deadlocks start, and the
+ * kernel forbids it too). Called by the attached thread.
+ */
+SD_EXPORT int sd_cpu_poll(struct sd_cpu *cpu);
+
+/**
+ * sd_cpu_poll_wake() - say that something CPUs in sd_cpu_poll() may wait
+ * for has changed: call it after the store they poll. In strict modelled
+ * time they look again at @cpu's modelled clock; otherwise it does nothing
+ * (they look again on their own). Never waits: may be called with
+ * interrupts off.
+ *
+ * Return: 0; -EPERM if the caller is not attached as @cpu (NULL included).
+ * Called by the attached thread.
+ */
+SD_EXPORT int sd_cpu_poll_wake(struct sd_cpu *cpu);
+
 /** A function run on a target CPU by an IPI, in its signal handler, with interrupts off. */
 typedef void (*sd_smp_call_fn)(struct sd_cpu *target, void *arg);
 

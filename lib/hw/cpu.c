@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <time.h>
 #include <string.h>
 #include <unistd.h>
@@ -275,6 +276,38 @@ static bool seq_wait_hook(void)
 	    (c->ipi_pending || sd_seq_arrival(c, NULL) <= c->model.clock_ps))
 		sd_irq_run_pending(c);
 	return true;
+}
+
+int sd_cpu_poll(struct sd_cpu *c)
+{
+	if (sd_cpu_check_self(c))
+		return sd_fail(-EPERM, "sd_cpu_poll: caller is not attached as this CPU");
+	if (c->irq_depth)
+		return sd_fail(-EDEADLK, "sd_cpu_poll: CPU %u waits for another CPU with "
+			       "interrupts off", c->id);
+	if (c->model.seq) {
+		/* Back from a stall or idle first: only the holder polls. */
+		if (!sd_seq_holds(c))
+			sd_model_sync(c);
+		if (!seq_wait_hook())
+			sched_yield();  /* nobody else can run: look again */
+		return 0;
+	}
+	/* Lax: out of the running set until its next event, so the window
+	 * does not wait for a clock that a spin in the program's code
+	 * cannot move. */
+	sd_model_lax_poll(c);
+	sched_yield();
+	return 0;
+}
+
+int sd_cpu_poll_wake(struct sd_cpu *c)
+{
+	if (sd_cpu_check_self(c))
+		return sd_fail(-EPERM, "sd_cpu_poll_wake: caller is not attached as this CPU");
+	if (c->model.seq)
+		sd_seq_released(c);
+	return 0;
 }
 
 static void seq_release_hook(void)

@@ -269,6 +269,21 @@ void sd_model_set_run(struct sd_cpu *c, int state)
 	c->model.sync_at_ps = c->model.clock_ps;
 }
 
+void sd_model_lax_poll(struct sd_cpu *c)
+{
+	int running = SD_MODEL_RUNNING;
+
+	if (!c->model.ev_ps || c->model.seq)
+		return;
+	/* Out of the running set, as a CPU taken for stalled is, until its
+	 * next event (sd_model_event()) brings it back at the slowest
+	 * running CPU's time: what it waits for happens in their time. Not
+	 * counted as a stall: the program said it waits. */
+	publish(c);
+	atomic_compare_exchange_strong_explicit(&c->model_pub.state, &running, SD_MODEL_STALLED,
+						memory_order_relaxed, memory_order_relaxed);
+}
+
 /* Is @t's thread asleep (not runnable) right now? Read from /proc on the
  * slow path of a wait that has already lasted milliseconds. */
 static bool thread_sleeping(const struct sd_cpu *t)

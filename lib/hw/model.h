@@ -271,6 +271,9 @@ void sd_model_cpu_offline(struct sd_cpu *c);
  * caller runs them (sd_irq_run_pending()) and syncs again, as
  * sd_cpu_model_sync() in cpu.h does. */
 bool sd_model_sync(struct sd_cpu *c);
+/* Lax mode: the owner @c polls in the program's code (sd_cpu_poll()); it
+ * holds nobody back until its next event, which rejoins it. */
+void sd_model_lax_poll(struct sd_cpu *c);
 /* Strict mode: modelled work of @left ps by the holder (sd_cpu_work()), as
  * a wait for its end, which the next vCPU preemption tick or an IPI's
  * arrival interrupts (the other CPUs run meanwhile). Returns the ps of it

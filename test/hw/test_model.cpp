@@ -811,6 +811,11 @@ TEST(ModelApi, CallsRefuseBadArguments)
 		EXPECT_EQ(0, sd_cpu_work(c, (1ull << 62) / 1000));
 		EXPECT_EQ(-EINVAL, sd_cpu_work(c, (1ull << 62) / 1000 + 1)) << "past 2^63 ps";
 		EXPECT_EQ((1ull << 62) / 1000, sd_cpu_clock_ns(c)) << "a refused charge charged";
+		sd_irq_disable(c);
+		EXPECT_EQ(-EDEADLK, sd_cpu_poll(c)) << "a wait for another CPU, interrupts off";
+		EXPECT_EQ(0, sd_cpu_poll_wake(c));
+		EXPECT_EQ(0, sd_irq_enable(c));
+		EXPECT_EQ(0, sd_cpu_poll(c));
 	}, nullptr));
 	EXPECT_EQ(123.5, sd_model_cost_ns(mach.m, "ipi_delivery"));
 	EXPECT_EQ(7.0, sd_model_cost_ns(mach.m, "line_transfer.core"));
@@ -820,6 +825,8 @@ TEST(ModelApi, CallsRefuseBadArguments)
 	EXPECT_LT(sd_model_cost_ns(mach.m, nullptr), 0);
 	EXPECT_EQ(-EPERM, sd_cpu_work(nullptr, 1));
 	EXPECT_EQ(0u, sd_cpu_clock_ns(nullptr));
+	EXPECT_EQ(-EPERM, sd_cpu_poll(nullptr));
+	EXPECT_EQ(-EPERM, sd_cpu_poll_wake(nullptr));
 	sd_model_info info = SD_MODEL_INFO_INIT;
 	EXPECT_EQ(-EINVAL, sd_machine_model_info(nullptr, &info));
 	EXPECT_EQ(-EINVAL, sd_machine_model_info(mach.m, nullptr));

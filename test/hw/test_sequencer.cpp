@@ -239,6 +239,46 @@ TEST(Strict, WorkIsInterruptedByAnIpi)
 	EXPECT_EQ(kWork + (uint64_t)(E + H + T + Q), a.target);
 }
 
+// A wait in the program's own code through sd_cpu_poll(): CPU 0 polls a
+// flag that CPU 1 sets after W ns of its own work and announces with
+// sd_cpu_poll_wake(). CPU 0 comes back with its clock at the moment of
+// the wake, W (both start at 0 and make no other event), and the machine
+// was never taken from a spinning thread. A spin on sched_yield() instead
+// held the machine until the watchdog took it (a stall), 100 ms of host
+// CPU time per wait.
+TEST(Strict, PolledWaitEndsAtTheWake)
+{
+	SKIP_UNDER_TSAN();
+	constexpr uint64_t W = 5000;
+	Profile p("pack:1 core:2 pu:1", {{"tlb_l1_hit", 1}});
+	Machine mach(strict(2, "ipi", p));
+	ASSERT_NE(nullptr, mach.m) << sd_last_error();
+	struct Arg {
+		std::atomic<int> flag{0};
+		uint64_t seen = 0, polls = 0;
+	} a;
+	Watchdog w("Strict poll: a run stuck", 60);
+	ASSERT_EQ(0, sd_machine_run(mach.m, [](sd_cpu *c, void *v) {
+		auto *a = static_cast<Arg *>(v);
+		if (sd_cpu_id(c) == 1) {
+			EXPECT_EQ(0, sd_cpu_work(c, W));
+			a->flag.store(1, std::memory_order_release);
+			EXPECT_EQ(0, sd_cpu_poll_wake(c));
+			return;
+		}
+		while (!a->flag.load(std::memory_order_acquire)) {
+			EXPECT_EQ(0, sd_cpu_poll(c));
+			a->polls++;
+		}
+		a->seen = sd_cpu_clock_ns(c);
+	}, &a)) << sd_last_error();
+	sd_model_info info = SD_MODEL_INFO_INIT;
+	ASSERT_EQ(0, sd_machine_model_info(mach.m, &info));
+	EXPECT_EQ(W, a.seen);
+	EXPECT_EQ(0u, info.seq_stalls);
+	EXPECT_LE(a.polls, 2u) << "the poller looked again only at the wake";
+}
+
 // A CPU's thread that blocks outside the library while it holds the
 // machine (a program's own barrier) loses it to the watchdog; the run
 // finishes and says it was not exact.
