@@ -17,13 +17,6 @@
 
 namespace {
 
-// Not yet run under ThreadSanitizer: its review of the sequencer's
-// annotations is the next step (the closing note of this change says so).
-#if defined(__SANITIZE_THREAD__)
-#define SKIP_UNDER_TSAN() GTEST_SKIP() << "strict mode is not yet reviewed under TSan"
-#else
-#define SKIP_UNDER_TSAN() (void)0
-#endif
 
 using sdtest::Machine;
 using sdtest::Profile;
@@ -133,7 +126,6 @@ struct Hogs {
 // the run had to give up exactness for.
 TEST(Strict, RunsAreBitIdenticalWhateverTheHostDoes)
 {
-	SKIP_UNDER_TSAN();
 	const char *only = std::getenv("SD_TEST_STRATEGY");
 	for (const char *strategy : {"ipi", "ipi:cpumask=lazy", "broadcast", "gbcast"}) {
 		if (only && std::strcmp(only, strategy))
@@ -162,7 +154,6 @@ TEST(Strict, RunsAreBitIdenticalWhateverTheHostDoes)
 // depend on: 50 ns and 1 ms give the same clocks.
 TEST(Strict, RunsDoNotDependOnTheWindow)
 {
-	SKIP_UNDER_TSAN();
 	Profile p("pack:1 l3:2 core:4 pu:1", kCosts);
 	Watchdog w("Strict window: a run stuck", 120);
 	auto narrow = run_shape(strict(4, "ipi", p, 50), 64);
@@ -177,7 +168,6 @@ TEST(Strict, RunsDoNotDependOnTheWindow)
 // every write but a CPU's first when it runs alone: at least N*K - N.
 TEST(Strict, SaturatedLineLimitsThroughput)
 {
-	SKIP_UNDER_TSAN();
 	constexpr unsigned N = 4, K = 100;
 	constexpr double T = 100, W = 10;
 	Profile p("pack:1 core:4 pu:1", {{"line_transfer.llc", T}});
@@ -211,7 +201,6 @@ TEST(Strict, SaturatedLineLimitsThroughput)
 // and the target's work ends a handler later than it would have alone.
 TEST(Strict, WorkIsInterruptedByAnIpi)
 {
-	SKIP_UNDER_TSAN();
 	constexpr double S = 50, D = 500, E = 100, H = 10, Q = 70, T = 30;
 	constexpr uint64_t kWork = 1000000000;      // 1 s
 	Profile p("pack:1 core:2 pu:1", {{"ipi_send", S}, {"ipi_delivery", D}, {"irq_entry", E},
@@ -248,7 +237,6 @@ TEST(Strict, WorkIsInterruptedByAnIpi)
 // CPU time per wait.
 TEST(Strict, PolledWaitEndsAtTheWake)
 {
-	SKIP_UNDER_TSAN();
 	constexpr uint64_t W = 5000;
 	Profile p("pack:1 core:2 pu:1", {{"tlb_l1_hit", 1}});
 	Machine mach(strict(2, "ipi", p));
@@ -284,7 +272,6 @@ TEST(Strict, PolledWaitEndsAtTheWake)
 // finishes and says it was not exact.
 TEST(Strict, HolderBlockedOutsideTheLibraryIsReported)
 {
-	SKIP_UNDER_TSAN();
 	Profile p("pack:1 core:2 pu:1", kCosts);
 	Machine mach(strict(2, "ipi", p));
 	ASSERT_NE(nullptr, mach.m) << sd_last_error();
