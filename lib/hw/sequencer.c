@@ -160,6 +160,7 @@ static void grant(struct sd_seq *q, int i, uint64_t at, int next, uint64_t next_
 	s->state = SD_SEQ_RUN;
 	s->wake_ps = SD_SEQ_NEVER;
 	s->deaf = false;
+	s->working = false;
 	s->grant_ps = at;
 	s->clock_ps = max_u64(s->clock_ps, at);
 	s->until_ps = next_at;
@@ -289,6 +290,11 @@ static void resume(struct sd_seq *q, struct sd_cpu *c)
 	atomic_store_explicit(&q->go[c->id].go, SD_SEQ_GO_RUNNING, memory_order_relaxed);
 }
 
+static uint64_t q_slot_stall(const struct sd_cpu *c)
+{
+	return seq_of(c)->slot[c->id].work_stall_ps;
+}
+
 bool sd_seq_holds(const struct sd_cpu *c)
 {
 	return atomic_load_explicit(&seq_of(c)->holder, memory_order_relaxed) == (int)c->id;
@@ -337,7 +343,9 @@ void sd_seq_sync(struct sd_cpu *c)
 	resume(q, c);
 }
 
-void sd_seq_wait(struct sd_cpu *c, uint64_t wake_ps)
+/* The holder waits (sd_seq_wait()); @working: the wait is modelled work,
+ * which a broadcast's stall lengthens instead of overlapping. */
+static void seq_wait(struct sd_cpu *c, uint64_t wake_ps, bool working)
 {
 	struct sd_seq *q = seq_of(c);
 	struct sd_seq_slot *s = &q->slot[c->id];
@@ -351,12 +359,27 @@ void sd_seq_wait(struct sd_cpu *c, uint64_t wake_ps)
 	if (wake_ps == SD_SEQ_POLL)
 		atomic_store_explicit(&q->polling, true, memory_order_relaxed);
 	s->deaf = irqs_off(c);
+	s->working = working;
+	s->work_stall_ps = 0;
 	s->state = SD_SEQ_WAIT;
 	s->wake_ps = wake_ps;
 	release(q, c);
 	seq_unlock(q);
 	park(q, c);
 	resume(q, c);
+}
+
+void sd_seq_wait(struct sd_cpu *c, uint64_t wake_ps)
+{
+	seq_wait(c, wake_ps, false);
+}
+
+uint64_t sd_seq_work(struct sd_cpu *c, uint64_t wake_ps)
+{
+	seq_wait(c, wake_ps, true);
+	/* Written under the lock before the grant's release, which park()
+	 * acquired; nobody writes it until this CPU waits again. */
+	return q_slot_stall(c);
 }
 
 bool sd_seq_poll(struct sd_cpu *c)
@@ -429,6 +452,41 @@ void sd_seq_released(struct sd_cpu *c)
 		compute_until(q, c);
 	else if (atomic_load_explicit(&q->holder, memory_order_relaxed) < 0)
 		grant_next(q);
+	seq_unlock(q);
+}
+
+void sd_seq_recv_owe(struct sd_cpu *c, uint64_t ps)
+{
+	struct sd_seq *q = seq_of(c);
+
+	/* Into the parked receivers' clocks, which order the machine: paid
+	 * at the receiver's next sync point instead, the stall was outside
+	 * what the holder's horizon was computed from, so where those sync
+	 * points fell (the quantum) moved the run. A CPU away stalls no
+	 * work of its own until it returns (and none if it was idle). A
+	 * waiting one absorbs it into its wait, unless the wait is work,
+	 * which it lengthens. */
+	seq_lock(q);
+	for (unsigned i = 0; i < q->nr; i++) {
+		struct sd_seq_slot *s = &q->slot[i];
+
+		if (i == c->id || s->state == SD_SEQ_OFF)
+			continue;
+		if (s->state == SD_SEQ_AWAY) {
+			/* Taken in at its return (model.c, recv_pay()), or
+			 * dropped if it comes back from idle. */
+			atomic_fetch_add_explicit(&q->m->cpus[i]->recv_stall_ps, ps,
+						  memory_order_relaxed);
+			continue;
+		}
+		s->clock_ps += ps;
+		if (s->state == SD_SEQ_WAIT && s->working) {
+			if (s->wake_ps < SD_SEQ_POLL)
+				s->wake_ps += ps;
+			s->work_stall_ps += ps;
+		}
+	}
+	compute_until(q, c);
 	seq_unlock(q);
 }
 

@@ -52,6 +52,8 @@ struct sd_seq_slot {
 	bool summoned;          /* AWAY, brought in to run an IPI */
 	bool stalled;           /* the watchdog took the token: it came back late */
 	bool deaf;              /* WAIT with interrupts off: an IPI's arrival does not wake it */
+	bool working;           /* WAIT that is modelled work (sd_seq_work()) */
+	uint64_t work_stall_ps; /* broadcast stalls that lengthened that work */
 	uint64_t clock_ps;      /* its clock when it last gave the token away */
 	uint64_t wake_ps;       /* WAIT: when it looks again (SD_SEQ_POLL, SD_SEQ_NEVER) */
 	uint64_t arrival_ps;    /* the earliest IPI posted to it and not yet run */
@@ -133,6 +135,10 @@ void sd_seq_sync(struct sd_cpu *c);
  * was woken at. IPIs that arrive meanwhile are run (with interrupts on). */
 void sd_seq_wait(struct sd_cpu *c, uint64_t wake_ps);
 
+/* Modelled work as a wait for its end at @wake_ps: sd_seq_wait(), except
+ * that broadcast stalls received meanwhile lengthen it. Returns their sum
+ * (ps), which is not work done. */
+uint64_t sd_seq_work(struct sd_cpu *c, uint64_t wake_ps);
 /* A spin on a real lock by the holder @c: park until the next release
  * (sd_seq_released()) and look again. False (and nothing done) if no other
  * CPU can run. */
@@ -142,6 +148,9 @@ bool sd_seq_poll(struct sd_cpu *c);
  * sd_wait_released()): the CPUs parked by sd_seq_poll() look again, at @c's
  * clock if it holds the token. Any thread of a CPU of a strict machine. */
 void sd_seq_released(struct sd_cpu *c);
+/* The holder @c broadcast an invalidation that stalls every other CPU in
+ * the machine by @ps: on their clocks now, and its horizon again. */
+void sd_seq_recv_owe(struct sd_cpu *c, uint64_t ps);
 /* @self (NULL: a thread that is no CPU) made @t's awaited event happen at
  * modelled @at_ps. */
 void sd_seq_wake(struct sd_cpu *self, struct sd_cpu *t, uint64_t at_ps);
