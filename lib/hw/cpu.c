@@ -270,7 +270,7 @@ static bool seq_wait_hook(void)
 {
 	struct sd_cpu *c = sd_this_cpu;
 
-	if (!c || !c->model.seq || !sd_seq_holds(c) || !sd_seq_poll(c))
+	if (!c || !c->model.seq || !sd_seq_running(c) || !sd_seq_poll(c))
 		return false;
 	if (!c->irq_depth && !c->model.irq_batch &&
 	    (c->ipi_pending || sd_seq_arrival(c, NULL) <= c->model.clock_ps))
@@ -287,7 +287,7 @@ int sd_cpu_poll(struct sd_cpu *c)
 			       "interrupts off", c->id);
 	if (c->model.seq) {
 		/* Back from a stall or idle first: only the holder polls. */
-		if (!sd_seq_holds(c))
+		if (!sd_seq_running(c))
 			sd_model_sync(c);
 		if (!seq_wait_hook())
 			sched_yield();  /* nobody else can run: look again */

@@ -96,6 +96,10 @@ static inline void sd_irq_off(struct sd_cpu *c)
 }
 
 void sd_irq_run_pending(struct sd_cpu *c);
+/* What the IPI handler would have done for a signal that landed while
+ * the calling thread held the sequencer's lock (sd_seq_irq_missed), done
+ * now that it does not: the signal's delivery, a moment later. */
+void sd_irq_replay(void);
 /* Strict modelled time: set (or clear) the calling thread's wait hook. */
 void sd_cpu_seq_hook(struct sd_cpu *c, bool on);
 

@@ -540,6 +540,11 @@ static bool seq_sync(struct sd_cpu *c)
 
 uint64_t sd_model_work_wait(struct sd_cpu *c, uint64_t left)
 {
+	/* In the machine first: the time spent away (idle, or until a
+	 * summons' grant) is no work done. */
+	if (!sd_seq_running(c))
+		sd_seq_join(c);
+
 	uint64_t start = c->model.clock_ps, wake = start + left;
 
 	if (c->model.preempt_at_ps > start && c->model.preempt_at_ps < wake)
@@ -588,7 +593,7 @@ static void recv_owe(struct sd_cpu *c, uint64_t ps)
 
 	if (!ps)
 		return;
-	if (c->model.seq && sd_seq_holds(c)) {
+	if (c->model.seq && sd_seq_running(c)) {
 		sd_seq_recv_owe(c, ps);
 		return;
 	}

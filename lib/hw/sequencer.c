@@ -175,9 +175,38 @@ static void grant(struct sd_seq *q, int i, uint64_t at, int next, uint64_t next_
 	atomic_store_explicit(&q->go[i].go, SD_SEQ_GO_GRANTED, memory_order_release);
 }
 
+SD_THREAD_LOCAL void (*sd_seq_test_locked)(void);
+SD_THREAD_LOCAL volatile sig_atomic_t sd_seq_lock_depth __attribute__((tls_model("initial-exec")));
+SD_THREAD_LOCAL volatile sig_atomic_t sd_seq_irq_missed __attribute__((tls_model("initial-exec")));
+
+/*
+ * A thread that takes the lock says so first (sd_seq_lock_depth): an IPI
+ * signal landing while it holds the lock must not run the handler, whose
+ * own path takes the lock again (smp.c, ipi_deliver()). seq_unlock()
+ * delivers it afterwards.
+ */
 static void seq_lock(struct sd_seq *q)
 {
+	sd_seq_lock_depth++;
+	/* Pairs with the handler's sd_seq_lock_depth read. */
+	atomic_signal_fence(memory_order_seq_cst);
 	pthread_mutex_lock(&q->lock);
+	if (unlikely(sd_seq_test_locked != NULL))
+		sd_seq_test_locked();
+}
+
+/* Out of the lock: a signal that landed inside it is delivered now, as
+ * if it had come a moment later (any point with interrupts on may take
+ * one). One landing after the decrement runs the handler itself. */
+static void seq_unlocked(struct sd_seq *q)
+{
+	/* Pairs with the handler's sd_seq_lock_depth read. */
+	atomic_signal_fence(memory_order_seq_cst);
+	if (--sd_seq_lock_depth == 0) {
+		atomic_signal_fence(memory_order_seq_cst);
+		if (unlikely(sd_seq_irq_missed))
+			q->irq_replay();
+	}
 }
 
 /* Drop the lock, then wake the CPU granted the token under it, if any. A
@@ -191,6 +220,7 @@ static void seq_unlock(struct sd_seq *q)
 	pthread_mutex_unlock(&q->lock);
 	if (kick >= 0)
 		sd_futex_wake(&q->go[kick].go, 1);
+	seq_unlocked(q);
 }
 
 /* Nobody else can run: the poller with the lowest clock looks again (a
@@ -300,11 +330,20 @@ bool sd_seq_holds(const struct sd_cpu *c)
 	return atomic_load_explicit(&seq_of(c)->holder, memory_order_relaxed) == (int)c->id;
 }
 
+bool sd_seq_running(const struct sd_cpu *c)
+{
+	/* Relaxed: its own thread wrote SD_SEQ_GO_RUNNING (resume()); any
+	 * other value is a grant it has not taken up, or none. */
+	return sd_seq_holds(c) &&
+	       atomic_load_explicit(&seq_of(c)->go[c->id].go, memory_order_relaxed) ==
+		       SD_SEQ_GO_RUNNING;
+}
+
 /* If @self holds the token (it changed another CPU's state), its
  * horizon may have come closer. */
 static void holder_recompute(struct sd_seq *q, struct sd_cpu *self)
 {
-	if (self && self->m == q->m && sd_seq_holds(self))
+	if (self && self->m == q->m && sd_seq_running(self))
 		compute_until(q, self);
 }
 
@@ -314,7 +353,9 @@ void sd_seq_sync(struct sd_cpu *c)
 {
 	struct sd_seq *q = seq_of(c);
 
-	if (!sd_seq_holds(c)) {
+	/* Granted the token while away (summoned) is not running with it:
+	 * sd_seq_join() takes it up at the grant's time first. */
+	if (!sd_seq_running(c)) {
 		sd_seq_join(c);
 		return;
 	}
@@ -350,14 +391,12 @@ static void seq_wait(struct sd_cpu *c, uint64_t wake_ps, bool working)
 	struct sd_seq *q = seq_of(c);
 	struct sd_seq_slot *s = &q->slot[c->id];
 
-	if (!sd_seq_holds(c)) {
+	if (!sd_seq_running(c)) {
 		sd_seq_join(c);
 		return;
 	}
 	seq_lock(q);
 	s->clock_ps = c->model.clock_ps;
-	if (wake_ps == SD_SEQ_POLL)
-		atomic_store_explicit(&q->polling, true, memory_order_relaxed);
 	s->deaf = irqs_off(c);
 	s->working = working;
 	s->work_stall_ps = 0;
@@ -421,7 +460,8 @@ bool sd_seq_poll(struct sd_cpu *c)
 void sd_seq_released(struct sd_cpu *c)
 {
 	struct sd_seq *q = seq_of(c);
-	const bool holder = sd_seq_holds(c);
+	/* A grantee not yet running has a clock the others do not share. */
+	const bool holder = sd_seq_running(c);
 
 	/* Only the holder registers pollers (sd_seq_poll()), so the holder
 	 * reads the hint exactly; a thread away from the machine takes the
@@ -567,6 +607,11 @@ bool sd_seq_summoned_enter(struct sd_cpu *c)
 
 	seq_lock(q);
 	bool summoned = s->summoned && s->state == SD_SEQ_RUN;
+	/* Claimed: a second signal for the same summons (a real-time
+	 * signal is queued, not merged; or one replayed by seq_unlock())
+	 * finds it taken, and does not park for a token this handler will
+	 * have given up by then. */
+	s->summoned = false;
 	seq_unlock(q);
 	if (!summoned)
 		return false;
@@ -701,6 +746,9 @@ void sd_seq_start_cpu(struct sd_cpu *c)
 
 	seq_lock(q);
 	s->state = SD_SEQ_RUN;
+	/* A post before it started (from a thread that is no CPU) summoned
+	 * it: its sync points run the IPI, as in sd_seq_join(). */
+	s->summoned = false;
 	s->clock_ps = c->model.clock_ps;
 	if (q->expect)
 		q->expect--;
@@ -883,12 +931,13 @@ static void *watchdog_main(void *p)
 
 /* ---- set up ---- */
 
-int sd_seq_init(struct sd_machine *m, bool on)
+int sd_seq_init(struct sd_machine *m, bool on, void (*irq_replay)(void))
 {
 	struct sd_seq *q = &m->model.seq;
 
 	memset(q, 0, sizeof(*q));
 	q->m = m;
+	q->irq_replay = irq_replay;
 	atomic_init(&q->holder, -1);
 	atomic_init(&q->polling, false);
 	q->kick = -1;

@@ -8,6 +8,7 @@
 #endif
 
 #include <pthread.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -101,12 +102,16 @@ struct sd_seq {
 	bool watchdog_started;
 	SD_ATOMIC(int) stop;
 	struct sd_machine *m;
+	void (*irq_replay)(void);
 };
 
 struct sd_cpu;
 struct sd_machine;
 
-int sd_seq_init(struct sd_machine *m, bool on);
+/* @irq_replay: the IPI handler's work for a signal that landed while its
+ * thread held the sequencer's lock (smp.c, sd_irq_replay()), called after
+ * the unlock. A pointer, as the handler's own path comes back here. */
+int sd_seq_init(struct sd_machine *m, bool on, void (*irq_replay)(void));
 void sd_seq_fini(struct sd_machine *m);
 
 /* Attach and detach: a CPU comes in AWAY at the run's epoch, and leaves. */
@@ -130,9 +135,11 @@ void sd_seq_sync(struct sd_cpu *c);
 
 /* The holder waits for an event that another CPU will make happen, whose
  * time it learns from sd_seq_wake(), or at @wake_ps at the latest
- * (SD_SEQ_NEVER: none known; SD_SEQ_POLL: look again after every step of
- * the running CPUs). Returns with the token, the clock at the time it
- * was woken at. IPIs that arrive meanwhile are run (with interrupts on). */
+ * (SD_SEQ_NEVER: none known; a spin on a real lock is sd_seq_poll()'s).
+ * Returns with the token, the clock at the time it was woken at. IPIs
+ * that arrive meanwhile are run (with interrupts on). A caller granted
+ * the token while away and not yet running with it (sd_seq_running())
+ * only takes it up, and returns. */
 void sd_seq_wait(struct sd_cpu *c, uint64_t wake_ps);
 
 /* Modelled work as a wait for its end at @wake_ps: sd_seq_wait(), except
@@ -182,5 +189,21 @@ bool sd_tid_sleeping(int tid);
 
 /* Is @c the holder? (its own thread asks) */
 bool sd_seq_holds(const struct sd_cpu *c);
+/* ...and running with the token, not granted it while parked or away
+ * (its clock not yet taken to the grant's time: resume()). */
+bool sd_seq_running(const struct sd_cpu *c);
+
+/* The calling thread holds a sequencer's lock (its depth): the IPI
+ * handler, whose own path takes that lock, only notes a signal that lands
+ * then (irq_missed), and the unlock hands it to irq_replay. Per thread, as
+ * the lock is the thread's, whichever CPU it is. */
+extern SD_THREAD_LOCAL volatile sig_atomic_t sd_seq_lock_depth
+	__attribute__((tls_model("initial-exec")));
+extern SD_THREAD_LOCAL volatile sig_atomic_t sd_seq_irq_missed
+	__attribute__((tls_model("initial-exec")));
+
+/* Test-only, per thread: called with the sequencer's lock just taken, to
+ * force what may happen there (a signal's delivery). NULL in use. */
+extern SD_THREAD_LOCAL void (*sd_seq_test_locked)(void);
 
 #endif

@@ -245,7 +245,7 @@ void sd_smp_seq_settle(struct sd_cpu *c)
 {
 	uint64_t arrival;
 
-	if (!c->model.seq || c->irq_depth || !sd_seq_holds(c))
+	if (!c->model.seq || c->irq_depth || !sd_seq_running(c))
 		return;
 	while ((arrival = sd_seq_arrival(c, NULL)) != SD_SEQ_NEVER) {
 		if (arrival > c->model.clock_ps)
@@ -262,11 +262,46 @@ static void ipi_seq_handler(struct sd_cpu *c)
 		ipi_run_queue(c);
 		sd_smp_seq_settle(c);
 		sd_seq_unsummon(c);
-	} else if (sd_seq_holds(c)) {
+	} else if (sd_seq_running(c)) {
 		ipi_run_queue(c);
 	} else {
+		/* Parked, or granted the token and not yet running with it
+		 * (its clock not yet taken to the grant's time): its next
+		 * sync point runs what has arrived by then. */
 		c->ipi_pending = 1;
 	}
+}
+
+/* The handler's work for CPU @c, on its own thread. */
+static void ipi_deliver(struct sd_cpu *c)
+{
+	if (sd_seq_lock_depth) {
+		/* Inside the sequencer's lock, which ipi_seq_handler()
+		 * takes: a non-recursive mutex, so taking it here would
+		 * deadlock the thread with itself. ThreadSanitizer delivers
+		 * a signal that came during pthread_mutex_lock() just after
+		 * the lock is taken, which made this a hang in one soak in
+		 * a few dozen; a plain build has the same window, narrower. */
+		sd_seq_irq_missed = 1;
+	} else if (c->irq_depth) {
+		c->ipi_pending = 1;
+		sd_event(c, SD_EV_IPI_DEFERRED, 0, 0);
+	} else if (c->model.seq) {
+		ipi_seq_handler(c);
+	} else {
+		ipi_run_queue(c);
+	}
+}
+
+void sd_irq_replay(void)
+{
+	struct sd_cpu *c = sd_this_cpu;
+
+	sd_seq_irq_missed = 0;
+	/* Pairs with the handler's flag write: seen by its own thread. */
+	atomic_signal_fence(memory_order_seq_cst);
+	if (c)
+		ipi_deliver(c);
 }
 
 static void ipi_handler(int sig, siginfo_t *si, void *uctx)
@@ -278,16 +313,8 @@ static void ipi_handler(int sig, siginfo_t *si, void *uctx)
 	 * merged with the host's: a CPU always looks at its queue (running
 	 * an empty queue is harmless). A late IPI to a thread that has just
 	 * detached finds no CPU and is dropped. */
-	if (c) {
-		if (c->irq_depth) {
-			c->ipi_pending = 1;
-			sd_event(c, SD_EV_IPI_DEFERRED, 0, 0);
-		} else if (c->model.seq) {
-			ipi_seq_handler(c);
-		} else {
-			ipi_run_queue(c);
-		}
-	}
+	if (c)
+		ipi_deliver(c);
 	if (!sd_ipi_signal_is_ours(si))
 		chain_to_host(sig, si, uctx);
 	errno = saved_errno;
@@ -710,7 +737,7 @@ int sd_smp_call_wait(struct sd_cpu *from, struct sd_smp_call_req *req)
 	unsigned n;
 	int expected = SD_SMP_CALL_PENDING;
 
-	if (from && from->model.seq && sd_seq_holds(from)) {
+	if (from && from->model.seq && sd_seq_running(from)) {
 		ipi_wait_seq(from, req);
 		goto done;
 	}

@@ -266,7 +266,8 @@ int sd_machine_create(const struct sd_machine_config *in, struct sd_machine **ou
 			    m->cfg.tlb_l1_entries + m->cfg.tlb_sets * m->cfg.tlb_ways);
 	if (err)
 		goto fail_model;
-	err = sd_seq_init(m, m->model.on && (m->cfg.flags & SD_MACHINE_MODEL_STRICT));
+	err = sd_seq_init(m, m->model.on && (m->cfg.flags & SD_MACHINE_MODEL_STRICT),
+			  sd_irq_replay);
 	if (err)
 		goto fail_model;
 	/* The caller's strings are not ours to keep: point at our copies. */

@@ -12,6 +12,10 @@
 #include <thread>
 #include <vector>
 
+#include <csignal>
+#include <pthread.h>
+
+#include "hw/sequencer.h"
 #include "line_hammer.h"
 #include "profile.hpp"
 
@@ -295,6 +299,73 @@ TEST(Strict, HolderBlockedOutsideTheLibraryIsReported)
 	ASSERT_EQ(0, sd_machine_model_info(mach.m, &info));
 	EXPECT_GE(info.seq_stalls, 1u);
 	EXPECT_EQ(0u, info.stalls) << "strict mode's stalls are seq_stalls, not lax mode's";
+}
+
+// An IPI's signal that lands while its CPU's thread holds the sequencer's
+// lock runs after the unlock, never inside it: the handler's own path
+// takes that lock (a non-recursive mutex). Forced here: CPU 1, idle and
+// so away from the machine, keeps the signal blocked until CPU 0's IPI
+// has made it pending, then unblocks it from inside the lock (the
+// test-only hook sd_seq_test_locked), which delivers it there. A
+// ThreadSanitizer build does the same by itself, now and then: it holds
+// a signal back until the interceptor of pthread_mutex_lock() returns,
+// with the lock taken; soak8_broadcast_strict hung there. With the
+// handler taking the lock again, this test deadlocks (its watchdog).
+int g_ipi_signal;
+
+void unblock_ipi_signal()
+{
+	sigset_t s;
+
+	sd_seq_test_locked = nullptr;
+	sigemptyset(&s);
+	sigaddset(&s, g_ipi_signal);
+	pthread_sigmask(SIG_UNBLOCK, &s, nullptr);
+}
+
+TEST(Strict, IpiSignalInsideTheSequencerLockRunsAfterIt)
+{
+	Profile p("pack:1 core:2 pu:1", kCosts);
+	sd_machine_config cfg = strict(2, "ipi", p);
+	g_ipi_signal = cfg.ipi_signal = SIGRTMIN + 4;
+	Machine mach(cfg);
+	ASSERT_NE(nullptr, mach.m) << sd_last_error();
+	struct Arg {
+		std::atomic<int> ran{0};
+		bool hook_ran = false;
+	} a;
+	Watchdog w("Strict signal under the sequencer's lock: a run stuck", 10);
+	ASSERT_EQ(0, sd_machine_run(mach.m, [](sd_cpu *c, void *v) {
+		auto *a = static_cast<Arg *>(v);
+		if (sd_cpu_id(c) == 0) {
+			// CPU 1 runs meanwhile (its clock is lower), into idle.
+			EXPECT_EQ(0, sd_cpu_work(c, 1000000));
+			EXPECT_EQ(0, sd_smp_call_single(c, 1, [](sd_cpu *, void *v) {
+				static_cast<Arg *>(v)->ran.fetch_add(1);
+			}, a));
+			return;
+		}
+		sigset_t s, pending;
+		sigemptyset(&s);
+		sigaddset(&s, g_ipi_signal);
+		pthread_sigmask(SIG_BLOCK, &s, nullptr);
+		EXPECT_EQ(0, sd_cpu_idle(c));
+		// Away: CPU 0's IPI summons it with a real signal.
+		for (;;) {
+			sigpending(&pending);
+			if (sigismember(&pending, g_ipi_signal))
+				break;
+			std::this_thread::sleep_for(std::chrono::microseconds(100));
+		}
+		// Back from idle, it takes the token it was granted (at the
+		// IPI's arrival) under the lock: sd_seq_join().
+		sd_seq_test_locked = unblock_ipi_signal;
+		EXPECT_EQ(0, sd_cpu_work(c, 10));
+		a->hook_ran = sd_seq_test_locked == nullptr;
+		pthread_sigmask(SIG_UNBLOCK, &s, nullptr);
+	}, &a)) << sd_last_error();
+	EXPECT_TRUE(a.hook_ran) << "the signal was not delivered inside the lock";
+	EXPECT_EQ(1, a.ran.load());
 }
 
 }  // namespace
