@@ -10,6 +10,9 @@
  * the library (tests, benchmarks) sees every layer.
  *
  *   core      atomics, locks, futex, backoff, options, errors
+ *   time      modelled time's parameters and shared resources (the
+ *             interconnect queue, lock histories and calendars, the
+ *             rwsem, lines), as pure functions of modelled timestamps
  *   hw        the emulated hardware: topology, CPUs and interrupts, the IPI
  *             endpoint, TLBs, frames, traps, the oracle, counters
  *   mm        page tables, address spaces, reclaim and TLB batches; the
@@ -20,11 +23,12 @@
  *   machine   creation, destruction, running, attach and detach
  */
 #define SD_LAYER_CORE 1
-#define SD_LAYER_HW 2
-#define SD_LAYER_MM 3
-#define SD_LAYER_ARCH 4
-#define SD_LAYER_STRATEGY 5
-#define SD_LAYER_MACHINE 6
+#define SD_LAYER_TIME 2
+#define SD_LAYER_HW 3
+#define SD_LAYER_MM 4
+#define SD_LAYER_ARCH 5
+#define SD_LAYER_STRATEGY 6
+#define SD_LAYER_MACHINE 7
 
 #ifndef SD_LAYER
 #define SD_LAYER 99     /* outside the library: above every layer */

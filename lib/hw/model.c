@@ -62,38 +62,12 @@ static uint64_t dist_cost(const struct sd_model *mod, enum sd_model_dist_param p
 	return mod->dist_ps[p][sd_model_distance_of(mod, a, b)];
 }
 
-/*
- * Reserve @occ ps of a shared resource for a user that wants it at @t:
- * it starts at the later of @t and the resource's free time (a FIFO queue
- * in modelled time), unless it would be over before the last recorded use
- * began (that use taken to be @occ long too): then it is earlier in
- * modelled time, goes at once and leaves the record alone. Without that, a
- * user that reaches the resource later in real time but earlier in
- * modelled time would be pulled up to the other's clock. Returns the start.
- */
-static uint64_t reserve(SD_ATOMIC(uint64_t) *free_at, uint64_t t, uint64_t occ, bool strict)
-{
-	uint64_t f = atomic_load_explicit(free_at, memory_order_relaxed), start;
-
-	do {
-		/* Strict mode serves users in modelled order already: a
-		 * plain FIFO, and a line saturates (no free pass). */
-		if (!strict && f >= 2 * occ && t + occ <= f - occ)
-			return t;
-		start = max_u64(f, t);
-	} while (!atomic_compare_exchange_weak_explicit(free_at, &f, start + occ,
-							memory_order_relaxed,
-							memory_order_relaxed));
-	return start;
-}
-
-/* The first gap of @occ at or after @t in @q (struct sd_model_queue). */
+/* The first gap of @occ at or after @t in @q, under its lock. */
 static uint64_t queue_reserve(struct sd_cpu *c, struct sd_model_queue *q, uint64_t t,
 			      uint64_t occ)
 {
 	struct sd_backoff b = SD_BACKOFF_INIT;
 	uint64_t start;
-	unsigned i;
 
 	/* An IPI handler that interrupted this very CPU inside the queue
 	 * (none reserves today, but a user strategy's handler could) must
@@ -107,25 +81,7 @@ static uint64_t queue_reserve(struct sd_cpu *c, struct sd_model_queue *q, uint64
 		sd_backoff_wait(&b);
 	}
 	atomic_store_explicit(&q->owner, c->id + 1, memory_order_relaxed);
-	if (q->n == SD_MODEL_QUEUE_SLOTS) {
-		q->floor_ps = max_u64(q->floor_ps, q->busy[0].end_ps);
-		memmove(&q->busy[0], &q->busy[1], --q->n * sizeof(q->busy[0]));
-	}
-	start = max_u64(t, q->floor_ps);
-	for (i = 0; i < q->n; i++) {
-		if (q->busy[i].end_ps <= start)
-			continue;
-		if (q->busy[i].start_ps >= start + occ)
-			break;
-		start = q->busy[i].end_ps;
-	}
-	if (occ) {
-		memmove(&q->busy[i + 1], &q->busy[i], (q->n - i) * sizeof(q->busy[0]));
-		q->busy[i].start_ps = start;
-		q->busy[i].end_ps = start + occ;
-		q->n++;
-		q->last_end_ps = max_u64(q->last_end_ps, start + occ);
-	}
+	start = sd_model_queue_reserve(q, t, occ);
 	atomic_store_explicit(&q->owner, 0, memory_order_relaxed);
 	sd_spin_unlock(&q->lock);
 	return start;
@@ -620,124 +576,6 @@ static void charge_broadcast(struct sd_cpu *c, uint64_t issue_ps, uint64_t targe
 	recv_owe(c, recv_ps + (whole ? mod->scan_ps : 0));
 }
 
-/* The first gap of @need ps among the lock's remembered holds at or after
- * @t; the CPU that held it last before that gap in @prev (left as it is if
- * none is remembered). Holds may overlap (an rwsem's readers): sorted by
- * start, each one that reaches into the gap moves it past its end. */
-static uint64_t gap_of(const struct sd_model_lock *l, uint64_t t, uint64_t need, uint32_t *prev)
-{
-	uint64_t start = t;
-
-	for (uint32_t i = 0; i < l->n; i++) {
-		if (l->busy[i].end_ps <= start) {
-			*prev = l->busy[i].cpu;
-			continue;
-		}
-		if (l->busy[i].start_ps >= start + need)
-			break;
-		start = l->busy[i].end_ps;
-		*prev = l->busy[i].cpu;
-	}
-	return start;
-}
-
-/* The first gap of the lock's recent hold time at or after @t. */
-static uint64_t lock_gap(const struct sd_model_lock *l, uint64_t t, uint32_t *prev)
-{
-	return gap_of(l, t, l->hold_ps, prev);
-}
-
-/*
- * Record the hold that ends now; when full, the earliest is forgotten. An
- * acquirer earlier still then goes at once, as if the lock were free: it
- * may overlap a forgotten hold, which is less wrong than the alternative
- * (waiting for every forgotten hold) once many CPUs share a lock: with
- * more CPUs than slots inside a window, that would pull each acquirer up
- * to the leaders' time.
- */
-static void lock_record(struct sd_model_lock *l, uint64_t start, uint64_t end, uint32_t cpu)
-{
-	uint32_t i;
-
-	if (l->n == SD_MODEL_LOCK_SLOTS)
-		memmove(&l->busy[0], &l->busy[1], --l->n * sizeof(l->busy[0]));
-	for (i = l->n; i > 0 && l->busy[i - 1].start_ps > start; i--)
-		l->busy[i] = l->busy[i - 1];
-	l->busy[i].start_ps = start;
-	l->busy[i].end_ps = end;
-	l->busy[i].cpu = cpu;
-	l->n++;
-	l->hold_ps = (3 * l->hold_ps + (end - start)) / 4;
-}
-
-/* The bucket for modelled time @t, emptied if it held an older time;
- * NULL if it holds a newer one (@t is older than the calendar covers). */
-static struct sd_model_bucket *cal_bucket(struct sd_model_calendar *cal, uint64_t t)
-{
-	uint64_t epoch = t / cal->bucket_ps + 1;
-	struct sd_model_bucket *b = &cal->b[epoch & (cal->nr - 1)];
-
-	if (b->epoch > epoch)
-		return NULL;
-	if (b->epoch < epoch) {
-		b->epoch = epoch;
-		b->busy_ps = 0;
-		b->last_cpu = UINT32_MAX;
-	}
-	return b;
-}
-
-/*
- * A fluid queue: each bucket has @bucket_ps of capacity, holds fill it
- * from its start, and a hold longer than what is left of its bucket pours
- * over into the next ones' free capacity. An acquirer starts at the first
- * free capacity at or after @t; the CPU that held the lock last before
- * that in @prev. Work is conserved (a saturated lock serialises exactly);
- * where inside a bucket a hold sits is approximate, by at most a bucket.
- */
-static uint64_t cal_gap(struct sd_model_calendar *cal, uint64_t t, uint32_t *prev)
-{
-	const uint64_t w = cal->bucket_ps;
-	uint64_t start = t;
-
-	for (uint32_t i = 0; i < cal->nr; i++) {
-		struct sd_model_bucket *b = cal_bucket(cal, start);
-		uint64_t from = start - start % w;
-
-		if (!b)
-			break;
-		if (b->busy_ps)
-			*prev = b->last_cpu;
-		if (b->busy_ps < w) {
-			start = max_u64(start, from + b->busy_ps);
-			break;
-		}
-		start = from + w;
-	}
-	return start;
-}
-
-/* Pour the hold of @len from @start into the buckets' free capacity. */
-static void cal_record(struct sd_model_calendar *cal, uint64_t start, uint64_t len, uint32_t cpu)
-{
-	const uint64_t w = cal->bucket_ps;
-
-	for (uint32_t i = 0; i < cal->nr && len; i++) {
-		struct sd_model_bucket *b = cal_bucket(cal, start);
-		uint64_t room, put;
-
-		if (!b)
-			break;
-		room = b->busy_ps < w ? w - b->busy_ps : 0;
-		put = len < room ? len : room;
-		b->busy_ps += put;
-		if (put)
-			b->last_cpu = cpu;
-		len -= put;
-		start = start - start % w + w;
-	}
-}
-
 /* The count's line moves to @c for a down or an up (an atomic RMW), after
  * the moves before it: lock_handoff at the distance from its last owner. */
 static void charge_count(struct sd_cpu *c, struct sd_model_rwsem *rw)
@@ -746,27 +584,10 @@ static void charge_count(struct sd_cpu *c, struct sd_model_rwsem *rw)
 
 	if (rw->count_owner != UINT32_MAX && rw->count_owner != c->id) {
 		uint64_t cost = dist_cost(mod, SD_MDP_LOCK_HANDOFF, rw->count_owner, c->id);
-		c->model.clock_ps = reserve(&rw->count_free_ps, c->model.clock_ps, cost, c->model.seq) + cost;
+		c->model.clock_ps = sd_model_reserve(&rw->count_free_ps, c->model.clock_ps, cost,
+						     c->model.seq) + cost;
 	}
 	rw->count_owner = c->id;
-}
-
-/* The first time at or after @t with a gap of @need in both histories:
- * each search can only move the start later, and each move passes a
- * remembered hold, so it ends within their number of rounds. */
-static uint64_t rwsem_write_gap(const struct sd_model_rwsem *rw, uint64_t t, uint64_t need)
-{
-	uint32_t prev;
-
-	for (unsigned round = 0; round <= 2 * SD_MODEL_LOCK_SLOTS; round++) {
-		uint64_t after_w = gap_of(&rw->writers, t, need, &prev);
-		uint64_t after_r = gap_of(&rw->readers, after_w, need, &prev);
-
-		if (after_r == t)
-			break;
-		t = after_r;
-	}
-	return t;
 }
 
 /*
@@ -786,11 +607,13 @@ static void charge_rwsem(struct sd_cpu *c, uint64_t kind, struct sd_model_rwsem 
 		if (!vma)
 			charge_count(c, rw);
 		if (write)
-			lock_record(&rw->writers, rw->writers.cur_start_ps,
-				    max_u64(c->model.clock_ps, rw->writers.cur_start_ps), c->id);
+			sd_model_lock_record(&rw->writers, rw->writers.cur_start_ps,
+					     max_u64(c->model.clock_ps, rw->writers.cur_start_ps),
+					     c->id);
 		else
-			lock_record(&rw->readers, c->model.read_start_ps,
-				    max_u64(c->model.clock_ps, c->model.read_start_ps), c->id);
+			sd_model_lock_record(&rw->readers, c->model.read_start_ps,
+					     max_u64(c->model.clock_ps, c->model.read_start_ps),
+					     c->id);
 		sd_spin_unlock(&rw->lock);
 		c->model.locks_held--;
 		return;
@@ -798,9 +621,8 @@ static void charge_rwsem(struct sd_cpu *c, uint64_t kind, struct sd_model_rwsem 
 	/* The RMW that takes the lock comes once it is free (a waiter's
 	 * spin ends at the release), as charge_lock() adds the handoff
 	 * after the gap. */
-	uint32_t prev = UINT32_MAX;
-	uint64_t t = write ? rwsem_write_gap(rw, c->model.clock_ps, rw->writers.hold_ps)
-			   : gap_of(&rw->writers, c->model.clock_ps, rw->readers.hold_ps, &prev);
+	uint64_t t = write ? sd_model_rwsem_write_gap(rw, c->model.clock_ps, rw->writers.hold_ps)
+			   : sd_model_rwsem_read_gap(rw, c->model.clock_ps);
 	if (write)
 		rw->writers.cur_start_ps = t;
 	else
@@ -829,18 +651,17 @@ static void charge_lock(struct sd_cpu *c, uint64_t kind, uint64_t aux, bool acqu
 	if (!acquire) {
 		uint64_t end = max_u64(c->model.clock_ps, l->cur_start_ps);
 
-		if (l->cal) {
-			cal_record(l->cal, l->cur_start_ps, end - l->cur_start_ps, c->id);
-		} else {
-			lock_record(l, l->cur_start_ps, end, c->id);
-		}
+		if (l->cal)
+			sd_model_cal_record(l->cal, l->cur_start_ps, end - l->cur_start_ps, c->id);
+		else
+			sd_model_lock_record(l, l->cur_start_ps, end, c->id);
 		l->last_cpu = c->id;
 		c->model.locks_held--;
 		return;
 	}
 	prev = l->last_cpu;
-	uint64_t t = l->cal ? cal_gap(l->cal, c->model.clock_ps, &prev)
-			    : lock_gap(l, c->model.clock_ps, &prev);
+	uint64_t t = l->cal ? sd_model_cal_gap(l->cal, c->model.clock_ps, &prev)
+			    : sd_model_lock_gap(l, c->model.clock_ps, l->hold_ps, &prev);
 
 	l->cur_start_ps = t;
 	t += mod->param_ps[SD_MP_LOCK_ACQUIRE];
@@ -851,38 +672,29 @@ static void charge_lock(struct sd_cpu *c, uint64_t kind, uint64_t aux, bool acqu
 }
 
 /*
- * A hot line: fetching it costs a transfer at the distance from its last
- * writer, unless this CPU already has it (it wrote it last and nobody read
- * it since, or it read it since the last write). Writing it while others
- * hold copies costs one transfer at LLC distance for the invalidations (the
- * sharers are known only modulo 64). Transfers of one line serialise.
+ * A hot line (resource.h, sd_model_line_access()): a fetch costs a
+ * transfer at the distance from its last writer, the invalidation of
+ * other copies one at LLC distance; transfers of one line serialise.
  */
 static void charge_line(struct sd_cpu *c, struct sd_model_line *line, bool write)
 {
-	/* Relaxed throughout: the writer and readers are a hint for what a
-	 * fetch costs, not data anyone depends on; two CPUs racing on them
-	 * can lose one transfer's charge, never a correct result. The real
-	 * line's own atomics order the algorithm. */
 	struct sd_model *mod = &c->m->model;
-	uint32_t w = atomic_load_explicit(&line->writer, memory_order_relaxed);
-	uint64_t me = 1ull << (c->id % 64);
-	uint64_t readers = atomic_load_explicit(&line->readers, memory_order_relaxed);
+	uint32_t from = SD_MODEL_NONE;
 	uint64_t cost = 0;
 
-	if (w && w - 1 != c->id && !(!write && (readers & me)))
-		cost = dist_cost(mod, SD_MDP_LINE_TRANSFER, w - 1, c->id);
-	else if (write && (readers & ~me))
+	switch (sd_model_line_access(line, c->id, write, &from)) {
+	case SD_LINE_FETCH:
+		cost = dist_cost(mod, SD_MDP_LINE_TRANSFER, from, c->id);
+		break;
+	case SD_LINE_INVALIDATE:
 		cost = mod->dist_ps[SD_MDP_LINE_TRANSFER][SD_DIST_LLC];
-	if (cost)
-		c->model.clock_ps = reserve(&line->free_at_ps, c->model.clock_ps, cost, c->model.seq) + cost;
-	if (write) {
-		if (w != c->id + 1)
-			atomic_store_explicit(&line->writer, c->id + 1, memory_order_relaxed);
-		if (readers)
-			atomic_store_explicit(&line->readers, 0, memory_order_relaxed);
-	} else if (!(readers & me)) {
-		atomic_fetch_or_explicit(&line->readers, me, memory_order_relaxed);
+		break;
+	case SD_LINE_HIT:
+		break;
 	}
+	if (cost)
+		c->model.clock_ps = sd_model_reserve(&line->free_at_ps, c->model.clock_ps, cost,
+						     c->model.seq) + cost;
 }
 
 void sd_model_event(struct sd_cpu *c, enum sd_event ev, uint64_t arg, uint64_t aux)

@@ -14,7 +14,8 @@
 
 #include "../core/compiler.h"
 #include "../core/spinlock.h"
-#include "model_params.h"
+#include "../time/params.h"
+#include "../time/resource.h"
 #include "sequencer.h"
 
 /*
@@ -101,113 +102,8 @@ struct sd_cpu_model {
 	uint32_t until_id;             /* ...that CPU, for ties */
 };
 
-/*
- * A modelled lock, under the real lock it describes: its recent holds in
- * modelled time, sorted by start. The real lock orders holders as they
- * come in real time; a CPU that comes later in real time but earlier in
- * modelled time takes the first free gap at or after its own time, so it
- * is not pulled up to the clock of whoever happened to run first (which,
- * with N CPUs on few PUs, would ratchet every clock up to the leader's).
- * Holds older than the history are forgotten (model.c, lock_record()).
- */
-#define SD_MODEL_LOCK_SLOTS 8
-
-/*
- * A machine-wide lock's occupancy by modelled time (the trap-hook, LRU,
- * ASID and global-ASID locks, which every CPU may take millions of times a
- * second): a ring of buckets of @bucket_ps, each the hold time that falls
- * in it and who added to it last. Eight remembered holds cover a few
- * nanoseconds of such a lock, far less than the CPUs drift apart inside
- * the window; the buckets cover the window and more, so an acquirer
- * behind the others still finds the holds around its own time, and a
- * saturated lock serialises. Holds are packed from each bucket's start
- * (an error of at most a bucket in where a gap lies).
- */
-struct sd_model_calendar {
-	uint64_t bucket_ps;
-	uint32_t nr;                   /* buckets, a power of two */
-	struct sd_model_bucket {
-		uint64_t epoch;        /* time / bucket_ps + 1 it holds; 0: unused */
-		uint64_t busy_ps;
-		uint32_t last_cpu;
-	} *b;
-};
-
-struct sd_model_lock {
-	uint32_t last_cpu;             /* the last to release it, real time */
-	uint32_t n;
-	uint64_t hold_ps;              /* recent hold time: the gap an acquirer needs */
-	uint64_t cur_start_ps;         /* the current hold's modelled start */
-	struct { uint64_t start_ps, end_ps; uint32_t cpu; } busy[SD_MODEL_LOCK_SLOTS];
-	struct sd_model_calendar *cal; /* machine-wide locks: used instead of busy[] */
-};
-
-#define SD_MODEL_LOCK_INIT { .last_cpu = 0xffffffffu }
-
-/*
- * An mm's mmap_lock in modelled time: a reader-writer semaphore. Readers
- * share the real lock, so the modelled state has a lock of its own
- * (@lock, taken only when modelling, never waited on for long: every use
- * is a few dozen instructions). Write holds and read holds are two
- * histories. A reader starts at the first gap in the write holds at or
- * after its time, a writer at the first gap in both. A down or up of the
- * kernel's rwsem is an atomic RMW of its count: the count's line moves to
- * the acquirer (lock_handoff at the distance from its last owner), and
- * those moves serialise (@count_free_ps). A fault is charged as the
- * kernel's per-VMA lock (lock_vma_under_rcu(), Linux 6.4 on): no count
- * transfer, but it waits for a writer's hold as vma_start_write() makes
- * it. Read holds beyond the history are forgotten, as in lock_record().
- */
-struct sd_model_rwsem {
-	struct sd_spinlock lock;
-	uint32_t count_owner;          /* the CPU whose RMW of the count was last */
-	SD_ATOMIC(uint64_t) count_free_ps;
-	struct sd_model_lock writers;
-	struct sd_model_lock readers;
-};
-
-#define SD_MODEL_RWSEM_INIT                                                           \
-	{ .count_owner = 0xffffffffu, .writers = SD_MODEL_LOCK_INIT,                    \
-	  .readers = SD_MODEL_LOCK_INIT }
-
 /* At least enum sd_lock_kind's SD_LOCK_KIND_NR (model.c checks). */
 #define SD_MODEL_LOCK_KINDS 10
-
-/* A hot cache line the algorithms fight over (mm_cpumask, tlb_gen, active
- * counts, IPI queue heads). */
-struct sd_model_line {
-	SD_ATOMIC(uint64_t) free_at_ps;
-	SD_ATOMIC(uint32_t) writer;    /* last writer's CPU id + 1, 0: none */
-	SD_ATOMIC(uint64_t) readers;   /* CPUs (id mod 64) that read it since */
-};
-
-static inline void sd_model_line_init(struct sd_model_line *l)
-{
-	atomic_init(&l->free_at_ps, 0);
-	atomic_init(&l->writer, 0);
-	atomic_init(&l->readers, 0);
-}
-
-/*
- * A shared resource that remembers when it is busy (Graphite's queue
- * model with history): a user wanting it at time t gets the first gap of
- * its length at or after t, even if users at later modelled times reached
- * it first in real time. A plain "free at" time would queue such a user
- * behind them, an error of up to the window per use, which grows with
- * how unevenly the host runs the threads (host load). The oldest
- * intervals are forgotten (floor): a user earlier than all of them queues
- * behind them. Used under its own lock.
- */
-#define SD_MODEL_QUEUE_SLOTS 64
-
-struct sd_model_queue {
-	struct sd_spinlock lock;
-	SD_ATOMIC(unsigned) owner;     /* CPU id + 1 holding the lock, 0: none */
-	unsigned n;
-	uint64_t floor_ps;
-	uint64_t last_end_ps;          /* the latest end ever reserved */
-	struct { uint64_t start_ps, end_ps; } busy[SD_MODEL_QUEUE_SLOTS];  /* by start */
-};
 
 /* Where an emulated CPU sits in the modelled topology. */
 struct sd_model_place {

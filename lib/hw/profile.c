@@ -4,7 +4,7 @@
  * parameter and its source, place the emulated CPUs on the modelled
  * topology with hwloc, and turn the costs into the per-event table the
  * funnel charges from. The file format is in docs/guide.md ("Modelled
- * time"); the parameter list is model_params.h.
+ * time"); the parameter list is time/params.h.
  */
 #include <errno.h>
 #include <limits.h>
@@ -498,14 +498,9 @@ static int calendars_init(struct sd_model *mod, unsigned nr_cpus)
 	while (nr < want && nr < CAL_MAX_BUCKETS)
 		nr *= 2;
 	for (unsigned k = 0; k < SD_MODEL_LOCK_KINDS; k++) {
-		struct sd_model_calendar *c = &mod->cal[k];
-
-		c->b = calloc(nr, sizeof(*c->b));
-		if (!c->b)
+		if (sd_model_cal_init(&mod->cal[k], nr, CAL_BUCKET_PS))
 			return sd_fail(-ENOMEM, "profile: no memory for the lock calendars");
-		c->nr = nr;
-		c->bucket_ps = CAL_BUCKET_PS;
-		mod->lock[k].cal = c;
+		mod->lock[k].cal = &mod->cal[k];
 	}
 	return 0;
 }
@@ -548,8 +543,7 @@ int sd_model_init(struct sd_model *mod, const char *profile, const char *topolog
 void sd_model_fini(struct sd_model *mod)
 {
 	for (unsigned k = 0; k < SD_MODEL_LOCK_KINDS; k++) {
-		free(mod->cal[k].b);
-		mod->cal[k].b = NULL;
+		sd_model_cal_fini(&mod->cal[k]);
 		mod->lock[k].cal = NULL;
 	}
 	free(mod->place);

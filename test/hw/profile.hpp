@@ -14,7 +14,7 @@
 #include "common.hpp"
 
 extern "C" {
-#include "hw/model_params.h"
+#include "time/params.h"
 }
 
 namespace sdtest {

@@ -15,7 +15,9 @@
 #include <csignal>
 #include <pthread.h>
 
+extern "C" {
 #include "hw/sequencer.h"
+}
 #include "line_hammer.h"
 #include "profile.hpp"
 

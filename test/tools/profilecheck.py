@@ -3,7 +3,7 @@
 
 Shared by check-calibrate (the profiles sd-calibrate writes) and
 check-profiles (the ones shipped in profiles/). The parameter list is parsed
-from lib/hw/model_params.h, so a parameter added there is checked without
+from lib/time/params.h, so a parameter added there is checked without
 editing these scripts: every key present, every ns a finite number >= 0,
 every source a non-empty string, the format and topology fields there.
 """

@@ -13,7 +13,7 @@
  * measuring threads pinned by hwloc. Where an event cannot be isolated the
  * smallest operation containing it is measured and the "source" string of
  * the value says how it was derived. The parameter list is the library's
- * own (lib/hw/model_params.h), so no key can be forgotten here.
+ * own (lib/time/params.h), so no key can be forgotten here.
  *
  * Usage: sd-calibrate [-o DIR] [--only GROUP[,GROUP]] [--quick] [--print]
  */
@@ -44,7 +44,7 @@
 #include <json-c/json.h>
 #include <shootdown/shootdown.h>
 
-#include "hw/model_params.h"
+#include "time/params.h"
 
 /* ---- the parameter tables, from the library's one list ---- */
 

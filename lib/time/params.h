@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-#ifndef SD_HW_MODEL_PARAMS_H
-#define SD_HW_MODEL_PARAMS_H
+#ifndef SD_TIME_PARAMS_H
+#define SD_TIME_PARAMS_H
 
 /*
  * The cost parameters of a machine profile: X(enum suffix, JSON key, what
