@@ -21,105 +21,120 @@
  * which CPU, which event, and an argument (pages, targets, a duration).
  *
  * X(event, counter it bumps or NONE, how the trace shows it, what the
- * counter adds: ONE, or ARG for the event's argument). Trace kinds:
+ * counter adds: ONE, or ARG for the event's argument, what it costs in
+ * modelled time). Each event is described here alone: profile.c fills
+ * the cost table from this column, sd_model_charge() and model.c charge
+ * by it. Trace kinds:
  *   UNTRACED  counted only: the per-access events (hits, misses, walks),
  *             whose trace check would sit on the hit path;
  *   INSTANT   a point on the CPU's track;
  *   BEGIN/END a slice on the CPU's track (they nest, as the code does).
+ * Costs (a parameter of time/params.h, P):
+ *   FREE      nothing;
+ *   ONCE(P)   P, inline (a table entry added to the clock);
+ *   SCAN(P)   P and the scan of the whole TLB a whole-ASID or whole-TLB
+ *             invalidation makes where the profile says it scans
+ *             (tlb_scan_entry per entry: the emulator's is a scan of every
+ *             entry, lib/hw/tlb.c, so it grows with the TLB a machine is
+ *             given), inline;
+ *   EACH(P)   P per unit of the argument (levels, PTEs, frames, tables,
+ *             pages), out of line;
+ *   OUT       a rule of its own in model.c, sd_model_event(): a shared
+ *             resource, a wait, or a sum of parameters.
  * Counter names are the kernel's vm events where one exists (include/
  * shootdown/stats.h); flush reasons are the tlb_flush tracepoint's.
  */
-#define SD_EVENT_LIST(X)                                                        \
-	X(TLB_L1_HIT,         TLB_L1_HIT,         UNTRACED, ONE)                \
-	X(TLB_L2_HIT,         TLB_L2_HIT,         UNTRACED, ONE)                \
-	X(TLB_MISS,           TLB_MISS,           UNTRACED, ONE)                \
-	X(PAGE_WALK,          PAGE_WALK,          UNTRACED, ONE) /* arg levels read */ \
-	X(WALK_CACHE_HIT,     WALK_CACHE_HIT,     UNTRACED, ONE)                \
-	X(TLB_FILL,           TLB_FILL,           INSTANT,  ONE) /* arg vpn */  \
-	X(TLB_FILL_RACED,     TLB_FILL_RACED,     INSTANT,  ONE) /* arg vpn */  \
-	X(PAGE_FAULT,         PAGE_FAULT,         INSTANT,  ONE) /* arg vpn */  \
-	X(VIOLATION,          VIOLATION,          INSTANT,  ONE) /* arg vpn */  \
-	/* arg vpn, aux sd_flush_aux(reason, pages) */                         \
-	X(FLUSH_BEGIN,        NONE,               BEGIN,    ONE)                \
-	/* arg ns (the histogram's sample), aux reason */                      \
-	X(FLUSH_END,          FLUSH,              END,      ONE)                \
-	/* sd_flush_tlb_range(): a flush counted, not timed (no clock reads) */ \
-	X(FLUSH_UNTIMED,      FLUSH,              INSTANT,  ONE) /* arg vpn */  \
-	/* folios added to or removed from the LRU under its lock (mm/lru.c) */ \
-	X(LRU_LOCKED_OPS,     LRU_LOCK_PAGES,     INSTANT,  ARG) /* arg folios */ \
-	X(LOCAL_FLUSH_ALL,    LOCAL_FLUSH_ALL,    INSTANT,  ONE)                \
-	X(LOCAL_FLUSH_ASID,   LOCAL_FLUSH_ASID,   INSTANT,  ONE)                \
-	X(LOCAL_FLUSH_ONE,    LOCAL_FLUSH_ONE,    INSTANT,  ONE) /* arg vpn */  \
-	X(LOCAL_FLUSH_RANGE,  LOCAL_FLUSH_RANGE,  INSTANT,  ONE) /* arg vpn, aux pages */ \
-	X(REMOTE_FLUSH,       REMOTE_FLUSH,       INSTANT,  ONE)                \
-	X(REMOTE_INVAL,       REMOTE_INVAL,       UNTRACED, ARG) /* arg target TLBs */ \
-	X(REMOTE_INVAL_RECV,  REMOTE_INVAL_RECV,  INSTANT,  ONE)                \
-	/* arg targets, aux pages (0: a whole ASID or the whole TLB) */         \
-	X(TLBI_OP,            TLBI_OP,            INSTANT,  ONE)                \
-	X(TLBI_ASID_OP,       TLBI_ASID_OP,       UNTRACED, ONE)                \
-	X(TLBI_PAGE_OP,       TLBI_PAGE_OP,       UNTRACED, ONE)                \
-	X(TLBI_RANGE_S0,      TLBI_RANGE_S0,      UNTRACED, ONE)                \
-	X(TLBI_RANGE_S1,      TLBI_RANGE_S1,      UNTRACED, ONE)                \
-	X(TLBI_RANGE_S2,      TLBI_RANGE_S2,      UNTRACED, ONE)                \
-	X(TLBI_RANGE_S3,      TLBI_RANGE_S3,      UNTRACED, ONE)                \
-	X(LOCAL_ONLY_FLUSH,   LOCAL_ONLY_FLUSH,   INSTANT,  ONE)                \
-	X(FLUSH_SKIPPED,      FLUSH_SKIPPED,      INSTANT,  ONE)                \
-	X(STALE_SWITCH_FLUSH, STALE_SWITCH_FLUSH, INSTANT,  ONE)                \
-	/* arg target CPU, aux flow id (sd_event_ipi_sent()) */                \
-	X(IPI_SENT,           IPI_SENT,           INSTANT,  ONE)                \
-	X(IPI_RUN_BEGIN,      NONE,               BEGIN,    ONE) /* arg flow id */ \
-	X(IPI_RUN_END,        IPI_RECV,           END,      ONE) /* arg flow id */ \
-	X(IPI_DEFERRED,       IPI_DEFERRED,       INSTANT,  ONE)                \
-	X(IPI_ACKED,          NONE,               INSTANT,  ONE) /* arg flow id, aux target */ \
-	X(IPI_UNNEEDED,       IPI_UNNEEDED,       INSTANT,  ONE)                \
-	X(IPI_RESENT,         IPI_RESENT,         INSTANT,  ONE) /* arg target */ \
-	X(IPI_STUCK,          IPI_STUCK,          INSTANT,  ONE) /* arg target */ \
-	X(IPI_TARGET_GONE,    IPI_TARGET_GONE,    INSTANT,  ONE) /* arg target */ \
-	X(CPUMASK_WRITE,      CPUMASK_WRITE,      UNTRACED, ONE)                \
-	X(FLUSH_FULL,         FLUSH_FULL,         INSTANT,  ONE)                \
-	X(FLUSH_PARTIAL,      FLUSH_PARTIAL,      INSTANT,  ONE) /* arg pages */ \
-	X(FLUSH_GEN_SKIP,     FLUSH_GEN_SKIP,     INSTANT,  ONE)                \
-	X(LAZY_SKIP,          LAZY_SKIP,          UNTRACED, ONE)                \
-	X(CPUMASK_TRIM,       CPUMASK_TRIM,       UNTRACED, ONE)                \
-	X(SWITCH_FLUSH,       SWITCH_FLUSH,       INSTANT,  ONE)                \
-	X(INVLPGB,            INVLPGB,            INSTANT,  ONE) /* arg vpn, aux pages (0: whole) */ \
-	X(TLBSYNC,            TLBSYNC,            INSTANT,  ONE) /* arg ops synced */ \
-	X(GLOBAL_ASID_ALLOC,  GLOBAL_ASID_ALLOC,  INSTANT,  ONE)                \
-	X(GLOBAL_ASID_FREE,   GLOBAL_ASID_FREE,   INSTANT,  ONE)                \
-	X(GLOBAL_ASID_RESET,  GLOBAL_ASID_RESET,  INSTANT,  ONE)                \
-	X(TRANSITION_IPI,     TRANSITION_IPI,     INSTANT,  ONE)                \
-	X(FALLBACK_IPI_FLUSH, FALLBACK_IPI_FLUSH, INSTANT,  ONE)                \
-	X(ASID_ALLOC,         ASID_ALLOC,         INSTANT,  ONE)                \
-	X(ASID_ROLLOVER,      ASID_ROLLOVER,      INSTANT,  ONE)                \
-	X(SWITCH_BEGIN,       NONE,               BEGIN,    ONE) /* arg next mm id */ \
-	X(SWITCH_END,         CTX_SWITCH,         END,      ONE)                \
-	X(LAZY_ENTER,         NONE,               INSTANT,  ONE)                \
-	X(LAZY_LEAVE,         NONE,               INSTANT,  ONE)                \
-	X(TRAP_BEGIN,         TRAP,               BEGIN,    ONE) /* arg insn */ \
-	X(TRAP_END,           NONE,               END,      ONE)                \
-	X(TRAP_UNDEF,         TRAP_UNDEF,         INSTANT,  ONE) /* arg insn */ \
-	X(LOCK_WAIT_BEGIN,    LOCK_WAIT,          BEGIN,    ONE) /* arg enum sd_lock_kind */ \
-	X(LOCK_WAIT_END,      NONE,               END,      ONE)                \
-	/* Events that exist for modelled time (model.h): counted nowhere. */  \
-	X(DSB,                NONE,               UNTRACED, ONE) /* the flush's barrier */ \
-	X(SYSCALL_ENTER,      NONE,               UNTRACED, ONE)                \
-	X(SYSCALL_EXIT,       NONE,               UNTRACED, ONE)                \
-	X(VMA_CHANGE,         NONE,               UNTRACED, ONE) /* under the mmap_lock */ \
-	X(PTE_UPDATE,         NONE,               UNTRACED, ONE) /* arg PTEs */  \
-	X(PAGE_FREE,          NONE,               UNTRACED, ONE) /* arg frames */ \
-	/* arg enum sd_lock_kind, aux the struct sd_model_lock (0: the kind's) */ \
-	X(LOCK_ACQUIRE,       NONE,               UNTRACED, ONE)                \
-	X(LOCK_RELEASE,       NONE,               UNTRACED, ONE)                \
-	X(LINE_READ,          NONE,               UNTRACED, ONE) /* aux struct sd_model_line */ \
-	X(LINE_WRITE,         NONE,               UNTRACED, ONE) /* aux struct sd_model_line */ \
-	X(WORK,               NONE,               UNTRACED, ONE) /* arg ns: sd_cpu_work() */ \
-	X(MM_CREATE,          NONE,               UNTRACED, ONE) /* sd_mm_create() */ \
-	X(MM_DESTROY,         NONE,               UNTRACED, ONE) /* sd_mm_destroy(), fixed part */ \
-	X(PT_ALLOC,           NONE,               UNTRACED, ONE) /* arg tables */ \
-	X(PT_FREE,            NONE,               UNTRACED, ONE) /* arg tables */
+#define SD_EVENT_LIST(X)                                                                                 \
+	X(TLB_L1_HIT,         TLB_L1_HIT,         UNTRACED, ONE, ONCE(TLB_L1_HIT))                       \
+	X(TLB_L2_HIT,         TLB_L2_HIT,         UNTRACED, ONE, ONCE(TLB_L2_HIT))                       \
+	X(TLB_MISS,           TLB_MISS,           UNTRACED, ONE, ONCE(TLB_MISS))                         \
+	X(PAGE_WALK,          PAGE_WALK,          UNTRACED, ONE, EACH(WALK_LEVEL)) /* arg levels read */ \
+	X(WALK_CACHE_HIT,     WALK_CACHE_HIT,     UNTRACED, ONE, FREE)                                   \
+	X(TLB_FILL,           TLB_FILL,           INSTANT,  ONE, ONCE(TLB_FILL)) /* arg vpn */           \
+	X(TLB_FILL_RACED,     TLB_FILL_RACED,     INSTANT,  ONE, ONCE(TLB_FILL)) /* arg vpn */           \
+	X(PAGE_FAULT,         PAGE_FAULT,         INSTANT,  ONE, ONCE(PAGE_FAULT_ENTRY)) /* arg vpn */   \
+	X(VIOLATION,          VIOLATION,          INSTANT,  ONE, FREE) /* arg vpn */                     \
+	/* arg vpn, aux sd_flush_aux(reason, pages) */                                                   \
+	X(FLUSH_BEGIN,        NONE,               BEGIN,    ONE, FREE)                                   \
+	/* arg ns (the histogram's sample), aux reason */                                                \
+	X(FLUSH_END,          FLUSH,              END,      ONE, FREE)                                   \
+	/* sd_flush_tlb_range(): a flush counted, not timed (no clock reads) */                          \
+	X(FLUSH_UNTIMED,      FLUSH,              INSTANT,  ONE, FREE) /* arg vpn */                     \
+	/* folios added to or removed from the LRU under its lock (mm/lru.c) */                          \
+	X(LRU_LOCKED_OPS,     LRU_LOCK_PAGES,     INSTANT,  ARG, OUT) /* arg folios */                   \
+	X(LOCAL_FLUSH_ALL,    LOCAL_FLUSH_ALL,    INSTANT,  ONE, SCAN(LOCAL_FLUSH_ALL))                  \
+	X(LOCAL_FLUSH_ASID,   LOCAL_FLUSH_ASID,   INSTANT,  ONE, SCAN(LOCAL_FLUSH_ASID))                 \
+	X(LOCAL_FLUSH_ONE,    LOCAL_FLUSH_ONE,    INSTANT,  ONE, ONCE(LOCAL_FLUSH_PAGE)) /* arg vpn */   \
+	X(LOCAL_FLUSH_RANGE,  LOCAL_FLUSH_RANGE,  INSTANT,  ONE, OUT) /* arg vpn, aux pages */           \
+	X(REMOTE_FLUSH,       REMOTE_FLUSH,       INSTANT,  ONE, FREE)                                   \
+	X(REMOTE_INVAL,       REMOTE_INVAL,       UNTRACED, ARG, FREE) /* arg target TLBs */             \
+	X(REMOTE_INVAL_RECV,  REMOTE_INVAL_RECV,  INSTANT,  ONE, FREE)                                   \
+	/* arg targets, aux pages (0: a whole ASID or the whole TLB) */                                  \
+	X(TLBI_OP,            TLBI_OP,            INSTANT,  ONE, OUT)                                    \
+	X(TLBI_ASID_OP,       TLBI_ASID_OP,       UNTRACED, ONE, FREE)                                   \
+	X(TLBI_PAGE_OP,       TLBI_PAGE_OP,       UNTRACED, ONE, FREE)                                   \
+	X(TLBI_RANGE_S0,      TLBI_RANGE_S0,      UNTRACED, ONE, FREE)                                   \
+	X(TLBI_RANGE_S1,      TLBI_RANGE_S1,      UNTRACED, ONE, FREE)                                   \
+	X(TLBI_RANGE_S2,      TLBI_RANGE_S2,      UNTRACED, ONE, FREE)                                   \
+	X(TLBI_RANGE_S3,      TLBI_RANGE_S3,      UNTRACED, ONE, FREE)                                   \
+	X(LOCAL_ONLY_FLUSH,   LOCAL_ONLY_FLUSH,   INSTANT,  ONE, FREE)                                   \
+	X(FLUSH_SKIPPED,      FLUSH_SKIPPED,      INSTANT,  ONE, FREE)                                   \
+	X(STALE_SWITCH_FLUSH, STALE_SWITCH_FLUSH, INSTANT,  ONE, FREE)                                   \
+	/* arg target CPU, aux flow id (sd_event_ipi_sent()) */                                          \
+	X(IPI_SENT,           IPI_SENT,           INSTANT,  ONE, FREE)                                   \
+	X(IPI_RUN_BEGIN,      NONE,               BEGIN,    ONE, FREE) /* arg flow id */                 \
+	X(IPI_RUN_END,        IPI_RECV,           END,      ONE, FREE) /* arg flow id */                 \
+	X(IPI_DEFERRED,       IPI_DEFERRED,       INSTANT,  ONE, FREE)                                   \
+	X(IPI_ACKED,          NONE,               INSTANT,  ONE, FREE) /* arg flow id, aux target */     \
+	X(IPI_UNNEEDED,       IPI_UNNEEDED,       INSTANT,  ONE, FREE)                                   \
+	X(IPI_RESENT,         IPI_RESENT,         INSTANT,  ONE, FREE) /* arg target */                  \
+	X(IPI_STUCK,          IPI_STUCK,          INSTANT,  ONE, FREE) /* arg target */                  \
+	X(IPI_TARGET_GONE,    IPI_TARGET_GONE,    INSTANT,  ONE, FREE) /* arg target */                  \
+	X(CPUMASK_WRITE,      CPUMASK_WRITE,      UNTRACED, ONE, FREE)                                   \
+	X(FLUSH_FULL,         FLUSH_FULL,         INSTANT,  ONE, SCAN(LOCAL_FLUSH_ASID))                 \
+	X(FLUSH_PARTIAL,      FLUSH_PARTIAL,      INSTANT,  ONE, EACH(LOCAL_FLUSH_PAGE)) /* arg pages */ \
+	X(FLUSH_GEN_SKIP,     FLUSH_GEN_SKIP,     INSTANT,  ONE, FREE)                                   \
+	X(LAZY_SKIP,          LAZY_SKIP,          UNTRACED, ONE, FREE)                                   \
+	X(CPUMASK_TRIM,       CPUMASK_TRIM,       UNTRACED, ONE, FREE)                                   \
+	X(SWITCH_FLUSH,       SWITCH_FLUSH,       INSTANT,  ONE, FREE)                                   \
+	X(INVLPGB,            INVLPGB,            INSTANT,  ONE, OUT) /* arg vpn, aux pages, 0: all */   \
+	X(TLBSYNC,            TLBSYNC,            INSTANT,  ONE, OUT) /* arg ops synced */               \
+	X(GLOBAL_ASID_ALLOC,  GLOBAL_ASID_ALLOC,  INSTANT,  ONE, FREE)                                   \
+	X(GLOBAL_ASID_FREE,   GLOBAL_ASID_FREE,   INSTANT,  ONE, FREE)                                   \
+	X(GLOBAL_ASID_RESET,  GLOBAL_ASID_RESET,  INSTANT,  ONE, FREE)                                   \
+	X(TRANSITION_IPI,     TRANSITION_IPI,     INSTANT,  ONE, FREE)                                   \
+	X(FALLBACK_IPI_FLUSH, FALLBACK_IPI_FLUSH, INSTANT,  ONE, FREE)                                   \
+	X(ASID_ALLOC,         ASID_ALLOC,         INSTANT,  ONE, FREE)                                   \
+	X(ASID_ROLLOVER,      ASID_ROLLOVER,      INSTANT,  ONE, FREE)                                   \
+	X(SWITCH_BEGIN,       NONE,               BEGIN,    ONE, ONCE(CONTEXT_SWITCH)) /* arg next mm */ \
+	X(SWITCH_END,         CTX_SWITCH,         END,      ONE, FREE)                                   \
+	X(LAZY_ENTER,         NONE,               INSTANT,  ONE, FREE)                                   \
+	X(LAZY_LEAVE,         NONE,               INSTANT,  ONE, FREE)                                   \
+	X(TRAP_BEGIN,         TRAP,               BEGIN,    ONE, ONCE(TRAP_ENTRY)) /* arg insn */        \
+	X(TRAP_END,           NONE,               END,      ONE, ONCE(TRAP_EXIT))                        \
+	X(TRAP_UNDEF,         TRAP_UNDEF,         INSTANT,  ONE, FREE) /* arg insn */                    \
+	X(LOCK_WAIT_BEGIN,    LOCK_WAIT,          BEGIN,    ONE, FREE) /* arg enum sd_lock_kind */       \
+	X(LOCK_WAIT_END,      NONE,               END,      ONE, FREE)                                   \
+	/* Events that exist for modelled time (model.h): counted nowhere. */                            \
+	X(DSB,                NONE,               UNTRACED, ONE, OUT) /* the flush's barrier */          \
+	X(SYSCALL_ENTER,      NONE,               UNTRACED, ONE, ONCE(SYSCALL_ENTRY))                    \
+	X(SYSCALL_EXIT,       NONE,               UNTRACED, ONE, ONCE(SYSCALL_EXIT))                     \
+	X(VMA_CHANGE,         NONE,               UNTRACED, ONE, ONCE(VMA_CHANGE)) /* mmap_lock held */  \
+	X(PTE_UPDATE,         NONE,               UNTRACED, ONE, EACH(PTE_UPDATE)) /* arg PTEs */        \
+	X(PAGE_FREE,          NONE,               UNTRACED, ONE, EACH(PAGE_FREE)) /* arg frames */       \
+	/* arg enum sd_lock_kind, aux the struct sd_model_lock (0: the kind's) */                        \
+	X(LOCK_ACQUIRE,       NONE,               UNTRACED, ONE, OUT)                                    \
+	X(LOCK_RELEASE,       NONE,               UNTRACED, ONE, OUT)                                    \
+	X(LINE_READ,          NONE,               UNTRACED, ONE, OUT) /* aux struct sd_model_line */     \
+	X(LINE_WRITE,         NONE,               UNTRACED, ONE, OUT) /* aux struct sd_model_line */     \
+	X(WORK,               NONE,               UNTRACED, ONE, OUT) /* arg ns: sd_cpu_work() */        \
+	X(MM_CREATE,          NONE,               UNTRACED, ONE, ONCE(MM_CREATE)) /* sd_mm_create() */   \
+	X(MM_DESTROY,         NONE,               UNTRACED, ONE, ONCE(MM_DESTROY)) /* its fixed part */  \
+	X(PT_ALLOC,           NONE,               UNTRACED, ONE, EACH(PT_ALLOC)) /* arg tables */        \
+	X(PT_FREE,            NONE,               UNTRACED, ONE, EACH(PT_FREE)) /* arg tables */
 
 enum sd_event {
-#define SD_EVENT_ENUM(ev, stat, trace, add) SD_EV_##ev,
+#define SD_EVENT_ENUM(ev, stat, trace, add, cost) SD_EV_##ev,
 	SD_EVENT_LIST(SD_EVENT_ENUM)
 #undef SD_EVENT_ENUM
 	SD_EV_NR
@@ -129,10 +144,15 @@ enum sd_event_trace { SD_EVT_UNTRACED, SD_EVT_INSTANT, SD_EVT_BEGIN, SD_EVT_END 
 
 #define SD_STAT_NONE SD_STAT_NR
 
+/* The cost column's kinds; the inline ones first. */
+enum sd_event_cost { SD_COST_FREE, SD_COST_ONCE, SD_COST_SCAN, SD_COST_EACH, SD_COST_OUT };
+
 struct sd_event_desc {
 	uint16_t stat;          /* enum sd_stat, or SD_STAT_NONE */
 	uint8_t trace;          /* enum sd_event_trace */
 	uint8_t add_arg;        /* the counter adds @arg, not 1 */
+	uint8_t cost;           /* enum sd_event_cost */
+	uint8_t param;          /* enum sd_model_param of ONCE, SCAN, EACH */
 };
 
 /* In SD_EVENT_LIST order (positional: C++ includes this too). Static
@@ -140,11 +160,21 @@ struct sd_event_desc {
  * the compiler folds the lookup away: the hit path's sd_event() is the
  * counter bump it replaced, and no trace check at all (UNTRACED). */
 static const struct sd_event_desc sd_event_desc[SD_EV_NR] = {
-#define SD_EVENT_DESC(ev, stat, tr, add) \
-	{ SD_STAT_##stat, SD_EVT_##tr, SD_EVENT_ADD_##add },
+#define SD_EVENT_DESC(ev, stat, tr, add, cost) \
+	{ SD_STAT_##stat, SD_EVT_##tr, SD_EVENT_ADD_##add, SD_EVENT_##cost },
 #define SD_EVENT_ADD_ONE 0
 #define SD_EVENT_ADD_ARG 1
+#define SD_EVENT_FREE SD_COST_FREE, 0
+#define SD_EVENT_ONCE(p) SD_COST_ONCE, SD_MP_##p
+#define SD_EVENT_SCAN(p) SD_COST_SCAN, SD_MP_##p
+#define SD_EVENT_EACH(p) SD_COST_EACH, SD_MP_##p
+#define SD_EVENT_OUT SD_COST_OUT, 0
 	SD_EVENT_LIST(SD_EVENT_DESC)
+#undef SD_EVENT_OUT
+#undef SD_EVENT_EACH
+#undef SD_EVENT_SCAN
+#undef SD_EVENT_ONCE
+#undef SD_EVENT_FREE
 #undef SD_EVENT_ADD_ARG
 #undef SD_EVENT_ADD_ONE
 #undef SD_EVENT_DESC
@@ -238,22 +268,12 @@ void sd_model_ipi_acked(struct sd_cpu *from, struct sd_cpu *t, uint64_t acked_ps
 void sd_model_irq_exit(struct sd_cpu *c);
 void sd_model_set_run(struct sd_cpu *c, int state);
 
-/* Events whose modelled cost is a fixed charge from the profile (ev_ps);
- * the others (per page, per target, a shared resource, a wait) are charged
- * out of line. A switch, not a table, so C++ can include this and a
- * constant @ev folds to one branch. */
+/* Events whose modelled cost is a fixed charge (FREE, ONCE, SCAN: a
+ * table entry, ev_ps); the others are charged out of line. For a constant
+ * @ev (every call but a few) the static table folds to one branch. */
 static inline bool sd_model_fixed(enum sd_event ev)
 {
-	switch (ev) {
-	case SD_EV_PAGE_WALK: case SD_EV_LOCAL_FLUSH_RANGE: case SD_EV_FLUSH_PARTIAL:
-	case SD_EV_TLBI_OP: case SD_EV_INVLPGB: case SD_EV_TLBSYNC: case SD_EV_DSB:
-	case SD_EV_PTE_UPDATE: case SD_EV_PAGE_FREE: case SD_EV_PT_ALLOC: case SD_EV_PT_FREE:
-	case SD_EV_LOCK_ACQUIRE: case SD_EV_LOCK_RELEASE: case SD_EV_LRU_LOCKED_OPS:
-	case SD_EV_LINE_READ: case SD_EV_LINE_WRITE: case SD_EV_WORK:
-		return false;
-	default:
-		return true;
-	}
+	return sd_event_desc[ev].cost <= SD_COST_SCAN;
 }
 
 /* Charge @ev to @c's modelled clock; at a synchronisation point, publish

@@ -708,16 +708,13 @@ void sd_model_event(struct sd_cpu *c, enum sd_event ev, uint64_t arg, uint64_t a
 	else if (unlikely(atomic_load_explicit(&c->model_pub.state, memory_order_relaxed) ==
 			  SD_MODEL_STALLED))
 		rejoin(c);
-	switch (ev) {
 	/* Per unit of the argument: levels read, PTEs, frames, tables, pages. */
-	case SD_EV_PAGE_WALK:
-	case SD_EV_PTE_UPDATE:
-	case SD_EV_PAGE_FREE:
-	case SD_EV_PT_ALLOC:
-	case SD_EV_PT_FREE:
-	case SD_EV_FLUSH_PARTIAL:
+	if (sd_event_desc[ev].cost == SD_COST_EACH) {
 		c->model.clock_ps += c->model.ev_ps[ev] * arg;
-		break;
+		return;
+	}
+	/* The rules of the events marked OUT in SD_EVENT_LIST. */
+	switch (ev) {
 	case SD_EV_LOCAL_FLUSH_RANGE:
 		c->model.clock_ps += p[SD_MP_LOCAL_FLUSH_RANGE] + p[SD_MP_LOCAL_FLUSH_RANGE_PAGE] * aux;
 		break;
@@ -757,6 +754,7 @@ void sd_model_event(struct sd_cpu *c, enum sd_event ev, uint64_t arg, uint64_t a
 		c->model.clock_ps += arg * PS_PER_NS;
 		break;
 	default:
+		/* A row marked OUT with no rule here. */
 		c->model.clock_ps += c->model.ev_ps[ev];
 		break;
 	}

@@ -426,55 +426,26 @@ static uint64_t to_ps(double ns)
 	return (uint64_t)llround(ns * 1000.0);
 }
 
-/* Events charged a profile cost: once, or (sd_model_event()'s per-unit
- * events) once per unit of their argument. The rest are 0, or charged out
- * of line from the parameters themselves. */
+/* Each event's cost from its row of SD_EVENT_LIST (hw/event.h): ONCE and
+ * EACH their parameter (EACH per unit of the argument: model.c), SCAN its
+ * parameter and a scan of every entry of the machine's TLBs. */
 static void fill_event_costs(struct sd_model *mod, unsigned tlb_entries)
 {
-	static const struct { enum sd_event ev; enum sd_model_param p; } fixed[] = {
-		{ SD_EV_TLB_L1_HIT, SD_MP_TLB_L1_HIT },
-		{ SD_EV_TLB_L2_HIT, SD_MP_TLB_L2_HIT },
-		{ SD_EV_TLB_MISS, SD_MP_TLB_MISS },
-		{ SD_EV_TLB_FILL, SD_MP_TLB_FILL },
-		{ SD_EV_TLB_FILL_RACED, SD_MP_TLB_FILL },
-		{ SD_EV_PAGE_FAULT, SD_MP_PAGE_FAULT_ENTRY },
-		{ SD_EV_LOCAL_FLUSH_ALL, SD_MP_LOCAL_FLUSH_ALL },
-		{ SD_EV_LOCAL_FLUSH_ASID, SD_MP_LOCAL_FLUSH_ASID },
-		{ SD_EV_LOCAL_FLUSH_ONE, SD_MP_LOCAL_FLUSH_PAGE },
-		{ SD_EV_FLUSH_FULL, SD_MP_LOCAL_FLUSH_ASID },
-		{ SD_EV_SWITCH_BEGIN, SD_MP_CONTEXT_SWITCH },
-		{ SD_EV_TRAP_BEGIN, SD_MP_TRAP_ENTRY },
-		{ SD_EV_TRAP_END, SD_MP_TRAP_EXIT },
-		{ SD_EV_SYSCALL_ENTER, SD_MP_SYSCALL_ENTRY },
-		{ SD_EV_SYSCALL_EXIT, SD_MP_SYSCALL_EXIT },
-		{ SD_EV_VMA_CHANGE, SD_MP_VMA_CHANGE },
-		{ SD_EV_MM_CREATE, SD_MP_MM_CREATE },
-		{ SD_EV_MM_DESTROY, SD_MP_MM_DESTROY },
-		{ SD_EV_PT_ALLOC, SD_MP_PT_ALLOC },
-		{ SD_EV_PT_FREE, SD_MP_PT_FREE },
-		{ SD_EV_PAGE_WALK, SD_MP_WALK_LEVEL },
-		{ SD_EV_PTE_UPDATE, SD_MP_PTE_UPDATE },
-		{ SD_EV_PAGE_FREE, SD_MP_PAGE_FREE },
-		{ SD_EV_FLUSH_PARTIAL, SD_MP_LOCAL_FLUSH_PAGE },
-	};
-	/* The invalidations that drop a whole ASID or the whole TLB: the
-	 * emulator's is a scan of every entry (lib/hw/tlb.c), so its cost
-	 * grows with the TLB a machine is given; hardware's does not. */
-	static const enum sd_event scans[] = {
-		SD_EV_LOCAL_FLUSH_ALL, SD_EV_LOCAL_FLUSH_ASID, SD_EV_FLUSH_FULL,
-	};
-
 	for (unsigned i = 0; i < SD_MP_NR; i++)
 		mod->param_ps[i] = to_ps(mod->param_ns[i]);
 	for (unsigned p = 0; p < SD_MDP_NR; p++)
 		for (unsigned d = 0; d < SD_DIST_NR; d++)
 			mod->dist_ps[p][d] = to_ps(mod->dist_ns[p][d]);
-	memset(mod->ev_ps, 0, sizeof(mod->ev_ps));
-	for (unsigned i = 0; i < sizeof(fixed) / sizeof(fixed[0]); i++)
-		mod->ev_ps[fixed[i].ev] = mod->param_ps[fixed[i].p];
 	mod->scan_ps = mod->param_ps[SD_MP_TLB_SCAN_ENTRY] * tlb_entries;
-	for (unsigned i = 0; i < sizeof(scans) / sizeof(scans[0]); i++)
-		mod->ev_ps[scans[i]] += mod->scan_ps;
+	memset(mod->ev_ps, 0, sizeof(mod->ev_ps));
+	for (unsigned ev = 0; ev < SD_EV_NR; ev++) {
+		const struct sd_event_desc *d = &sd_event_desc[ev];
+
+		if (d->cost == SD_COST_ONCE || d->cost == SD_COST_SCAN || d->cost == SD_COST_EACH)
+			mod->ev_ps[ev] = mod->param_ps[d->param];
+		if (d->cost == SD_COST_SCAN)
+			mod->ev_ps[ev] += mod->scan_ps;
+	}
 }
 
 /*

@@ -206,7 +206,7 @@ struct trace_out {
 };
 
 static const char *const event_names[SD_EV_NR] = {
-#define SD_EVENT_NAME(ev, stat, trace, add) #ev,
+#define SD_EVENT_NAME(ev, stat, trace, add, cost) #ev,
 	SD_EVENT_LIST(SD_EVENT_NAME)
 #undef SD_EVENT_NAME
 };
