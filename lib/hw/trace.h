@@ -55,8 +55,4 @@ struct sd_trace {
 int sd_trace_setup(struct sd_machine *m);
 void sd_trace_teardown(struct sd_machine *m);
 
-/* sd_machine_trace_write() once its arguments are checked (a tracing
- * machine, a path): 0 or -errno, with sd_last_error() set. */
-int sd_trace_write_file(struct sd_machine *m, const char *path);
-
 #endif

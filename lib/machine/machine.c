@@ -25,6 +25,7 @@
 #include "../hw/smp.h"
 #include "../mm/flush_ops.h"
 #include "../strategy/registry.h"
+#include "report.h"
 
 #define SD_DEFAULT_STRATEGY "broadcast"
 #define SD_DEFAULT_TLB_SETS 256

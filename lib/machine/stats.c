@@ -1,11 +1,16 @@
 /* SPDX-License-Identifier: MIT */
+/*
+ * The counters' reader (<shootdown/stats.h>): snapshots of the per-CPU
+ * counters and the flush-latency histogram the event funnel writes
+ * (hw/event.h), their differences, quantiles and printing.
+ */
 #include <errno.h>
 #include <string.h>
 
 #include <shootdown/stats.h>
 
 #include "../core/error.h"
-#include "machine.h"
+#include "../hw/machine.h"
 
 static const char *const stat_names[SD_STAT_NR] = {
 #define SD_STAT_NAME(id, name) name,

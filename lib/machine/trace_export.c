@@ -1,0 +1,456 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The trace's reader: a machine's per-CPU rings (hw/trace.h, written by
+ * the event funnel) turned into a Chrome trace-event JSON file, the JSON
+ * Object Format that Perfetto's UI and chrome://tracing load. One process
+ * per machine, one thread (track) per emulated CPU. A reader of what the
+ * layers below recorded, so it sits in the top layer.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <shootdown/machine.h>
+
+#include "../core/error.h"
+#include "../hw/event.h"
+#include "../hw/machine.h"
+#include "../hw/trace.h"
+#include "report.h"
+
+/* Flow ends sit this far inside the slice they bind to: timestamps are
+ * microseconds with three decimals, which a viewer reads as a double and
+ * may round by a nanosecond. */
+#define SD_TRACE_FLOW_NUDGE_NS 20
+
+/* Ack flows get their own ids: a flow's id names both of its ends. */
+#define SD_TRACE_ACK_FLOW (UINT64_C(1) << 48)
+
+/* ---- the reader: rings to JSON ---- */
+
+struct trace_cpu {
+	const struct sd_trace_rec *rec;
+	uint64_t nr;                   /* records in the snapshot */
+	uint64_t dropped;
+};
+
+struct flush_mark {
+	uint64_t ts_ns;
+	int delta;                     /* +1 a flush began, -1 one ended */
+};
+
+struct trace_out {
+	const struct sd_machine *m;
+	FILE *f;
+	struct trace_cpu *cpus;
+	uint64_t *handled;             /* flow ids whose handler ran, sorted */
+	size_t nr_handled;
+	uint64_t *acked;               /* flow ids whose sender saw the ack, sorted */
+	size_t nr_acked;
+	struct flush_mark *flushes;
+	size_t nr_flushes;
+	uint64_t end_ns;               /* the write's time: open slices end here */
+	bool first;
+};
+
+static const char *const event_names[SD_EV_NR] = {
+#define SD_EVENT_NAME(ev, stat, trace, add, cost) #ev,
+	SD_EVENT_LIST(SD_EVENT_NAME)
+#undef SD_EVENT_NAME
+};
+
+static const char *const flush_reasons[SD_FLUSH_REASON_NR] = {
+	[SD_FLUSH_ON_TASK_SWITCH] = "TLB_FLUSH_ON_TASK_SWITCH",
+	[SD_FLUSH_REMOTE_SHOOTDOWN] = "TLB_REMOTE_SHOOTDOWN",
+	[SD_FLUSH_LOCAL_SHOOTDOWN] = "TLB_LOCAL_SHOOTDOWN",
+	[SD_FLUSH_LOCAL_MM_SHOOTDOWN] = "TLB_LOCAL_MM_SHOOTDOWN",
+	[SD_FLUSH_REMOTE_SEND_IPI] = "TLB_REMOTE_SEND_IPI",
+	[SD_FLUSH_BATCH] = "batch",
+};
+
+static const char *const lock_names[SD_LOCK_KIND_NR] = {
+	[SD_LOCK_DVM] = "dvm", [SD_LOCK_LRU] = "lru", [SD_LOCK_GLOBAL_ASID] = "global_asid",
+	[SD_LOCK_MM] = "mmap_lock", [SD_LOCK_TRAP] = "trap", [SD_LOCK_ASID] = "asid",
+	[SD_LOCK_MM_READ] = "mmap_lock_read", [SD_LOCK_MM_VMA] = "vma_lock",
+	[SD_LOCK_PTL] = "ptl",
+};
+
+static const char *reason_name(uint64_t r)
+{
+	return r < SD_FLUSH_REASON_NR ? flush_reasons[r] : "unknown";
+}
+
+static const char *lock_name(uint64_t k)
+{
+	return k < SD_LOCK_KIND_NR ? lock_names[k] : "unknown";
+}
+
+/* The tlb_flush tracepoint's reason for the instants that have one: the
+ * flush an IPI ran (flush_tlb_func()), one done at switch-in, the send. */
+static unsigned instant_reason(uint32_t ev)
+{
+	switch (ev) {
+	case SD_EV_REMOTE_INVAL_RECV:
+		return SD_FLUSH_REMOTE_SHOOTDOWN;
+	case SD_EV_SWITCH_FLUSH:
+	case SD_EV_STALE_SWITCH_FLUSH:
+		return SD_FLUSH_ON_TASK_SWITCH;
+	case SD_EV_IPI_SENT:
+		return SD_FLUSH_REMOTE_SEND_IPI;
+	default:
+		return SD_FLUSH_REASON_NR;
+	}
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+static int cmp_mark(const void *a, const void *b)
+{
+	const struct flush_mark *x = a, *y = b;
+
+	if (x->ts_ns != y->ts_ns)
+		return x->ts_ns < y->ts_ns ? -1 : 1;
+	return x->delta - y->delta;    /* an end before a begin at a tie */
+}
+
+static bool has_id(const uint64_t *ids, size_t n, uint64_t id)
+{
+	return id && bsearch(&id, ids, n, sizeof(*ids), cmp_u64);
+}
+
+/* Whether the IPI_SENT record that @id names is in the snapshot. */
+static bool sender_has(const struct trace_out *o, uint64_t id)
+{
+	uint64_t cpu = (id >> 32) - 1, slot = (id & 0xffffffffu) - 1;
+
+	return id && cpu < o->m->nr_cpus && slot < o->cpus[cpu].nr &&
+	       o->cpus[cpu].rec[slot].ev == SD_EV_IPI_SENT;
+}
+
+/* Microseconds since the machine's creation, as the format wants. */
+static double ts_us(const struct trace_out *o, uint64_t ns)
+{
+	return ns > o->m->trace.t0_ns ? (double)(ns - o->m->trace.t0_ns) / 1000.0 : 0.0;
+}
+
+/*
+ * The track ids. Viewers hide thread id 0 (the idle task) and call the
+ * thread whose id equals its process's "main thread", so CPU n is thread
+ * n + 1 and the machine is process SD_TRACE_PID_BASE + its number, above
+ * every CPU's thread id. The names say "CPU n" and the machine's number.
+ */
+#define SD_TRACE_PID_BASE 10000u
+
+static unsigned trace_pid(const struct trace_out *o)
+{
+	return SD_TRACE_PID_BASE + o->m->trace.serial;
+}
+
+/* Open one event object: the fields every event has. @cpu is the track. */
+static void ev_head(struct trace_out *o, const char *ph, const char *name, const char *cat,
+		    unsigned cpu, uint64_t ns)
+{
+	fprintf(o->f, "%s\n{\"ph\":\"%s\",\"name\":\"%s\",\"cat\":\"%s\",\"pid\":%u,\"tid\":%u,"
+		"\"ts\":%.3f", o->first ? "" : ",", ph, name, cat, trace_pid(o), cpu + 1,
+		ts_us(o, ns));
+	o->first = false;
+}
+
+static void flow(struct trace_out *o, const char *ph, const char *name, unsigned tid,
+		 uint64_t ns, uint64_t id)
+{
+	ev_head(o, ph, name, "ipi", tid, ns);
+	fprintf(o->f, ",\"id\":%llu,\"bp\":\"e\"}", (unsigned long long)id);
+}
+
+static void write_begin(struct trace_out *o, unsigned cpu, const struct sd_trace_rec *r)
+{
+	switch (r->ev) {
+	case SD_EV_FLUSH_BEGIN:
+		ev_head(o, "B", "flush", "flush", cpu, r->ts_ns);
+		fprintf(o->f, ",\"args\":{\"reason\":\"%s\",\"vpn\":\"0x%llx\",\"pages\":%llu}}",
+			reason_name(r->aux & 0xff), (unsigned long long)r->arg,
+			(unsigned long long)(r->aux >> 8));
+		break;
+	case SD_EV_IPI_RUN_BEGIN:
+		ev_head(o, "B", "IPI handler", "ipi", cpu, r->ts_ns);
+		fprintf(o->f, ",\"args\":{\"from_cpu\":%lld}}",
+			r->arg ? (long long)(r->arg >> 32) - 1 : -1LL);
+		/* The arrow from the send ends here; the one to the ack
+		 * starts here, both bound to this slice: just inside it, so
+		 * a viewer that sorts by time never meets them before the
+		 * slice has begun. */
+		if (sender_has(o, r->arg))
+			flow(o, "f", "ipi", cpu, r->ts_ns + SD_TRACE_FLOW_NUDGE_NS, r->arg);
+		if (sender_has(o, r->arg) && has_id(o->acked, o->nr_acked, r->arg))
+			flow(o, "s", "ack", cpu, r->ts_ns + SD_TRACE_FLOW_NUDGE_NS,
+			     r->arg + SD_TRACE_ACK_FLOW);
+		break;
+	case SD_EV_SWITCH_BEGIN:
+		ev_head(o, "B", "switch_mm", "switch", cpu, r->ts_ns);
+		fprintf(o->f, ",\"args\":{\"next_mm\":%llu}}", (unsigned long long)r->arg);
+		break;
+	case SD_EV_TRAP_BEGIN:
+		ev_head(o, "B", "trap", "trap", cpu, r->ts_ns);
+		fprintf(o->f, ",\"args\":{\"insn\":\"0x%08llx\"}}", (unsigned long long)r->arg);
+		break;
+	default:        /* SD_EV_LOCK_WAIT_BEGIN */
+		ev_head(o, "B", "lock wait", "lock", cpu, r->ts_ns);
+		fprintf(o->f, ",\"args\":{\"lock\":\"%s\"}}", lock_name(r->arg));
+		break;
+	}
+}
+
+static void write_end(struct trace_out *o, unsigned cpu, const struct sd_trace_rec *r)
+{
+	ev_head(o, "E", "", "", cpu, r->ts_ns);
+	if (r->ev == SD_EV_FLUSH_END)
+		fprintf(o->f, ",\"args\":{\"ns\":%llu}}", (unsigned long long)r->arg);
+	else
+		fputc('}', o->f);
+}
+
+static void write_instant(struct trace_out *o, unsigned cpu, const struct sd_trace_rec *r,
+			  uint64_t *fills)
+{
+	char name[32];
+	size_t i;
+
+	for (i = 0; event_names[r->ev][i] && i + 1 < sizeof(name); i++) {
+		char ch = event_names[r->ev][i];
+
+		name[i] = ch >= 'A' && ch <= 'Z' ? (char)(ch - 'A' + 'a') : ch;
+	}
+	name[i] = 0;
+	ev_head(o, "i", name, "event", cpu, r->ts_ns);
+	fprintf(o->f, ",\"s\":\"t\",\"args\":{\"arg\":%llu,\"aux\":%llu",
+		(unsigned long long)r->arg, (unsigned long long)r->aux);
+	if (instant_reason(r->ev) < SD_FLUSH_REASON_NR)
+		fprintf(o->f, ",\"reason\":\"%s\"", reason_name(instant_reason(r->ev)));
+	fputs("}}", o->f);
+	/* The sender's ends follow their instant at its time: a viewer
+	 * binds them to the newest slice on the track, which is that
+	 * instant (ipi_sent, ipi_acked), inside the flush. */
+	if (r->ev == SD_EV_IPI_SENT && has_id(o->handled, o->nr_handled, r->aux))
+		flow(o, "s", "ipi", cpu, r->ts_ns, r->aux);
+	if (r->ev == SD_EV_IPI_ACKED && sender_has(o, r->arg) &&
+	    has_id(o->handled, o->nr_handled, r->arg))
+		flow(o, "f", "ack", cpu, r->ts_ns, r->arg + SD_TRACE_ACK_FLOW);
+	if (r->ev == SD_EV_TLB_FILL) {
+		ev_head(o, "C", "TLB fills", "tlb", cpu, r->ts_ns);
+		fprintf(o->f, ",\"args\":{\"CPU %u\":%llu}}", cpu, (unsigned long long)++*fills);
+	}
+}
+
+/* One CPU's track: slices kept balanced with a stack, so a slice the run
+ * left open is closed at the write's time, marked "unfinished". */
+static void write_cpu(struct trace_out *o, unsigned cpu)
+{
+	const struct trace_cpu *tc = &o->cpus[cpu];
+	unsigned depth = 0;
+	uint64_t fills = 0;
+
+	ev_head(o, "M", "thread_name", "", cpu, o->m->trace.t0_ns);
+	fprintf(o->f, ",\"args\":{\"name\":\"CPU %u\"}}", cpu);
+	ev_head(o, "M", "thread_sort_index", "", cpu, o->m->trace.t0_ns);
+	fprintf(o->f, ",\"args\":{\"sort_index\":%u}}", cpu);
+	for (uint64_t i = 0; i < tc->nr; i++) {
+		const struct sd_trace_rec *r = &tc->rec[i];
+
+		if (r->ev >= SD_EV_NR)
+			continue;
+		switch (sd_event_desc[r->ev].trace) {
+		case SD_EVT_BEGIN:
+			write_begin(o, cpu, r);
+			depth++;
+			break;
+		case SD_EVT_END:
+			if (!depth)     /* cannot happen: the ring keeps the first */
+				break;
+			write_end(o, cpu, r);
+			depth--;
+			break;
+		default:
+			write_instant(o, cpu, r, &fills);
+			break;
+		}
+	}
+	while (depth--) {
+		ev_head(o, "E", "", "", cpu, o->end_ns);
+		fprintf(o->f, ",\"args\":{\"unfinished\":true}}");
+	}
+}
+
+/* The machine-wide counter track: flushes in flight over time. */
+static void write_flushes_in_flight(struct trace_out *o)
+{
+	long in_flight = 0;
+
+	qsort(o->flushes, o->nr_flushes, sizeof(*o->flushes), cmp_mark);
+	for (size_t i = 0; i < o->nr_flushes; i++) {
+		in_flight += o->flushes[i].delta;
+		ev_head(o, "C", "flushes in flight", "flush", 0, o->flushes[i].ts_ns);
+		fprintf(o->f, ",\"args\":{\"flushes\":%ld}}", in_flight);
+	}
+}
+
+static void write_metadata(struct trace_out *o)
+{
+	uint64_t dropped = 0;
+
+	ev_head(o, "M", "process_name", "", 0, o->m->trace.t0_ns);
+	fprintf(o->f, ",\"args\":{\"name\":\"libshootdown machine %u (%s%s%s)\"}}",
+		o->m->trace.serial, o->m->strategy_spec, o->m->model.on ? ", modelled on " : "",
+		o->m->model.on ? o->m->model.name : "");
+	fprintf(o->f, "\n],\n\"displayTimeUnit\":\"ns\",\n\"otherData\":{"
+		"\"library\":\"libshootdown\",\"strategy\":\"%s\",\"nr_cpus\":%u,"
+		"\"clock\":\"%s\",\"profile\":\"%s\","
+		"\"records_per_cpu\":%u,\"ring_policy\":\"keep first\",\"cpus\":[",
+		o->m->strategy_spec, o->m->nr_cpus,
+		o->m->model.on ? "modelled" : "real", o->m->model.on ? o->m->model.name : "",
+		o->m->trace.per_cpu);
+	for (unsigned i = 0; i < o->m->nr_cpus; i++) {
+		fprintf(o->f, "%s{\"cpu\":%u,\"records\":%llu,\"dropped\":%llu}", i ? "," : "", i,
+			(unsigned long long)o->cpus[i].nr, (unsigned long long)o->cpus[i].dropped);
+		dropped += o->cpus[i].dropped;
+	}
+	fprintf(o->f, "],\"dropped\":%llu}\n}\n", (unsigned long long)dropped);
+}
+
+/* What every CPU has published, and the indexes the flows are drawn from. */
+static int trace_snapshot(struct trace_out *o)
+{
+	const struct sd_machine *m = o->m;
+	size_t total = 0, nh = 0, na = 0, nf = 0;
+
+	for (unsigned i = 0; i < m->nr_cpus; i++) {
+		struct sd_trace_ring *r = m->cpus[i]->trace;
+
+		/* Pairs with the release in trace_put(). */
+		o->cpus[i].nr = atomic_load_explicit(&r->published, memory_order_acquire);
+		o->cpus[i].rec = r->rec;
+		o->cpus[i].dropped = atomic_load_explicit(
+			&m->cpus[i]->stats.counter[SD_STAT_TRACE_DROPPED], memory_order_relaxed);
+		total += o->cpus[i].nr;
+	}
+	o->handled = malloc((total + 1) * sizeof(*o->handled));
+	o->acked = malloc((total + 1) * sizeof(*o->acked));
+	/* Every record at most once, plus a close for each open flush. */
+	o->flushes = malloc((2 * total + 1) * sizeof(*o->flushes));
+	if (!o->handled || !o->acked || !o->flushes)
+		return -ENOMEM;
+	for (unsigned i = 0; i < m->nr_cpus; i++) {
+		long open = 0;
+
+		for (uint64_t j = 0; j < o->cpus[i].nr; j++) {
+			const struct sd_trace_rec *r = &o->cpus[i].rec[j];
+
+			if (r->ev == SD_EV_IPI_RUN_BEGIN && r->arg)
+				o->handled[nh++] = r->arg;
+			else if (r->ev == SD_EV_IPI_ACKED && r->arg)
+				o->acked[na++] = r->arg;
+			else if (r->ev == SD_EV_FLUSH_BEGIN || (r->ev == SD_EV_FLUSH_END && open > 0)) {
+				open += r->ev == SD_EV_FLUSH_BEGIN ? 1 : -1;
+				o->flushes[nf++] = (struct flush_mark){
+					r->ts_ns, r->ev == SD_EV_FLUSH_BEGIN ? 1 : -1 };
+			}
+		}
+		/* Flushes still open end, for the counter too, at the write. */
+		while (open-- > 0)
+			o->flushes[nf++] = (struct flush_mark){ o->end_ns, -1 };
+	}
+	qsort(o->handled, nh, sizeof(*o->handled), cmp_u64);
+	qsort(o->acked, na, sizeof(*o->acked), cmp_u64);
+	o->nr_handled = nh;
+	o->nr_acked = na;
+	o->nr_flushes = nf;
+	return 0;
+}
+
+static void trace_out_free(struct trace_out *o)
+{
+	free(o->cpus);
+	free(o->handled);
+	free(o->acked);
+	free(o->flushes);
+}
+
+/* The whole file to @f; -errno of the first failed write (ferror). */
+static int trace_emit(struct trace_out *o)
+{
+	fprintf(o->f, "{\"traceEvents\":[");
+	o->first = true;
+	for (unsigned i = 0; i < o->m->nr_cpus; i++)
+		write_cpu(o, i);
+	write_flushes_in_flight(o);
+	write_metadata(o);
+	if (fflush(o->f) || ferror(o->f))
+		return errno ? -errno : -EIO;
+	return 0;
+}
+
+/* Where a modelled timeline ends: the latest clock any CPU published. */
+static uint64_t model_end_ns(const struct sd_machine *m)
+{
+	uint64_t end = 0;
+
+	for (unsigned i = 0; i < m->nr_cpus; i++) {
+		uint64_t v = atomic_load_explicit(&m->cpus[i]->model_pub.clock_ps,
+						  memory_order_relaxed) / PS_PER_NS;
+		end = v > end ? v : end;
+	}
+	return end;
+}
+
+int sd_trace_write_file(struct sd_machine *m, const char *path)
+{
+	struct trace_out o = { .m = m };
+	char *tmp = NULL;
+	int err;
+
+	o.end_ns = m->model.on ? model_end_ns(m) : sd_now_ns();
+	o.cpus = calloc(m->nr_cpus, sizeof(*o.cpus));
+	if (!o.cpus || trace_snapshot(&o)) {
+		trace_out_free(&o);
+		return sd_fail(-ENOMEM, "sd_machine_trace_write: no memory for the trace's index");
+	}
+	/* A temporary name in the same directory, renamed over @path once
+	 * whole: a reader never finds half a trace at @path. */
+	if (asprintf(&tmp, "%s.%d.tmp", path, (int)getpid()) < 0) {
+		trace_out_free(&o);
+		return sd_fail(-ENOMEM, "sd_machine_trace_write: no memory");
+	}
+	o.f = fopen(tmp, "w");
+	if (!o.f) {
+		err = -errno;
+		sd_fail(err, "sd_machine_trace_write: cannot create %s: %s", tmp, strerror(-err));
+		goto out;
+	}
+	errno = 0;
+	err = trace_emit(&o);
+	if (fclose(o.f) && !err)
+		err = -errno;
+	if (err) {
+		sd_fail(err, "sd_machine_trace_write: writing %s failed: %s (removed)", tmp,
+			strerror(-err));
+		unlink(tmp);
+		goto out;
+	}
+	if (rename(tmp, path)) {
+		err = -errno;
+		sd_fail(err, "sd_machine_trace_write: cannot rename %s to %s: %s (removed)", tmp,
+			path, strerror(-err));
+		unlink(tmp);
+	}
+out:
+	free(tmp);
+	trace_out_free(&o);
+	return err;
+}
