@@ -31,7 +31,7 @@ struct sd_backoff {
 
 /*
  * The calling thread's wait hook, NULL for none. Strict modelled time
- * (hw/sequencer.h) runs one emulated CPU at a time, so a CPU that waits
+ * (time/sequencer.h) runs one emulated CPU at a time, so a CPU that waits
  * for a lock another CPU holds must let that CPU run instead of spinning:
  * its thread sets this hook, which hands the machine on and returns true
  * (or false when it cannot: the wait then spins as usual).

@@ -9,10 +9,13 @@
  * an upward include is a compile error, not a review comment. Code outside
  * the library (tests, benchmarks) sees every layer.
  *
- *   core      atomics, locks, futex, backoff, options, errors
- *   time      modelled time's parameters and shared resources (the
- *             interconnect queue, lock histories and calendars, the
- *             rwsem, lines), as pure functions of modelled timestamps
+ *   core      atomics, locks, futex, backoff, options, errors, the IPI's
+ *             tagged real signal
+ *   time      modelled time below the CPUs: a clock (clock.h), strict
+ *             mode's sequencer over clocks, the parameters, and the shared
+ *             resources (the interconnect queue, lock histories and
+ *             calendars, the rwsem, lines) as pure functions of modelled
+ *             timestamps
  *   hw        the emulated hardware: topology, CPUs and interrupts, the IPI
  *             endpoint, TLBs, frames, traps, the oracle, counters
  *   mm        page tables, address spaces, reclaim and TLB batches; the

@@ -270,10 +270,10 @@ static bool seq_wait_hook(void)
 {
 	struct sd_cpu *c = sd_this_cpu;
 
-	if (!c || !c->model.seq || !sd_seq_running(c) || !sd_seq_poll(c))
+	if (!c || !c->model.seq || !sd_seq_running(&c->model) || !sd_seq_poll(&c->model))
 		return false;
 	if (!c->irq_depth && !c->model.irq_batch &&
-	    (c->ipi_pending || sd_seq_arrival(c, NULL) <= c->model.clock_ps))
+	    (c->ipi_pending || sd_seq_arrival(&c->model, NULL) <= c->model.clock_ps))
 		sd_irq_run_pending(c);
 	return true;
 }
@@ -287,7 +287,7 @@ int sd_cpu_poll(struct sd_cpu *c)
 			       "interrupts off", c->id);
 	if (c->model.seq) {
 		/* Back from a stall or idle first: only the holder polls. */
-		if (!sd_seq_running(c))
+		if (!sd_seq_running(&c->model))
 			sd_model_sync(c);
 		if (!seq_wait_hook())
 			sched_yield();  /* nobody else can run: look again */
@@ -306,7 +306,7 @@ int sd_cpu_poll_wake(struct sd_cpu *c)
 	if (sd_cpu_check_self(c))
 		return sd_fail(-EPERM, "sd_cpu_poll_wake: caller is not attached as this CPU");
 	if (c->model.seq)
-		sd_seq_released(c);
+		sd_seq_released(&c->model);
 	return 0;
 }
 
@@ -315,7 +315,7 @@ static void seq_release_hook(void)
 	struct sd_cpu *c = sd_this_cpu;
 
 	if (c && c->model.seq)
-		sd_seq_released(c);
+		sd_seq_released(&c->model);
 }
 
 void sd_cpu_seq_hook(struct sd_cpu *c, bool on)

@@ -205,11 +205,11 @@ void sd_model_set_run(struct sd_cpu *c, int state)
 		 * own clock (sequencer.c). What was owed while away is
 		 * dropped once it holds the token, where no add races. */
 		if (state == SD_MODEL_RUNNING) {
-			sd_seq_join(c);
+			sd_seq_join(&c->model);
 			if (old != SD_MODEL_RUNNING)
 				recv_forget(c);
 		} else {
-			sd_seq_leave(c);
+			sd_seq_leave(&c->model);
 		}
 		atomic_store_explicit(&c->model_pub.state, state, memory_order_relaxed);
 		return;
@@ -464,7 +464,7 @@ static bool seq_sync(struct sd_cpu *c)
 	if (c->model.clock_ps >= c->model.preempt_at_ps)
 		vcpu_preempt(c);
 	publish(c);
-	sd_seq_join(c);         /* at once if it holds the token and runs */
+	sd_seq_join(&c->model);         /* at once if it holds the token and runs */
 	/* Holding the token: every add made earlier in modelled time is
 	 * in. A preemption the stall crosses is met at the next sync. */
 	if (recv_pay(c))
@@ -481,13 +481,13 @@ static bool seq_sync(struct sd_cpu *c)
 	}
 	c->model.sync_deferred = false;
 	for (;;) {
-		arrival = sd_seq_arrival(c, NULL);
+		arrival = sd_seq_arrival(&c->model, NULL);
 		if (arrival <= c->model.clock_ps || c->ipi_pending)
 			return true;
 		if (c->model.clock_ps < c->model.until_ps ||
 		    (c->model.clock_ps == c->model.until_ps && c->id < c->model.until_id))
 			break;
-		sd_seq_sync(c);
+		sd_seq_sync(&c->model);
 	}
 	publish(c);
 	seq_next_sync(c, arrival);
@@ -498,14 +498,14 @@ uint64_t sd_model_work_wait(struct sd_cpu *c, uint64_t left)
 {
 	/* In the machine first: the time spent away (idle, or until a
 	 * summons' grant) is no work done. */
-	if (!sd_seq_running(c))
-		sd_seq_join(c);
+	if (!sd_seq_running(&c->model))
+		sd_seq_join(&c->model);
 
 	uint64_t start = c->model.clock_ps, wake = start + left;
 
 	if (c->model.preempt_at_ps > start && c->model.preempt_at_ps < wake)
 		wake = c->model.preempt_at_ps;
-	uint64_t stalled = sd_seq_work(c, wake);
+	uint64_t stalled = sd_seq_work(&c->model, wake);
 	uint64_t passed = c->model.clock_ps - start;
 	uint64_t done = passed - (stalled < passed ? stalled : passed);
 
@@ -549,8 +549,8 @@ static void recv_owe(struct sd_cpu *c, uint64_t ps)
 
 	if (!ps)
 		return;
-	if (c->model.seq && sd_seq_running(c)) {
-		sd_seq_recv_owe(c, ps);
+	if (c->model.seq && sd_seq_running(&c->model)) {
+		sd_seq_recv_owe(&c->model, ps);
 		return;
 	}
 	for (unsigned i = 0; i < m->nr_cpus; i++) {
@@ -826,6 +826,10 @@ void sd_model_cpu_init(struct sd_cpu *c)
 	c->model.ev_ps = mod->on ? mod->ev_ps : NULL;
 	c->model.seq = mod->seq.on;
 	c->model.until_ps = SD_SEQ_NEVER;
+	c->model.id = c->id;
+	c->model.irq_depth = &c->irq_depth;
+	c->model.recv_stall_ps = &c->recv_stall_ps;
+	c->model.sq = &mod->seq;
 	atomic_init(&c->model_pub.clock_ps, 0);
 	atomic_init(&c->model_pub.state, SD_MODEL_OFF);
 	atomic_init(&c->model_pub.window_waits, 0);
@@ -848,7 +852,7 @@ void sd_model_cpu_online(struct sd_cpu *c)
 	recv_forget(c);
 	if (c->model.seq) {
 		/* In at the run's epoch, away until its first event. */
-		sd_seq_cpu_online(c);
+		sd_seq_cpu_online(&c->model);
 		next_preempt(c);
 		publish(c);
 		atomic_store_explicit(&c->model_pub.state, SD_MODEL_IDLE, memory_order_relaxed);
@@ -864,7 +868,7 @@ void sd_model_cpu_offline(struct sd_cpu *c)
 		return;
 	/* The endpoint's offline already left strict mode (smp.c). */
 	if (c->m->model.seq.on)
-		sd_seq_cpu_offline(c);
+		sd_seq_cpu_offline(&c->model);
 	publish(c);
 	atomic_store_explicit(&c->model_pub.state, SD_MODEL_OFF, memory_order_relaxed);
 }

@@ -15,8 +15,9 @@
 #include "../core/compiler.h"
 #include "../core/spinlock.h"
 #include "../time/params.h"
+#include "../time/clock.h"
 #include "../time/resource.h"
-#include "sequencer.h"
+#include "../time/sequencer.h"
 
 /*
  * Modelled time (include/shootdown/model.h says what it is for). Times are
@@ -38,8 +39,6 @@
  *     they describe, which orders them, so plain fields.
  */
 
-/* Modelled clocks count picoseconds; the public calls speak ns. */
-#define PS_PER_NS 1000u
 
 enum sd_model_param {
 #define SD_MP_ENUM(id, key, what) SD_MP_##id,
@@ -53,53 +52,6 @@ enum sd_model_dist_param {
 	SD_MODEL_DIST_PARAM_LIST(SD_MDP_ENUM)
 #undef SD_MDP_ENUM
 	SD_MDP_NR
-};
-
-/*
- * Run states of a CPU for lax synchronisation: only RUNNING CPUs hold the
- * others back. A CPU waiting in the library (for an IPI's ack, for a lock)
- * stays RUNNING, its clock standing at the start of the wait: letting the
- * others run on unbounded while it waits would put it, when it comes back,
- * behind uses of shared resources it preceded in modelled time, and make
- * results depend on how long the host made it wait. It cannot deadlock:
- * a window wait has interrupts on (so it answers the waiter's IPI) and no
- * modelled lock held (so it never holds the waiter's lock); the DVM lock's
- * holder takes no event under it.
- */
-enum sd_model_run {
-	SD_MODEL_OFF,           /* no thread attached */
-	SD_MODEL_RUNNING,
-	SD_MODEL_IDLE,          /* sd_cpu_idle(), or its run body returned */
-	SD_MODEL_STALLED,       /* made no progress while blocked outside */
-};
-
-/* What other CPUs read of a CPU's clock: on its own line. */
-struct sd_model_pub {
-	sd_cacheline_aligned SD_ATOMIC(uint64_t) clock_ps;
-	SD_ATOMIC(int) state;          /* enum sd_model_run */
-	SD_ATOMIC(uint64_t) window_waits;  /* the CPU's own, for its stats */
-	SD_ATOMIC(uint64_t) preemptions;   /* vCPU preemptions charged, owner-written */
-	SD_ATOMIC(uint64_t) preemptions_locked;  /* ...of them with a modelled lock held */
-};
-
-/* The CPU's own modelled state (owner-private line of struct sd_cpu). */
-struct sd_cpu_model {
-	const uint64_t *ev_ps;         /* fixed cost per event; NULL: not modelled */
-	uint64_t clock_ps;
-	uint64_t sync_at_ps;           /* next lax-synchronisation point */
-	uint64_t dvm_done_ps;          /* this CPU's broadcasts all done (DSB) */
-	uint64_t invlpgb_done_ps;      /* this CPU's INVLPGBs all done (TLBSYNC) */
-	unsigned ipi_posts;            /* IPIs posted since the last wait */
-	unsigned locks_held;           /* modelled locks held: no window wait */
-	uint64_t read_start_ps;        /* the start of this CPU's mmap_lock read hold */
-	bool sync_deferred;            /* a sync fell in a section: retry at its end */
-	unsigned irq_batch;            /* inside ipi_run_batch(): entry charged */
-	uint64_t seen_min_ps;          /* the slowest running clock last seen */
-	uint64_t preempt_at_ps;        /* the host's next preemption (UINT64_MAX: none) */
-	/* Strict mode (sequencer.h): one CPU at a time, lowest clock first. */
-	bool seq;
-	uint64_t until_ps;             /* the holder runs until the next CPU's time */
-	uint32_t until_id;             /* ...that CPU, for ties */
 };
 
 /* At least enum sd_lock_kind's SD_LOCK_KIND_NR (model.c checks). */

@@ -28,9 +28,9 @@
 #include "../core/futex.h"
 #include "../core/ordering.h"
 #include "../core/tsan.h"
-#include "ipi_signal.h"
+#include "../core/ipi_signal.h"
 #include "machine.h"
-#include "sequencer.h"
+#include "../time/sequencer.h"
 #include "smp.h"
 
 /* Run what is queued now; interrupts are off (irq_depth raised). */
@@ -53,7 +53,7 @@ static void ipi_run_one(struct sd_cpu *c, struct sd_smp_call_req *req)
 	/* Strict modelled time: the sender waits in the sequencer for the
 	 * ack's time; told before the ack, while the request is still ours. */
 	if (from && from->model.seq)
-		sd_seq_wake(c, from, acked);
+		sd_seq_wake(c ? &c->model : NULL, &from->model, acked);
 	/* Only a parked sender needs the wake-up system call. A wake
 	 * that lands after the sender left is harmless: the word is
 	 * still mapped, and every futex wait loops. */
@@ -93,7 +93,7 @@ static void ipi_run_arrived(struct sd_cpu *c)
 	const uint64_t delivery = c->m->model.param_ps[SD_MP_IPI_DELIVERY];
 	uint64_t posts, next = SD_SEQ_NEVER;
 
-	sd_seq_arrival(c, &posts);
+	sd_seq_arrival(&c->model, &posts);
 	struct cds_lfs_node *node = ipi_take_queue(c);
 
 	while (node) {
@@ -111,7 +111,7 @@ static void ipi_run_arrived(struct sd_cpu *c)
 		}
 		node = next_node;
 	}
-	sd_seq_ipis_ran(c, next, posts);
+	sd_seq_ipis_ran(&c->model, next, posts);
 }
 
 static void ipi_run_batch(struct sd_cpu *c)
@@ -245,11 +245,11 @@ void sd_smp_seq_settle(struct sd_cpu *c)
 {
 	uint64_t arrival;
 
-	if (!c->model.seq || c->irq_depth || !sd_seq_running(c))
+	if (!c->model.seq || c->irq_depth || !sd_seq_running(&c->model))
 		return;
-	while ((arrival = sd_seq_arrival(c, NULL)) != SD_SEQ_NEVER) {
+	while ((arrival = sd_seq_arrival(&c->model, NULL)) != SD_SEQ_NEVER) {
 		if (arrival > c->model.clock_ps)
-			sd_seq_wait(c, arrival);
+			sd_seq_wait(&c->model, arrival);
 		ipi_run_queue(c);
 	}
 }
@@ -258,11 +258,11 @@ static void ipi_seq_handler(struct sd_cpu *c)
 {
 	/* Summoned first: it may hold the token already (given while the
 	 * signal was on its way), and still has to take its clock to it. */
-	if (sd_seq_summoned_enter(c)) {
+	if (sd_seq_summoned_enter(&c->model)) {
 		ipi_run_queue(c);
 		sd_smp_seq_settle(c);
-		sd_seq_unsummon(c);
-	} else if (sd_seq_running(c)) {
+		sd_seq_unsummon(&c->model);
+	} else if (sd_seq_running(&c->model)) {
 		ipi_run_queue(c);
 	} else {
 		/* Parked, or granted the token and not yet running with it
@@ -443,7 +443,7 @@ bool sd_smp_call_post(struct sd_cpu *from, struct sd_cpu *t, struct sd_smp_call_
 	 * back from idle before its first sync point) joins first, or it
 	 * would post to a holder that may never reach its sync point. */
 	if (from && from->model.seq && !from->irq_depth)
-		sd_seq_join(from);     /* at once if it holds the token and runs */
+		sd_seq_join(&from->model);     /* at once if it holds the token and runs */
 	atomic_init(&req->state, SD_SMP_CALL_PENDING);
 	req->target = t;
 	cds_lfs_node_init(&req->node);
@@ -476,7 +476,7 @@ bool sd_smp_call_post(struct sd_cpu *from, struct sd_cpu *t, struct sd_smp_call_
 		/* A summoned CPU always gets its own signal: a kick left by
 		 * an earlier one (whose handler found it in the machine and
 		 * left the queue to its sync point) must not swallow it. */
-		if (sd_seq_posted(from, t, req->model_sent_ps ?
+		if (sd_seq_posted(from ? &from->model : NULL, &t->model, req->model_sent_ps ?
 				  req->model_sent_ps + t->m->model.param_ps[SD_MP_IPI_DELIVERY] : 0)) {
 			atomic_store(&t->ipi_kick, 1);
 			err = sd_ipi_signal_send(t->m->cfg.ipi_signal, tid);
@@ -726,8 +726,8 @@ static void ipi_wait_parked(struct sd_cpu *from, struct sd_smp_call_req *req)
 static void ipi_wait_seq(struct sd_cpu *from, struct sd_smp_call_req *req)
 {
 	while (!req_finished(req)) {
-		sd_seq_wait(from, SD_SEQ_NEVER);
-		if (from->ipi_pending || sd_seq_arrival(from, NULL) <= from->model.clock_ps)
+		sd_seq_wait(&from->model, SD_SEQ_NEVER);
+		if (from->ipi_pending || sd_seq_arrival(&from->model, NULL) <= from->model.clock_ps)
 			ipi_run_queue(from);
 	}
 }
@@ -737,7 +737,7 @@ int sd_smp_call_wait(struct sd_cpu *from, struct sd_smp_call_req *req)
 	unsigned n;
 	int expected = SD_SMP_CALL_PENDING;
 
-	if (from && from->model.seq && sd_seq_running(from)) {
+	if (from && from->model.seq && sd_seq_running(&from->model)) {
 		ipi_wait_seq(from, req);
 		goto done;
 	}

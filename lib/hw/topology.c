@@ -170,7 +170,7 @@ static int place(struct sd_topology *t, const struct sd_machine_config *cfg)
 	default:
 		err = sd_fail(-EINVAL, "unknown placement %d", (int)cfg->placement);
 	}
-	/* Strict modelled time runs one CPU at a time (hw/sequencer.h): on
+	/* Strict modelled time runs one CPU at a time (time/sequencer.h): on
 	 * one PU, a hand-off is a switch on that core, where across PUs it
 	 * wakes an idle PU or preempts what runs there (2-4 us against
 	 * 12-36 us a hand-off on a 2-PU VM, docs/design.md). */

@@ -56,7 +56,7 @@ static int check_pow2(const char *what, unsigned v, unsigned max)
 
 /*
  * The mode of a machine that names none: strict, whose results are a
- * function of the workload and the profile alone (hw/sequencer.h). Lax
+ * function of the workload and the profile alone (time/sequencer.h). Lax
  * mode is faster where CPUs outnumber PUs by far but depends on the host's
  * interleaving; a user chooses it knowingly (SD_MACHINE_MODEL_LAX,
  * SD_MODEL_LAX=1).
@@ -267,8 +267,9 @@ int sd_machine_create(const struct sd_machine_config *in, struct sd_machine **ou
 			    m->cfg.tlb_l1_entries + m->cfg.tlb_sets * m->cfg.tlb_ways);
 	if (err)
 		goto fail_model;
-	err = sd_seq_init(m, m->model.on && (m->cfg.flags & SD_MACHINE_MODEL_STRICT),
-			  sd_irq_replay);
+	err = sd_seq_init(&m->model.seq, m->nr_cpus,
+			  m->model.on && (m->cfg.flags & SD_MACHINE_MODEL_STRICT),
+			  m->cfg.ipi_signal, sd_irq_replay);
 	if (err)
 		goto fail_model;
 	/* The caller's strings are not ours to keep: point at our copies. */
@@ -305,7 +306,7 @@ fail_cpus:
 	sd_trace_teardown(m);
 	free_cpus(m);
 fail_model:
-	sd_seq_fini(m);
+	sd_seq_fini(&m->model.seq);
 	sd_model_fini(&m->model);
 	sd_topology_fini(&m->topo);
 fail_topo:
@@ -358,7 +359,7 @@ int sd_machine_destroy(struct sd_machine *m)
 	sd_frame_pool_fini(&m->frames);
 	sd_trace_teardown(m);
 	free_cpus(m);
-	sd_seq_fini(m);
+	sd_seq_fini(&m->model.seq);
 	sd_model_fini(&m->model);
 	sd_topology_fini(&m->topo);
 	sd_oracle_fini(&m->oracle);
@@ -514,7 +515,7 @@ static void *cpu_thread(void *p)
 		/* Strict modelled time: in the machine together, so the
 		 * clocks, not the host, say who goes first. */
 		if (c->model.seq)
-			sd_seq_start_cpu(c);
+			sd_seq_start_cpu(&c->model);
 		run_body(t, c);
 	}
 	finish_cpu(t);
@@ -553,7 +554,7 @@ int sd_machine_run(struct sd_machine *m, sd_cpu_fn fn, void *arg)
 	rs.error_msg[0] = 0;
 	atomic_init(&rs.running, (int)m->nr_cpus);
 	if (m->model.seq.on)
-		sd_seq_expect(m, m->nr_cpus);
+		sd_seq_expect(&m->model.seq, m->nr_cpus);
 	pthread_attr_init(&attr);
 	pthread_attr_setstacksize(&attr, SD_CPU_THREAD_STACK);
 	for (; started < m->nr_cpus; started++) {
@@ -574,7 +575,7 @@ int sd_machine_run(struct sd_machine *m, sd_cpu_fn fn, void *arg)
 	for (unsigned i = 0; i < started; i++)
 		pthread_join(tids[i], NULL);
 	if (m->model.seq.on)
-		sd_seq_cancel_start(m);
+		sd_seq_cancel_start(&m->model.seq);
 	free(threads);
 	free(tids);
 	if (err)

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// Strict modelled time (lib/hw/sequencer.c): one CPU at a time, lowest
+// Strict modelled time (lib/time/sequencer.c): one CPU at a time, lowest
 // clock first. Nothing here times the host: each test compares modelled
 // clocks, between runs or against answers computed by hand.
 #include "common.hpp"
@@ -16,7 +16,7 @@
 #include <pthread.h>
 
 extern "C" {
-#include "hw/sequencer.h"
+#include "time/sequencer.h"
 }
 #include "line_hammer.h"
 #include "profile.hpp"

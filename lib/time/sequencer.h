@@ -1,10 +1,10 @@
 /* SPDX-License-Identifier: MIT */
-#ifndef SD_HW_SEQUENCER_H
-#define SD_HW_SEQUENCER_H
+#ifndef SD_TIME_SEQUENCER_H
+#define SD_TIME_SEQUENCER_H
 
 #include "../core/layer.h"
-#if SD_LAYER < SD_LAYER_HW
-#error "hw/sequencer.h is in a higher layer than the file including it (core/layer.h)"
+#if SD_LAYER < SD_LAYER_TIME
+#error "time/sequencer.h is in a higher layer than the file including it (core/layer.h)"
 #endif
 
 #include <pthread.h>
@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "../core/compiler.h"
+#include "clock.h"
 
 /*
  * Strict modelled time (SD_MACHINE_MODEL_STRICT): conservative discrete-
@@ -26,6 +27,11 @@
  * workload and the profile alone (Chandy and Misra's conservative rule,
  * with no lookahead). sequencer.c says how waits, IPIs and the threads
  * that leave the machine (idle, blocked outside the library) fit in.
+ *
+ * It works on clocks (time/clock.h), never on CPUs: the CPU's layer passes
+ * its clock (&cpu->model), which names the CPU by id and points at its
+ * interrupt state, and gives sd_seq_init() what must reach back up (the
+ * signal a summons sends, the handler's replay).
  *
  * The token adds order, never safety: every path of the library stays
  * safe under true concurrency, so a holder that the watchdog must take
@@ -66,6 +72,7 @@ struct sd_seq_slot {
 	uint64_t posts;         /* IPIs posted to it */
 	pthread_t thread;       /* for the watchdog's look at its CPU time */
 	int tid;
+	SD_ATOMIC(uint64_t) *recv_stall_ps;  /* the clock's: what it owes while away */
 };
 
 /* A CPU's futex word: parked, granted (not yet running), holding. */
@@ -101,37 +108,36 @@ struct sd_seq {
 	pthread_t watchdog;
 	bool watchdog_started;
 	SD_ATOMIC(int) stop;
-	struct sd_machine *m;
+	int ipi_signal;                /* a summons' real signal */
 	void (*irq_replay)(void);
 };
 
-struct sd_cpu;
-struct sd_machine;
 
 /* @irq_replay: the IPI handler's work for a signal that landed while its
  * thread held the sequencer's lock (smp.c, sd_irq_replay()), called after
  * the unlock. A pointer, as the handler's own path comes back here. */
-int sd_seq_init(struct sd_machine *m, bool on, void (*irq_replay)(void));
-void sd_seq_fini(struct sd_machine *m);
+int sd_seq_init(struct sd_seq *q, unsigned nr, bool on, int ipi_signal,
+		void (*irq_replay)(void));
+void sd_seq_fini(struct sd_seq *q);
 
 /* Attach and detach: a CPU comes in AWAY at the run's epoch, and leaves. */
-void sd_seq_cpu_online(struct sd_cpu *c);
-void sd_seq_cpu_offline(struct sd_cpu *c);
+void sd_seq_cpu_online(struct sd_cpu_model *c);
+void sd_seq_cpu_offline(struct sd_cpu_model *c);
 
 /* sd_machine_run(): @n CPUs start; nobody gets the token before all are
  * in (sd_seq_start_cpu() from each, once attached), so who goes first is
  * the clocks' choice, not the host's. */
-void sd_seq_expect(struct sd_machine *m, unsigned n);
-void sd_seq_start_cpu(struct sd_cpu *c);
-void sd_seq_cancel_start(struct sd_machine *m);
+void sd_seq_expect(struct sd_seq *q, unsigned n);
+void sd_seq_start_cpu(struct sd_cpu_model *c);
+void sd_seq_cancel_start(struct sd_seq *q);
 
 /* Into the machine (from AWAY) and out of it (idle, or a run's end). */
-void sd_seq_join(struct sd_cpu *c);
-void sd_seq_leave(struct sd_cpu *c);
+void sd_seq_join(struct sd_cpu_model *c);
+void sd_seq_leave(struct sd_cpu_model *c);
 
 /* A synchronisation point of the holder: run the IPIs that have arrived
  * by its clock, and give the token away once it is past the next CPU. */
-void sd_seq_sync(struct sd_cpu *c);
+void sd_seq_sync(struct sd_cpu_model *c);
 
 /* The holder waits for an event that another CPU will make happen, whose
  * time it learns from sd_seq_wake(), or at @wake_ps at the latest
@@ -140,47 +146,47 @@ void sd_seq_sync(struct sd_cpu *c);
  * that arrive meanwhile are run (with interrupts on). A caller granted
  * the token while away and not yet running with it (sd_seq_running())
  * only takes it up, and returns. */
-void sd_seq_wait(struct sd_cpu *c, uint64_t wake_ps);
+void sd_seq_wait(struct sd_cpu_model *c, uint64_t wake_ps);
 
 /* Modelled work as a wait for its end at @wake_ps: sd_seq_wait(), except
  * that broadcast stalls received meanwhile lengthen it. Returns their sum
  * (ps), which is not work done. */
-uint64_t sd_seq_work(struct sd_cpu *c, uint64_t wake_ps);
+uint64_t sd_seq_work(struct sd_cpu_model *c, uint64_t wake_ps);
 /* A spin on a real lock by the holder @c: park until the next release
  * (sd_seq_released()) and look again. False (and nothing done) if no other
  * CPU can run. */
-bool sd_seq_poll(struct sd_cpu *c);
+bool sd_seq_poll(struct sd_cpu_model *c);
 
 /* @c released a lock or ended a polled wait (core/backoff.h,
  * sd_wait_released()): the CPUs parked by sd_seq_poll() look again, at @c's
  * clock if it holds the token. Any thread of a CPU of a strict machine. */
-void sd_seq_released(struct sd_cpu *c);
+void sd_seq_released(struct sd_cpu_model *c);
 /* The holder @c broadcast an invalidation that stalls every other CPU in
  * the machine by @ps: on their clocks now, and its horizon again. */
-void sd_seq_recv_owe(struct sd_cpu *c, uint64_t ps);
+void sd_seq_recv_owe(struct sd_cpu_model *c, uint64_t ps);
 /* @self (NULL: a thread that is no CPU) made @t's awaited event happen at
  * modelled @at_ps. */
-void sd_seq_wake(struct sd_cpu *self, struct sd_cpu *t, uint64_t at_ps);
+void sd_seq_wake(struct sd_cpu_model *self, struct sd_cpu_model *t, uint64_t at_ps);
 
 /* An IPI that @self posted (NULL: a thread that is no CPU, arrival 0: at
  * once) to @t arrives at @arrival_ps. Returns true if @t needs a real
  * signal: it is away from the machine (then it is summoned in, to run it
  * at its arrival). */
-bool sd_seq_posted(struct sd_cpu *self, struct sd_cpu *t, uint64_t arrival_ps);
+bool sd_seq_posted(struct sd_cpu_model *self, struct sd_cpu_model *t, uint64_t arrival_ps);
 
 /* The IPI handler of an away CPU that was summoned: take the token at the
  * IPI's time, so it runs in modelled order. Returns true if the caller
  * must sd_seq_unsummon() after running the queue. */
-bool sd_seq_summoned_enter(struct sd_cpu *c);
-void sd_seq_unsummon(struct sd_cpu *c);
+bool sd_seq_summoned_enter(struct sd_cpu_model *c);
+void sd_seq_unsummon(struct sd_cpu_model *c);
 
 /* The earliest IPI arrival not yet run on @c, and a count of the posts
  * to it (owner). */
-uint64_t sd_seq_arrival(struct sd_cpu *c, uint64_t *posts);
+uint64_t sd_seq_arrival(struct sd_cpu_model *c, uint64_t *posts);
 /* The owner ran the IPIs that had arrived; those left in its queue arrive
  * at @next_ps the earliest. @posts: sd_seq_arrival()'s count before the
  * queue was taken (a post since then is looked at at once). */
-void sd_seq_ipis_ran(struct sd_cpu *c, uint64_t next_ps, uint64_t posts);
+void sd_seq_ipis_ran(struct sd_cpu_model *c, uint64_t next_ps, uint64_t posts);
 
 /* Is thread @tid blocked (not runnable) now? From /proc: for watchdogs,
  * never a hot path. An unreadable file
@@ -188,10 +194,10 @@ void sd_seq_ipis_ran(struct sd_cpu *c, uint64_t next_ps, uint64_t posts);
 bool sd_tid_sleeping(int tid);
 
 /* Is @c the holder? (its own thread asks) */
-bool sd_seq_holds(const struct sd_cpu *c);
+bool sd_seq_holds(const struct sd_cpu_model *c);
 /* ...and running with the token, not granted it while parked or away
  * (its clock not yet taken to the grant's time: resume()). */
-bool sd_seq_running(const struct sd_cpu *c);
+bool sd_seq_running(const struct sd_cpu_model *c);
 
 /* The calling thread holds a sequencer's lock (its depth): the IPI
  * handler, whose own path takes that lock, only notes a signal that lands

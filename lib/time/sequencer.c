@@ -42,9 +42,8 @@
 #include "../core/backoff.h"
 #include "../core/error.h"
 #include "../core/futex.h"
-#include "cpu.h"
-#include "ipi_signal.h"
-#include "machine.h"
+#include "../core/ipi_signal.h"
+#include "clock.h"
 #include "sequencer.h"
 
 /* The holder made no sync for this long in host time while its thread
@@ -64,9 +63,9 @@ static inline uint64_t max_u64(uint64_t a, uint64_t b)
 	return a > b ? a : b;
 }
 
-static struct sd_seq *seq_of(const struct sd_cpu *c)
+static struct sd_seq *seq_of(const struct sd_cpu_model *c)
 {
-	return &c->m->model.seq;
+	return c->sq;
 }
 
 /* ---- picking the next holder (under the lock) ---- */
@@ -74,9 +73,9 @@ static struct sd_seq *seq_of(const struct sd_cpu *c)
 /* A CPU that cannot take an IPI now (interrupts off, or inside a batch of
  * handlers): one that arrives while it waits must not wake it, or it would
  * be given the token back at once, forever, with the IPI still pending. */
-static bool irqs_off(const struct sd_cpu *c)
+static bool irqs_off(const struct sd_cpu_model *c)
 {
-	return c->irq_depth || c->model.irq_batch;
+	return *c->irq_depth || c->irq_batch;
 }
 
 /* The modelled time at which slot @s wants the token, SD_SEQ_NEVER if it
@@ -261,7 +260,7 @@ static void grant_next(struct sd_seq *q)
 }
 
 /* The holder @c gives the token up (it is in q->slot already). */
-static void release(struct sd_seq *q, struct sd_cpu *c)
+static void release(struct sd_seq *q, struct sd_cpu_model *c)
 {
 	atomic_store_explicit(&q->go[c->id].go, SD_SEQ_GO_NO, memory_order_relaxed);
 	atomic_store_explicit(&q->holder, -1, memory_order_relaxed);
@@ -274,16 +273,16 @@ static void release(struct sd_seq *q, struct sd_cpu *c)
 
 /* The holder's horizon: the time of the next CPU that wants the token.
  * It may run while its clock is below it (or equal, if its id is lower). */
-static void set_until(struct sd_cpu *c, uint64_t until_ps, uint32_t until_id, uint64_t by_ps)
+static void set_until(struct sd_cpu_model *c, uint64_t until_ps, uint32_t until_id, uint64_t by_ps)
 {
-	c->model.until_ps = until_ps;
-	c->model.until_id = until_id;
-	if (by_ps < c->model.sync_at_ps)
-		c->model.sync_at_ps = by_ps;
+	c->until_ps = until_ps;
+	c->until_id = until_id;
+	if (by_ps < c->sync_at_ps)
+		c->sync_at_ps = by_ps;
 }
 
 /* The holder changed another CPU's state: its horizon, again. */
-static void compute_until(struct sd_seq *q, struct sd_cpu *c)
+static void compute_until(struct sd_seq *q, struct sd_cpu_model *c)
 {
 	uint64_t at;
 	int next = pick(q, (int)c->id, &at);
@@ -296,41 +295,43 @@ static void compute_until(struct sd_seq *q, struct sd_cpu *c)
  * (a stale signal only marks itself pending), so no handler runs while
  * the CPU is not the holder; the caller's sync point runs what arrived.
  */
-static void park(struct sd_seq *q, struct sd_cpu *c)
+static void park(struct sd_seq *q, struct sd_cpu_model *c)
 {
-	c->irq_depth++;
+	/* The CPU's own word (its thread is the caller): cast from the
+	 * read-only view the clock keeps. */
+	(*(volatile sig_atomic_t *)c->irq_depth)++;
 	/* Pairs with the handler's irq_depth read (smp.c). */
 	atomic_signal_fence(memory_order_seq_cst);
 	/* Acquire: pairs with the release in grant(). */
 	while (atomic_load_explicit(&q->go[c->id].go, memory_order_acquire) == SD_SEQ_GO_NO)
 		sd_futex_wait(&q->go[c->id].go, SD_SEQ_GO_NO);
-	c->irq_depth--;
+	(*(volatile sig_atomic_t *)c->irq_depth)--;
 	atomic_signal_fence(memory_order_seq_cst);
 }
 
 /* Back from park(), without the lock: the clock at the time the token was
  * given at, and the horizon grant() left in the slot. From here on the
  * watchdog may judge the holder (a grantee not yet running is asleep). */
-static void resume(struct sd_seq *q, struct sd_cpu *c)
+static void resume(struct sd_seq *q, struct sd_cpu_model *c)
 {
 	const struct sd_seq_slot *s = &q->slot[c->id];
 
-	c->model.clock_ps = max_u64(c->model.clock_ps, s->grant_ps);
+	c->clock_ps = max_u64(c->clock_ps, s->grant_ps);
 	set_until(c, s->until_ps, s->until_id, s->sync_by_ps);
 	atomic_store_explicit(&q->go[c->id].go, SD_SEQ_GO_RUNNING, memory_order_relaxed);
 }
 
-static uint64_t q_slot_stall(const struct sd_cpu *c)
+static uint64_t q_slot_stall(const struct sd_cpu_model *c)
 {
 	return seq_of(c)->slot[c->id].work_stall_ps;
 }
 
-bool sd_seq_holds(const struct sd_cpu *c)
+bool sd_seq_holds(const struct sd_cpu_model *c)
 {
 	return atomic_load_explicit(&seq_of(c)->holder, memory_order_relaxed) == (int)c->id;
 }
 
-bool sd_seq_running(const struct sd_cpu *c)
+bool sd_seq_running(const struct sd_cpu_model *c)
 {
 	/* Relaxed: its own thread wrote SD_SEQ_GO_RUNNING (resume()); any
 	 * other value is a grant it has not taken up, or none. */
@@ -341,15 +342,15 @@ bool sd_seq_running(const struct sd_cpu *c)
 
 /* If @self holds the token (it changed another CPU's state), its
  * horizon may have come closer. */
-static void holder_recompute(struct sd_seq *q, struct sd_cpu *self)
+static void holder_recompute(struct sd_seq *q, struct sd_cpu_model *self)
 {
-	if (self && self->m == q->m && sd_seq_running(self))
+	if (self && self->sq == q && sd_seq_running(self))
 		compute_until(q, self);
 }
 
 /* ---- the holder's sync point, waits and wakes ---- */
 
-void sd_seq_sync(struct sd_cpu *c)
+void sd_seq_sync(struct sd_cpu_model *c)
 {
 	struct sd_seq *q = seq_of(c);
 
@@ -359,12 +360,12 @@ void sd_seq_sync(struct sd_cpu *c)
 		sd_seq_join(c);
 		return;
 	}
-	bool past = c->model.clock_ps > c->model.until_ps ||
-		    (c->model.clock_ps == c->model.until_ps && c->id > c->model.until_id);
+	bool past = c->clock_ps > c->until_ps ||
+		    (c->clock_ps == c->until_ps && c->id > c->until_id);
 	if (!past)
 		return;
 	seq_lock(q);
-	q->slot[c->id].clock_ps = c->model.clock_ps;
+	q->slot[c->id].clock_ps = c->clock_ps;
 	int best[2];
 	uint64_t at[2];
 	pick2(q, -1, best, at);
@@ -386,7 +387,7 @@ void sd_seq_sync(struct sd_cpu *c)
 
 /* The holder waits (sd_seq_wait()); @working: the wait is modelled work,
  * which a broadcast's stall lengthens instead of overlapping. */
-static void seq_wait(struct sd_cpu *c, uint64_t wake_ps, bool working)
+static void seq_wait(struct sd_cpu_model *c, uint64_t wake_ps, bool working)
 {
 	struct sd_seq *q = seq_of(c);
 	struct sd_seq_slot *s = &q->slot[c->id];
@@ -396,7 +397,7 @@ static void seq_wait(struct sd_cpu *c, uint64_t wake_ps, bool working)
 		return;
 	}
 	seq_lock(q);
-	s->clock_ps = c->model.clock_ps;
+	s->clock_ps = c->clock_ps;
 	s->deaf = irqs_off(c);
 	s->working = working;
 	s->work_stall_ps = 0;
@@ -408,12 +409,12 @@ static void seq_wait(struct sd_cpu *c, uint64_t wake_ps, bool working)
 	resume(q, c);
 }
 
-void sd_seq_wait(struct sd_cpu *c, uint64_t wake_ps)
+void sd_seq_wait(struct sd_cpu_model *c, uint64_t wake_ps)
 {
 	seq_wait(c, wake_ps, false);
 }
 
-uint64_t sd_seq_work(struct sd_cpu *c, uint64_t wake_ps)
+uint64_t sd_seq_work(struct sd_cpu_model *c, uint64_t wake_ps)
 {
 	seq_wait(c, wake_ps, true);
 	/* Written under the lock before the grant's release, which park()
@@ -421,7 +422,7 @@ uint64_t sd_seq_work(struct sd_cpu *c, uint64_t wake_ps)
 	return q_slot_stall(c);
 }
 
-bool sd_seq_poll(struct sd_cpu *c)
+bool sd_seq_poll(struct sd_cpu_model *c)
 {
 	struct sd_seq *q = seq_of(c);
 	struct sd_seq_slot *s = &q->slot[c->id];
@@ -445,7 +446,7 @@ bool sd_seq_poll(struct sd_cpu *c)
 	}
 	/* Look again at the next release, made at the releaser's modelled
 	 * time (sd_seq_released()), or at the IPI's arrival (want_at()). */
-	s->clock_ps = c->model.clock_ps;
+	s->clock_ps = c->clock_ps;
 	s->state = SD_SEQ_WAIT;
 	s->deaf = irqs_off(c);
 	s->wake_ps = SD_SEQ_POLL;
@@ -457,7 +458,7 @@ bool sd_seq_poll(struct sd_cpu *c)
 	return true;
 }
 
-void sd_seq_released(struct sd_cpu *c)
+void sd_seq_released(struct sd_cpu_model *c)
 {
 	struct sd_seq *q = seq_of(c);
 	/* A grantee not yet running has a clock the others do not share. */
@@ -479,7 +480,7 @@ void sd_seq_released(struct sd_cpu *c)
 	}
 	/* The holder released at its clock; one away from the machine
 	 * has none the others share: the latest grant stands for it. */
-	const uint64_t at = holder ? c->model.clock_ps : q->frontier_ps;
+	const uint64_t at = holder ? c->clock_ps : q->frontier_ps;
 
 	for (unsigned i = 0; i < q->nr; i++) {
 		struct sd_seq_slot *s = &q->slot[i];
@@ -495,7 +496,7 @@ void sd_seq_released(struct sd_cpu *c)
 	seq_unlock(q);
 }
 
-void sd_seq_recv_owe(struct sd_cpu *c, uint64_t ps)
+void sd_seq_recv_owe(struct sd_cpu_model *c, uint64_t ps)
 {
 	struct sd_seq *q = seq_of(c);
 
@@ -515,8 +516,7 @@ void sd_seq_recv_owe(struct sd_cpu *c, uint64_t ps)
 		if (s->state == SD_SEQ_AWAY) {
 			/* Taken in at its return (model.c, recv_pay()), or
 			 * dropped if it comes back from idle. */
-			atomic_fetch_add_explicit(&q->m->cpus[i]->recv_stall_ps, ps,
-						  memory_order_relaxed);
+			atomic_fetch_add_explicit(s->recv_stall_ps, ps, memory_order_relaxed);
 			continue;
 		}
 		s->clock_ps += ps;
@@ -530,7 +530,7 @@ void sd_seq_recv_owe(struct sd_cpu *c, uint64_t ps)
 	seq_unlock(q);
 }
 
-void sd_seq_wake(struct sd_cpu *self, struct sd_cpu *t, uint64_t at_ps)
+void sd_seq_wake(struct sd_cpu_model *self, struct sd_cpu_model *t, uint64_t at_ps)
 {
 	struct sd_seq *q = seq_of(t);
 	struct sd_seq_slot *s = &q->slot[t->id];
@@ -548,7 +548,7 @@ void sd_seq_wake(struct sd_cpu *self, struct sd_cpu *t, uint64_t at_ps)
 
 /* ---- IPIs ---- */
 
-bool sd_seq_posted(struct sd_cpu *self, struct sd_cpu *t, uint64_t arrival_ps)
+bool sd_seq_posted(struct sd_cpu_model *self, struct sd_cpu_model *t, uint64_t arrival_ps)
 {
 	struct sd_seq *q = seq_of(t);
 	struct sd_seq_slot *s = &q->slot[t->id];
@@ -576,7 +576,7 @@ bool sd_seq_posted(struct sd_cpu *self, struct sd_cpu *t, uint64_t arrival_ps)
 	return signal;
 }
 
-uint64_t sd_seq_arrival(struct sd_cpu *c, uint64_t *posts)
+uint64_t sd_seq_arrival(struct sd_cpu_model *c, uint64_t *posts)
 {
 	struct sd_seq *q = seq_of(c);
 	uint64_t a;
@@ -589,18 +589,18 @@ uint64_t sd_seq_arrival(struct sd_cpu *c, uint64_t *posts)
 	return a;
 }
 
-void sd_seq_ipis_ran(struct sd_cpu *c, uint64_t next_ps, uint64_t posts)
+void sd_seq_ipis_ran(struct sd_cpu_model *c, uint64_t next_ps, uint64_t posts)
 {
 	struct sd_seq *q = seq_of(c);
 	struct sd_seq_slot *s = &q->slot[c->id];
 
 	seq_lock(q);
 	/* A post after the queue was taken: look at the queue again at once. */
-	s->arrival_ps = s->posts != posts ? min_u64(next_ps, c->model.clock_ps) : next_ps;
+	s->arrival_ps = s->posts != posts ? min_u64(next_ps, c->clock_ps) : next_ps;
 	seq_unlock(q);
 }
 
-bool sd_seq_summoned_enter(struct sd_cpu *c)
+bool sd_seq_summoned_enter(struct sd_cpu_model *c)
 {
 	struct sd_seq *q = seq_of(c);
 	struct sd_seq_slot *s = &q->slot[c->id];
@@ -622,7 +622,7 @@ bool sd_seq_summoned_enter(struct sd_cpu *c)
 	return true;
 }
 
-void sd_seq_unsummon(struct sd_cpu *c)
+void sd_seq_unsummon(struct sd_cpu_model *c)
 {
 	struct sd_seq *q = seq_of(c);
 	struct sd_seq_slot *s = &q->slot[c->id];
@@ -630,7 +630,7 @@ void sd_seq_unsummon(struct sd_cpu *c)
 	seq_lock(q);
 	s->summoned = false;
 	s->state = SD_SEQ_AWAY;
-	s->clock_ps = c->model.clock_ps;
+	s->clock_ps = c->clock_ps;
 	if (sd_seq_holds(c))
 		release(q, c);
 	seq_unlock(q);
@@ -638,7 +638,7 @@ void sd_seq_unsummon(struct sd_cpu *c)
 
 /* ---- in and out of the machine ---- */
 
-void sd_seq_join(struct sd_cpu *c)
+void sd_seq_join(struct sd_cpu_model *c)
 {
 	struct sd_seq *q = seq_of(c);
 	struct sd_seq_slot *s = &q->slot[c->id];
@@ -665,11 +665,11 @@ void sd_seq_join(struct sd_cpu *c)
 	} else if (s->state != SD_SEQ_RUN) {
 		/* Its own clock, never the host's idea of now: behind the
 		 * frontier it is late, and the run says so. */
-		if (s->stalled || c->model.clock_ps < q->frontier_ps)
+		if (s->stalled || c->clock_ps < q->frontier_ps)
 			atomic_fetch_add_explicit(&q->late, 1, memory_order_relaxed);
 		s->stalled = false;
 		s->state = SD_SEQ_RUN;
-		s->clock_ps = c->model.clock_ps;
+		s->clock_ps = c->clock_ps;
 	}
 	if (atomic_load_explicit(&q->holder, memory_order_relaxed) < 0)
 		grant_next(q);
@@ -678,7 +678,7 @@ void sd_seq_join(struct sd_cpu *c)
 	resume(q, c);
 }
 
-void sd_seq_leave(struct sd_cpu *c)
+void sd_seq_leave(struct sd_cpu_model *c)
 {
 	struct sd_seq *q = seq_of(c);
 	struct sd_seq_slot *s = &q->slot[c->id];
@@ -686,17 +686,17 @@ void sd_seq_leave(struct sd_cpu *c)
 	seq_lock(q);
 	s->state = SD_SEQ_AWAY;
 	s->summoned = false;
-	s->clock_ps = c->model.clock_ps;
+	s->clock_ps = c->clock_ps;
 	if (sd_seq_holds(c))
 		release(q, c);
 	seq_unlock(q);
 	/* Its next event is a sync point, which brings it back in: an away
 	 * CPU that went on with library calls would make them outside
 	 * modelled order, beside the holder. */
-	c->model.sync_at_ps = 0;
+	c->sync_at_ps = 0;
 }
 
-void sd_seq_cpu_online(struct sd_cpu *c)
+void sd_seq_cpu_online(struct sd_cpu_model *c)
 {
 	struct sd_seq *q = seq_of(c);
 	struct sd_seq_slot *s = &q->slot[c->id];
@@ -704,19 +704,20 @@ void sd_seq_cpu_online(struct sd_cpu *c)
 	seq_lock(q);
 	/* A run starts where the last one ended: the same time for every
 	 * CPU, whatever order the host attached them in. */
-	c->model.clock_ps = max_u64(c->model.clock_ps, q->epoch_ps);
-	s->clock_ps = c->model.clock_ps;
+	c->clock_ps = max_u64(c->clock_ps, q->epoch_ps);
+	s->clock_ps = c->clock_ps;
 	s->state = SD_SEQ_AWAY;
 	s->summoned = s->stalled = false;
 	s->wake_ps = s->arrival_ps = SD_SEQ_NEVER;
 	s->thread = pthread_self();
 	s->tid = (int)syscall(SYS_gettid);
+	s->recv_stall_ps = c->recv_stall_ps;
 	atomic_store_explicit(&q->go[c->id].go, SD_SEQ_GO_NO, memory_order_relaxed);
 	seq_unlock(q);
-	c->model.until_ps = SD_SEQ_NEVER;
+	c->until_ps = SD_SEQ_NEVER;
 }
 
-void sd_seq_cpu_offline(struct sd_cpu *c)
+void sd_seq_cpu_offline(struct sd_cpu_model *c)
 {
 	struct sd_seq *q = seq_of(c);
 	struct sd_seq_slot *s = &q->slot[c->id];
@@ -724,22 +725,20 @@ void sd_seq_cpu_offline(struct sd_cpu *c)
 	seq_lock(q);
 	s->state = SD_SEQ_OFF;
 	s->summoned = false;
-	q->epoch_ps = max_u64(q->epoch_ps, c->model.clock_ps);
+	q->epoch_ps = max_u64(q->epoch_ps, c->clock_ps);
 	if (sd_seq_holds(c))
 		release(q, c);
 	seq_unlock(q);
 }
 
-void sd_seq_expect(struct sd_machine *m, unsigned n)
+void sd_seq_expect(struct sd_seq *q, unsigned n)
 {
-	struct sd_seq *q = &m->model.seq;
-
 	seq_lock(q);
 	q->expect = n;
 	seq_unlock(q);
 }
 
-void sd_seq_start_cpu(struct sd_cpu *c)
+void sd_seq_start_cpu(struct sd_cpu_model *c)
 {
 	struct sd_seq *q = seq_of(c);
 	struct sd_seq_slot *s = &q->slot[c->id];
@@ -749,7 +748,7 @@ void sd_seq_start_cpu(struct sd_cpu *c)
 	/* A post before it started (from a thread that is no CPU) summoned
 	 * it: its sync points run the IPI, as in sd_seq_join(). */
 	s->summoned = false;
-	s->clock_ps = c->model.clock_ps;
+	s->clock_ps = c->clock_ps;
 	if (q->expect)
 		q->expect--;
 	if (atomic_load_explicit(&q->holder, memory_order_relaxed) < 0)
@@ -759,10 +758,8 @@ void sd_seq_start_cpu(struct sd_cpu *c)
 	resume(q, c);
 }
 
-void sd_seq_cancel_start(struct sd_machine *m)
+void sd_seq_cancel_start(struct sd_seq *q)
 {
-	struct sd_seq *q = &m->model.seq;
-
 	seq_lock(q);
 	q->expect = 0;
 	if (atomic_load_explicit(&q->holder, memory_order_relaxed) < 0)
@@ -908,7 +905,7 @@ static void watch_tick(struct sd_seq *q, struct watch *w)
 		signal = take_token(q, h);
 	seq_unlock(q);
 	if (signal)
-		sd_ipi_signal_send(q->m->cfg.ipi_signal, tid);
+		sd_ipi_signal_send(q->ipi_signal, tid);
 	w->holder = -1;
 }
 
@@ -931,19 +928,18 @@ static void *watchdog_main(void *p)
 
 /* ---- set up ---- */
 
-int sd_seq_init(struct sd_machine *m, bool on, void (*irq_replay)(void))
+int sd_seq_init(struct sd_seq *q, unsigned nr, bool on, int ipi_signal,
+		void (*irq_replay)(void))
 {
-	struct sd_seq *q = &m->model.seq;
-
 	memset(q, 0, sizeof(*q));
-	q->m = m;
+	q->ipi_signal = ipi_signal;
 	q->irq_replay = irq_replay;
 	atomic_init(&q->holder, -1);
 	atomic_init(&q->polling, false);
 	q->kick = -1;
 	if (!on)
 		return 0;
-	q->nr = m->nr_cpus;
+	q->nr = nr;
 	q->slot = calloc(q->nr, sizeof(*q->slot));
 	q->go = aligned_alloc(SD_CACHELINE, q->nr * sizeof(*q->go));
 	if (!q->slot || !q->go) {
@@ -969,10 +965,8 @@ int sd_seq_init(struct sd_machine *m, bool on, void (*irq_replay)(void))
 	return 0;
 }
 
-void sd_seq_fini(struct sd_machine *m)
+void sd_seq_fini(struct sd_seq *q)
 {
-	struct sd_seq *q = &m->model.seq;
-
 	if (!q->on)
 		return;
 	atomic_store(&q->stop, 1);

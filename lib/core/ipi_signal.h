@@ -1,10 +1,10 @@
 /* SPDX-License-Identifier: MIT */
-#ifndef SD_HW_IPI_SIGNAL_H
-#define SD_HW_IPI_SIGNAL_H
+#ifndef SD_CORE_IPI_SIGNAL_H
+#define SD_CORE_IPI_SIGNAL_H
 
-#include "../core/layer.h"
-#if SD_LAYER < SD_LAYER_HW
-#error "hw/ipi_signal.h is in a higher layer than the file including it (core/layer.h)"
+#include "layer.h"
+#if SD_LAYER < SD_LAYER_CORE
+#error "core/ipi_signal.h is in a higher layer than the file including it (core/layer.h)"
 #endif
 
 #include <signal.h>
