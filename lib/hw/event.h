@@ -374,6 +374,15 @@ static inline void sd_event_spin_lock(struct sd_cpu *c, struct sd_spinlock *l,
 	sd_event(c, SD_EV_LOCK_ACQUIRE, kind, 0);
 }
 
+/* A real lock was dropped after its LOCK_RELEASE event: a sync point of
+ * modelled time that fell inside it is taken now (sd_model_resync()),
+ * after the real unlock, never before, or a CPU would wait at the window
+ * for one that waits for its lock. */
+static inline void sd_event_unlocked(struct sd_cpu *c)
+{
+	sd_model_resync(c);
+}
+
 /* Its partner: the release is an event before the unlock, so the model's
  * lock state is written while the real lock still orders it. */
 static inline void sd_event_spin_unlock(struct sd_cpu *c, struct sd_spinlock *l,
@@ -381,7 +390,16 @@ static inline void sd_event_spin_unlock(struct sd_cpu *c, struct sd_spinlock *l,
 {
 	sd_event(c, SD_EV_LOCK_RELEASE, kind, 0);
 	sd_spin_unlock(l);
-	sd_model_resync(c);
+	sd_event_unlocked(c);
+}
+
+/* The CPU leaves the running set of modelled time (@state SD_MODEL_IDLE:
+ * sd_cpu_idle()) or comes back to it (SD_MODEL_RUNNING: a switch), at its
+ * own clock (model.c, sd_model_set_run()). */
+static inline void sd_event_run_state(struct sd_cpu *c, int state)
+{
+	if (unlikely(c->model.ev_ps != NULL))
+		sd_model_set_run(c, state);
 }
 
 /* A hot line read or written (mm_cpumask, tlb_gen, IPI queue heads). */

@@ -1072,7 +1072,7 @@ int sd_switch_mm(struct sd_cpu *c, struct sd_mm *next)
 	rcu_online(c);
 	sd_order_point(SD_ORDER_SWITCH_ENTER, c->id);
 	/* Modelled time: back from idle, at the running CPUs' time. */
-	sd_model_set_run(c, SD_MODEL_RUNNING);
+	sd_event_run_state(c, SD_MODEL_RUNNING);
 	sd_event(c, SD_EV_SWITCH_BEGIN, next ? next->id : 0, 0);
 	sd_irq_off(c);
 	/* Read under interrupts off: an IPI from sd_mm_destroy() may switch
@@ -1116,7 +1116,7 @@ int sd_cpu_idle(struct sd_cpu *c)
 	/* Modelled time: an idle CPU holds nobody back; in strict mode it
 	 * first takes the IPIs already on their way. */
 	sd_smp_seq_settle(c);
-	sd_model_set_run(c, SD_MODEL_IDLE);
+	sd_event_run_state(c, SD_MODEL_IDLE);
 	/* Idle is an extended quiescent state: grace periods need nothing
 	 * from this CPU until it switches to an mm again. */
 	if (sd_rcu_online())

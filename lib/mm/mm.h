@@ -144,7 +144,7 @@ static inline void sd_mmap_unlock(struct sd_cpu *c, struct sd_mm *mm, enum sd_lo
 	sd_event(c, SD_EV_LOCK_RELEASE, kind, (uint64_t)(uintptr_t)&mm->mmap_model);
 	pthread_rwlock_unlock(&mm->mmap_lock);
 	sd_wait_released();     /* partner of sd_mmap_lock_slow()'s poll */
-	sd_model_resync(c);
+	sd_event_unlocked(c);
 }
 
 /* pte_offset_map_lock() / pte_unmap_unlock() on a leaf table. */
@@ -162,7 +162,7 @@ static inline void sd_ptl_unlock(struct sd_cpu *c, struct sd_pt *leaf)
 {
 	sd_event(c, SD_EV_LOCK_RELEASE, SD_LOCK_PTL, (uint64_t)(uintptr_t)&leaf->ptl_model);
 	sd_spin_unlock(&leaf->ptl);
-	sd_model_resync(c);
+	sd_event_unlocked(c);
 }
 
 #endif
