@@ -11,8 +11,10 @@
  *
  *   core      atomics, locks, futex, backoff, options, errors, the IPI's
  *             tagged real signal
- *   time      modelled time below the CPUs: a clock (clock.h), strict
- *             mode's sequencer over clocks, the parameters, and the shared
+ *   time      modelled time below the CPUs: a clock (clock.h), keeping
+ *             clocks in step (sync.c: lax window, strict sync points),
+ *             strict mode's sequencer over clocks, the machine's model
+ *             (model.h), the parameters, and the shared
  *             resources (the interconnect queue, lock histories and
  *             calendars, the rwsem, lines) as pure functions of modelled
  *             timestamps

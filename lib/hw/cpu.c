@@ -223,7 +223,7 @@ uint64_t sd_cpu_clock_ns(const struct sd_cpu *c)
 	if (!c->model.ev_ps)
 		return 0;
 	/* The owner's exact clock includes the stalls broadcasts owe it
-	 * that its next sync point will take in (model.c, recv_pay()). */
+	 * that its next sync point will take in (time/sync.c, recv_pay()). */
 	if (c == sd_this_cpu)
 		return (c->model.clock_ps + atomic_load_explicit(&c->recv_stall_ps,
 								 memory_order_relaxed)) / PS_PER_NS;
@@ -252,7 +252,7 @@ int sd_cpu_work(struct sd_cpu *c, uint64_t ns)
 	uint64_t left = ns * PS_PER_NS;
 
 	while (left) {
-		left -= sd_model_work_wait(c, left);
+		left -= sd_clock_work_wait(&c->model, left);
 		/* Its sync point: the preemption tick it reached, the IPIs
 		 * that arrived. */
 		sd_event(c, SD_EV_WORK, 0, 0);
@@ -288,7 +288,7 @@ int sd_cpu_poll(struct sd_cpu *c)
 	if (c->model.seq) {
 		/* Back from a stall or idle first: only the holder polls. */
 		if (!sd_seq_running(&c->model))
-			sd_model_sync(c);
+			sd_clock_sync(&c->model);
 		if (!seq_wait_hook())
 			sched_yield();  /* nobody else can run: look again */
 		return 0;
@@ -296,7 +296,7 @@ int sd_cpu_poll(struct sd_cpu *c)
 	/* Lax: out of the running set until its next event, so the window
 	 * does not wait for a clock that a spin in the program's code
 	 * cannot move. */
-	sd_model_lax_poll(c);
+	sd_clock_lax_poll(&c->model);
 	sched_yield();
 	return 0;
 }

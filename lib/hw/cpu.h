@@ -51,7 +51,7 @@ struct sd_cpu {
 	SD_ATOMIC(int) ipi_send_err;      /* last failed send (-errno), for the watchdog report */
 	struct sd_model_line ipi_line;    /* the queue head as a modelled hot line */
 	/* Modelled ps of stall that broadcasts (TLBI IS, INVLPGB) issued by
-	 * other CPUs owe this one, not yet in its clock (model.c). */
+	 * other CPUs owe this one, not yet in its clock (time/sync.c, recv_pay()). */
 	SD_ATOMIC(uint64_t) recv_stall_ps;
 
 	/* Modelled clock as others see it (lax synchronisation). */
@@ -103,12 +103,12 @@ void sd_irq_replay(void);
 /* Strict modelled time: set (or clear) the calling thread's wait hook. */
 void sd_cpu_seq_hook(struct sd_cpu *c, bool on);
 
-/* A synchronisation point of modelled time (model.c): in strict mode it
+/* A synchronisation point of modelled time (time/sync.c): in strict mode it
  * may find IPIs that have arrived by the CPU's clock, which run here,
  * where the IPI endpoint can be reached, before it syncs again. */
 static inline void sd_cpu_model_sync(struct sd_cpu *c)
 {
-	while (unlikely(sd_model_sync(c)))
+	while (unlikely(sd_clock_sync(&c->model)))
 		sd_irq_run_pending(c);
 }
 

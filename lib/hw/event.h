@@ -266,7 +266,6 @@ uint64_t sd_model_ipi_posted(struct sd_cpu *from, struct sd_cpu *t);
 void sd_model_ipi_run(struct sd_cpu *c, uint64_t sent_ps);
 void sd_model_ipi_acked(struct sd_cpu *from, struct sd_cpu *t, uint64_t acked_ps);
 void sd_model_irq_exit(struct sd_cpu *c);
-void sd_model_set_run(struct sd_cpu *c, int state);
 
 /* Events whose modelled cost is a fixed charge (FREE, ONCE, SCAN: a
  * table entry, ev_ps); the others are charged out of line. For a constant
@@ -277,7 +276,7 @@ static inline bool sd_model_fixed(enum sd_event ev)
 }
 
 /* Charge @ev to @c's modelled clock; at a synchronisation point, publish
- * the clock and keep within the window (model.c). */
+ * the clock and keep within the window (time/sync.c). */
 static inline void sd_model_charge(struct sd_cpu *c, enum sd_event ev, uint64_t arg, uint64_t aux)
 {
 	if (!sd_model_fixed(ev))
@@ -399,7 +398,7 @@ static inline void sd_event_spin_unlock(struct sd_cpu *c, struct sd_spinlock *l,
 static inline void sd_event_run_state(struct sd_cpu *c, int state)
 {
 	if (unlikely(c->model.ev_ps != NULL))
-		sd_model_set_run(c, state);
+		sd_clock_set_run(&c->model, state);
 }
 
 /* A hot line read or written (mm_cpumask, tlb_gen, IPI queue heads). */

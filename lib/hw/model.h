@@ -15,84 +15,8 @@
 #include "../core/compiler.h"
 #include "../core/spinlock.h"
 #include "../time/params.h"
-#include "../time/clock.h"
-#include "../time/resource.h"
-#include "../time/sequencer.h"
-
-/*
- * Modelled time (include/shootdown/model.h says what it is for). Times are
- * kept in picoseconds so that sub-ns costs (an L1 TLB hit) add up exactly;
- * the public calls speak ns.
- *
- * Who writes what:
- *   - a CPU's clock and everything in struct sd_cpu_model: the CPU alone
- *     (its IPI handler included: the same thread), so plain fields;
- *   - the stalls broadcasts owe a CPU (struct sd_cpu's recv_stall_ps):
- *     the issuers add, the CPU takes them into its clock at its sync
- *     points (model.c, recv_pay());
- *   - its published clock and run state (struct sd_model_pub): the CPU
- *     stores, every CPU reads (lax synchronisation); a waiter may mark a
- *     laggard STALLED with a CAS;
- *   - shared resources (the interconnect, hot lines): a CAS on their
- *     free-at time, since they are used without a real lock;
- *   - modelled locks (struct sd_model_lock): only under the real lock
- *     they describe, which orders them, so plain fields.
- */
-
-
-enum sd_model_param {
-#define SD_MP_ENUM(id, key, what) SD_MP_##id,
-	SD_MODEL_PARAM_LIST(SD_MP_ENUM)
-#undef SD_MP_ENUM
-	SD_MP_NR
-};
-
-enum sd_model_dist_param {
-#define SD_MDP_ENUM(id, key, what) SD_MDP_##id,
-	SD_MODEL_DIST_PARAM_LIST(SD_MDP_ENUM)
-#undef SD_MDP_ENUM
-	SD_MDP_NR
-};
-
-/* At least enum sd_lock_kind's SD_LOCK_KIND_NR (model.c checks). */
-#define SD_MODEL_LOCK_KINDS 10
-
-/* Where an emulated CPU sits in the modelled topology. */
-struct sd_model_place {
-	uint32_t core, llc, package;
-};
-
-/* The machine-wide model (in struct sd_machine). */
-struct sd_model {
-	bool on;
-	char name[64];
-	char path[256];
-	char topology[128];
-	unsigned nr_pus;
-	uint64_t window_ps;
-	uint64_t quantum_ps;           /* a CPU publishes at least this often */
-	double param_ns[SD_MP_NR];
-	double dist_ns[SD_MDP_NR][SD_DIST_NR];
-	uint64_t param_ps[SD_MP_NR];
-	uint64_t dist_ps[SD_MDP_NR][SD_DIST_NR];
-	uint64_t ev_ps[256];           /* per enum sd_event; sized for any list */
-	uint64_t scan_ps;              /* one whole-ASID/whole-TLB scan of a TLB */
-	struct sd_model_place *place;  /* nr_cpus entries */
-	/* The machine-wide modelled locks, by enum sd_lock_kind (the mm
-	 * lock is per mm: struct sd_mm has its own). */
-	struct sd_model_lock lock[SD_MODEL_LOCK_KINDS];
-	struct sd_model_calendar cal[SD_MODEL_LOCK_KINDS];
-
-	/* The lruvec's lines a hold of the LRU lock writes: the list head
-	 * and size counters, and the folio last linked or unlinked next to
-	 * them (mm/lru.c). */
-	struct sd_model_line lru_lines[2];
-	sd_cacheline_aligned struct sd_model_queue interconnect;
-	sd_cacheline_aligned SD_ATOMIC(uint64_t) max_lead_ps;
-	SD_ATOMIC(uint64_t) rejoins;
-	SD_ATOMIC(uint64_t) stalls;    /* laggards a window wait took for stalled */
-	struct sd_seq seq;             /* strict mode: on or not, fixed at creation */
-};
+#include "../time/model.h"
+#include "../time/sync.h"
 
 struct sd_cpu;
 
@@ -112,21 +36,4 @@ enum sd_model_distance sd_model_distance_of(const struct sd_model *mod, unsigned
 void sd_model_cpu_init(struct sd_cpu *c);
 void sd_model_cpu_online(struct sd_cpu *c);
 void sd_model_cpu_offline(struct sd_cpu *c);
-/* A synchronisation point (model.c): publish the clock and keep within
- * the window (strict mode: give the token away once past the next CPU);
- * deferred inside a lock or interrupt section to its end. Returns true
- * when IPIs have arrived by the CPU's modelled clock (strict mode): the
- * caller runs them (sd_irq_run_pending()) and syncs again, as
- * sd_cpu_model_sync() in cpu.h does. */
-bool sd_model_sync(struct sd_cpu *c);
-/* Lax mode: the owner @c polls in the program's code (sd_cpu_poll()); it
- * holds nobody back until its next event, which rejoins it. */
-void sd_model_lax_poll(struct sd_cpu *c);
-/* Strict mode: modelled work of @left ps by the holder (sd_cpu_work()), as
- * a wait for its end, which the next vCPU preemption tick or an IPI's
- * arrival interrupts (the other CPUs run meanwhile). Returns the ps of it
- * done; the caller's next event is the sync point that takes the tick or
- * runs the IPIs. */
-uint64_t sd_model_work_wait(struct sd_cpu *c, uint64_t left);
-
 #endif

@@ -507,6 +507,12 @@ int sd_model_init(struct sd_model *mod, const char *profile, const char *topolog
 		sd_model_fini(mod);
 		return err;
 	}
+	mod->peer = calloc(nr_cpus, sizeof(*mod->peer));
+	if (!mod->peer) {
+		sd_model_fini(mod);
+		return sd_fail(-ENOMEM, "profile: no memory for %u clocks", nr_cpus);
+	}
+	mod->nr_clk = nr_cpus;
 	mod->on = true;
 	return 0;
 }
@@ -519,6 +525,9 @@ void sd_model_fini(struct sd_model *mod)
 	}
 	free(mod->place);
 	mod->place = NULL;
+	free(mod->peer);
+	mod->peer = NULL;
+	mod->nr_clk = 0;
 	mod->on = false;
 }
 

@@ -23,6 +23,7 @@
 /* Modelled clocks count picoseconds; the public calls speak ns. */
 #define PS_PER_NS 1000u
 
+struct sd_model;
 struct sd_seq;
 
 /*
@@ -76,7 +77,10 @@ struct sd_cpu_model {
 	 * owe it, and its machine's sequencer. */
 	uint32_t id;
 	const volatile sig_atomic_t *irq_depth;
+	const volatile sig_atomic_t *ipi_pending;
 	SD_ATOMIC(uint64_t) *recv_stall_ps;
+	struct sd_model_pub *pub;      /* what others read of it, on its own line */
+	struct sd_model *mod;
 	struct sd_seq *sq;
 };
 

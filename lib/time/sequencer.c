@@ -514,7 +514,7 @@ void sd_seq_recv_owe(struct sd_cpu_model *c, uint64_t ps)
 		if (i == c->id || s->state == SD_SEQ_OFF)
 			continue;
 		if (s->state == SD_SEQ_AWAY) {
-			/* Taken in at its return (model.c, recv_pay()), or
+			/* Taken in at its return (sync.c, recv_pay()), or
 			 * dropped if it comes back from idle. */
 			atomic_fetch_add_explicit(s->recv_stall_ps, ps, memory_order_relaxed);
 			continue;
