@@ -14,10 +14,10 @@
  *   time      modelled time below the CPUs: a clock (clock.h), keeping
  *             clocks in step (sync.c: lax window, strict sync points),
  *             strict mode's sequencer over clocks, the machine's model
- *             (model.h), the parameters, and the shared
- *             resources (the interconnect queue, lock histories and
- *             calendars, the rwsem, lines) as pure functions of modelled
- *             timestamps
+ *             (model.h) and its profile's reading, the parameters, and
+ *             the shared resources (the interconnect queue, lock histories
+ *             and calendars, the rwsem, lines) as pure functions of
+ *             modelled timestamps
  *   hw        the emulated hardware: topology, CPUs and interrupts, the IPI
  *             endpoint, TLBs, frames, traps, the oracle, counters
  *   mm        page tables, address spaces, reclaim and TLB batches; the

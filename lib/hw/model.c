@@ -424,7 +424,44 @@ void sd_model_cpu_offline(struct sd_cpu *c)
 	sd_clock_offline(&c->model);
 }
 
+/* ---- set up ---- */
+
+/* Each event's cost from its row of SD_EVENT_LIST (event.h): ONCE and EACH
+ * their parameter (EACH per unit of the argument: sd_model_event()), SCAN
+ * its parameter and a scan of every entry of the machine's TLBs. */
+static void fill_event_costs(struct sd_model *mod)
+{
+	memset(mod->ev_ps, 0, sizeof(mod->ev_ps));
+	for (unsigned ev = 0; ev < SD_EV_NR; ev++) {
+		const struct sd_event_desc *d = &sd_event_desc[ev];
+
+		if (d->cost == SD_COST_ONCE || d->cost == SD_COST_SCAN || d->cost == SD_COST_EACH)
+			mod->ev_ps[ev] = mod->param_ps[d->param];
+		if (d->cost == SD_COST_SCAN)
+			mod->ev_ps[ev] += mod->scan_ps;
+	}
+}
+
+int sd_model_init(struct sd_model *mod, const char *profile, const char *topology,
+		  uint64_t window_ns, unsigned nr_cpus, unsigned tlb_entries)
+{
+	int err = sd_model_load(mod, profile, topology, window_ns, nr_cpus, tlb_entries);
+
+	if (!err && mod->on)
+		fill_event_costs(mod);
+	return err;
+}
+
 /* ---- public calls ---- */
+
+double sd_model_cost_ns(const struct sd_machine *m, const char *param)
+{
+	if (!m || !param)
+		return sd_fail(-1, "sd_model_cost_ns: NULL argument"), -1.0;
+	if (!m->model.on)
+		return sd_fail(-1, "sd_model_cost_ns: the machine models no time (no profile)"), -1.0;
+	return sd_model_param_ns(&m->model, param);
+}
 
 int sd_machine_model_info(const struct sd_machine *m, struct sd_model_info *info)
 {

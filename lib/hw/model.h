@@ -20,15 +20,11 @@
 
 struct sd_cpu;
 
-/* Read the profile (sd_profile_locate() finds it), place @nr_cpus CPUs on
- * its topology (or on @topology, a hwloc synthetic string, if not NULL),
- * and fill the cost tables (@tlb_entries, L1 + L2 of each CPU's TLB, sizes
- * the scan a whole-ASID or whole-TLB invalidation charges, tlb_scan_entry).
- * @profile NULL: no modelling, 0. -EINVAL for a
- * bad file (the detail names the field), -ENOENT, -ENOMEM. profile.c. */
+/* sd_model_load() (time/profile.c), and each event's cost from its row
+ * of the event table (hw/event.h) into ev_ps. The same errors; fini is
+ * sd_model_fini(). model.c. */
 int sd_model_init(struct sd_model *mod, const char *profile, const char *topology,
 		  uint64_t window_ns, unsigned nr_cpus, unsigned tlb_entries);
-void sd_model_fini(struct sd_model *mod);
 enum sd_model_distance sd_model_distance_of(const struct sd_model *mod, unsigned a, unsigned b);
 
 /* A CPU's modelled state: set up with its area, joined to the running set

@@ -5,6 +5,20 @@
 #include "../core/layer.h"
 #if SD_LAYER < SD_LAYER_TIME
 #error "time/model.h is in a higher layer than the file including it (core/layer.h)"
+/* Read the profile (sd_profile_locate() finds it), place @nr_cpus CPUs on
+ * its topology (or on @topology, a hwloc synthetic string, if not NULL),
+ * and fill the costs in ps (@tlb_entries, L1 + L2 of each CPU's TLB, sizes
+ * the scan a whole-ASID or whole-TLB invalidation charges, tlb_scan_entry).
+ * @profile NULL: no modelling, 0. -EINVAL for a bad file (the detail names
+ * the field), -ENOENT, -ENOMEM. profile.c. The per-event table (ev_ps) is
+ * left to the layer that owns the events (hw/model.c, sd_model_init()). */
+int sd_model_load(struct sd_model *mod, const char *profile, const char *topology,
+		  uint64_t window_ns, unsigned nr_cpus, unsigned tlb_entries);
+void sd_model_fini(struct sd_model *mod);
+/* A parameter's cost in ns by its key ("ipi_send", "line_transfer.llc"),
+ * -1 with sd_last_error() set for an unknown key. */
+double sd_model_param_ns(const struct sd_model *mod, const char *param);
+
 #endif
 
 #include <stdbool.h>
@@ -104,5 +118,19 @@ struct sd_model {
 	unsigned nr_clk;
 	bool oversubscribed;           /* more CPUs than PUs: a window wait yields */
 };
+
+/* Read the profile (sd_profile_locate() finds it), place @nr_cpus CPUs on
+ * its topology (or on @topology, a hwloc synthetic string, if not NULL),
+ * and fill the costs in ps (@tlb_entries, L1 + L2 of each CPU's TLB, sizes
+ * the scan a whole-ASID or whole-TLB invalidation charges, tlb_scan_entry).
+ * @profile NULL: no modelling, 0. -EINVAL for a bad file (the detail names
+ * the field), -ENOENT, -ENOMEM. profile.c. The per-event table (ev_ps) is
+ * left to the layer that owns the events (hw/model.c, sd_model_init()). */
+int sd_model_load(struct sd_model *mod, const char *profile, const char *topology,
+		  uint64_t window_ns, unsigned nr_cpus, unsigned tlb_entries);
+void sd_model_fini(struct sd_model *mod);
+/* A parameter's cost in ns by its key ("ipi_send", "line_transfer.llc"),
+ * -1 with sd_last_error() set for an unknown key. */
+double sd_model_param_ns(const struct sd_model *mod, const char *param);
 
 #endif

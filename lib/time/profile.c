@@ -2,9 +2,10 @@
 /*
  * Machine profiles: find the file, read it with json-c, check every
  * parameter and its source, place the emulated CPUs on the modelled
- * topology with hwloc, and turn the costs into the per-event table the
- * funnel charges from. The file format is in docs/guide.md ("Modelled
- * time"); the parameter list is time/params.h.
+ * topology with hwloc, and turn the costs into picoseconds. The per-event
+ * table the funnel charges from is filled above, from the event table's
+ * cost column (hw/model.c). The file format is in docs/guide.md
+ * ("Modelled time"); the parameter list is time/params.h.
  */
 #include <errno.h>
 #include <limits.h>
@@ -18,8 +19,6 @@
 #include <json-c/json.h>
 
 #include "../core/error.h"
-#include "event.h"
-#include "machine.h"
 #include "model.h"
 
 #ifndef SD_PROFILES_INSTALL_DIR
@@ -419,17 +418,16 @@ out:
 	return err;
 }
 
-/* ---- the per-event table ---- */
+/* ---- the costs in picoseconds ---- */
 
 static uint64_t to_ps(double ns)
 {
 	return (uint64_t)llround(ns * 1000.0);
 }
 
-/* Each event's cost from its row of SD_EVENT_LIST (hw/event.h): ONCE and
- * EACH their parameter (EACH per unit of the argument: model.c), SCAN its
- * parameter and a scan of every entry of the machine's TLBs. */
-static void fill_event_costs(struct sd_model *mod, unsigned tlb_entries)
+/* Picoseconds, so that sub-ns costs add up exactly; and the scan a
+ * whole-ASID or whole-TLB invalidation makes of @tlb_entries. */
+static void fill_costs_ps(struct sd_model *mod, unsigned tlb_entries)
 {
 	for (unsigned i = 0; i < SD_MP_NR; i++)
 		mod->param_ps[i] = to_ps(mod->param_ns[i]);
@@ -437,15 +435,6 @@ static void fill_event_costs(struct sd_model *mod, unsigned tlb_entries)
 		for (unsigned d = 0; d < SD_DIST_NR; d++)
 			mod->dist_ps[p][d] = to_ps(mod->dist_ns[p][d]);
 	mod->scan_ps = mod->param_ps[SD_MP_TLB_SCAN_ENTRY] * tlb_entries;
-	memset(mod->ev_ps, 0, sizeof(mod->ev_ps));
-	for (unsigned ev = 0; ev < SD_EV_NR; ev++) {
-		const struct sd_event_desc *d = &sd_event_desc[ev];
-
-		if (d->cost == SD_COST_ONCE || d->cost == SD_COST_SCAN || d->cost == SD_COST_EACH)
-			mod->ev_ps[ev] = mod->param_ps[d->param];
-		if (d->cost == SD_COST_SCAN)
-			mod->ev_ps[ev] += mod->scan_ps;
-	}
 }
 
 /*
@@ -476,7 +465,7 @@ static int calendars_init(struct sd_model *mod, unsigned nr_cpus)
 	return 0;
 }
 
-int sd_model_init(struct sd_model *mod, const char *profile, const char *topology,
+int sd_model_load(struct sd_model *mod, const char *profile, const char *topology,
 		  uint64_t window_ns, unsigned nr_cpus, unsigned tlb_entries)
 {
 	char synthetic[sizeof(mod->topology)];
@@ -500,7 +489,7 @@ int sd_model_init(struct sd_model *mod, const char *profile, const char *topolog
 	snprintf(mod->topology, sizeof(mod->topology), "%s", synthetic);
 	if ((err = place_cpus(mod, synthetic, nr_cpus)))
 		return err;
-	fill_event_costs(mod, tlb_entries);
+	fill_costs_ps(mod, tlb_entries);
 	mod->window_ps = (window_ns ? window_ns : SD_MODEL_WINDOW_DEFAULT_NS) * 1000u;
 	mod->quantum_ps = mod->window_ps / 2;
 	if ((err = calendars_init(mod, nr_cpus))) {
@@ -531,24 +520,20 @@ void sd_model_fini(struct sd_model *mod)
 	mod->on = false;
 }
 
-double sd_model_cost_ns(const struct sd_machine *m, const char *param)
+double sd_model_param_ns(const struct sd_model *mod, const char *param)
 {
 	const char *dot;
 	int i, d;
 
-	if (!m || !param)
-		return sd_fail(-1, "sd_model_cost_ns: NULL argument"), -1.0;
-	if (!m->model.on)
-		return sd_fail(-1, "sd_model_cost_ns: the machine models no time (no profile)"), -1.0;
 	if ((i = find_key(param_key, SD_MP_NR, param)) >= 0)
-		return m->model.param_ns[i];
+		return mod->param_ns[i];
 	dot = strchr(param, '.');
 	if (dot) {
 		char head[32];
 		snprintf(head, sizeof(head), "%.*s", (int)(dot - param), param);
 		if ((i = find_key(dist_param_key, SD_MDP_NR, head)) >= 0 &&
 		    (d = find_key(dist_key, SD_DIST_NR, dot + 1)) >= 0)
-			return m->model.dist_ns[i][d];
+			return mod->dist_ns[i][d];
 	}
 	return sd_fail(-1, "sd_model_cost_ns: no parameter '%s'", param), -1.0;
 }
