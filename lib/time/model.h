@@ -70,6 +70,9 @@ enum sd_model_dist_param {
 /* At least enum sd_lock_kind's SD_LOCK_KIND_NR (model.c checks). */
 #define SD_MODEL_LOCK_KINDS 10
 
+/* Strict mode's quantum by default (struct sd_model, seq_quantum_ps). */
+#define SD_MODEL_SEQ_QUANTUM_PS (1000u * PS_PER_NS)
+
 /* A clock as the others see it: its public line and its thread. */
 struct sd_model_peer {
 	struct sd_model_pub *pub;
@@ -90,6 +93,13 @@ struct sd_model {
 	unsigned nr_pus;
 	uint64_t window_ps;
 	uint64_t quantum_ps;           /* a CPU publishes at least this often */
+	/* Strict mode's quantum: how soon a holder looks again without a
+	 * reason (a CPU back from away is seen within it). Not the window,
+	 * which strict mode does not have. Where the sync points fall moves
+	 * no clock (broadcast stalls go into the sequencer's clocks,
+	 * sd_seq_recv_owe()): Strict.RunsDoNotDependOnTheQuantum sets it
+	 * between creation and a run. */
+	uint64_t seq_quantum_ps;
 	double param_ns[SD_MP_NR];
 	double dist_ns[SD_MDP_NR][SD_DIST_NR];
 	uint64_t param_ps[SD_MP_NR];

@@ -492,6 +492,7 @@ int sd_model_load(struct sd_model *mod, const char *profile, const char *topolog
 	fill_costs_ps(mod, tlb_entries);
 	mod->window_ps = (window_ns ? window_ns : SD_MODEL_WINDOW_DEFAULT_NS) * 1000u;
 	mod->quantum_ps = mod->window_ps / 2;
+	mod->seq_quantum_ps = SD_MODEL_SEQ_QUANTUM_PS;
 	if ((err = calendars_init(mod, nr_cpus))) {
 		sd_model_fini(mod);
 		return err;

@@ -382,16 +382,9 @@ static inline void seq_beat(struct sd_cpu_model *c)
 /* The next sync point of a holder: where it passes the next CPU, its
  * first IPI arrives, the host preempts it, or a quantum on (to see CPUs
  * that came back from away meanwhile). */
-/* Strict mode's quantum: how soon a holder looks again without a reason
- * (a CPU back from away is seen within it). Not the window, which strict
- * mode does not have. Where the sync points fall moves no clock since
- * broadcast stalls go into the sequencer's clocks (sd_seq_recv_owe()):
- * the main job's rows are the same at 250 ns, 1 us and 4 us. */
-#define SEQ_QUANTUM_PS (1000u * PS_PER_NS)
-
 static void seq_next_sync(struct sd_cpu_model *c, uint64_t arrival)
 {
-	uint64_t at = c->clock_ps + SEQ_QUANTUM_PS;
+	uint64_t at = c->clock_ps + c->mod->seq_quantum_ps;
 
 	if (c->until_ps != SD_SEQ_NEVER) {
 		uint64_t pass = c->until_ps + (c->id < c->until_id ? 1 : 0);
