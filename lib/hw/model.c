@@ -384,6 +384,7 @@ void sd_model_cpu_init(struct sd_cpu *c)
 	c->model.ev_ps = mod->on ? mod->ev_ps : NULL;
 	c->model.seq = mod->seq.on;
 	c->model.until_ps = SD_SEQ_NEVER;
+	c->model.arrival_ps = SD_SEQ_NEVER;
 	c->model.id = c->id;
 	c->model.irq_depth = &c->irq_depth;
 	c->model.ipi_pending = &c->ipi_pending;

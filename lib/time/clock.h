@@ -71,6 +71,7 @@ struct sd_cpu_model {
 	bool seq;
 	uint64_t until_ps;             /* the holder runs until the next CPU's time */
 	uint32_t until_id;             /* ...that CPU, for ties */
+	uint64_t arrival_ps;           /* the earliest IPI arrival known not yet run */
 	/* Who the clock is, for the layers below the CPU (set once, at
 	 * the CPU's creation): its id, its interrupt state (irq_depth of
 	 * struct sd_cpu, which the owner alone writes), the stalls others

@@ -165,6 +165,7 @@ static void grant(struct sd_seq *q, int i, uint64_t at, int next, uint64_t next_
 	s->until_ps = next_at;
 	s->until_id = next < 0 ? UINT32_MAX : (uint32_t)next;
 	s->sync_by_ps = sync_by(q, (unsigned)i, next, next_at);
+	s->grant_arrival_ps = s->arrival_ps;
 	q->frontier_ps = max_u64(q->frontier_ps, at);
 	atomic_store_explicit(&q->holder, i, memory_order_relaxed);
 	atomic_fetch_add_explicit(&q->handoffs, 1, memory_order_relaxed);
@@ -317,6 +318,7 @@ static void resume(struct sd_seq *q, struct sd_cpu_model *c)
 	const struct sd_seq_slot *s = &q->slot[c->id];
 
 	c->clock_ps = max_u64(c->clock_ps, s->grant_ps);
+	c->arrival_ps = s->grant_arrival_ps;
 	set_until(c, s->until_ps, s->until_id, s->sync_by_ps);
 	atomic_store_explicit(&q->go[c->id].go, SD_SEQ_GO_RUNNING, memory_order_relaxed);
 }
@@ -586,6 +588,7 @@ uint64_t sd_seq_arrival(struct sd_cpu_model *c, uint64_t *posts)
 	if (posts)
 		*posts = q->slot[c->id].posts;
 	seq_unlock(q);
+	c->arrival_ps = a;
 	return a;
 }
 
@@ -597,6 +600,7 @@ void sd_seq_ipis_ran(struct sd_cpu_model *c, uint64_t next_ps, uint64_t posts)
 	seq_lock(q);
 	/* A post after the queue was taken: look at the queue again at once. */
 	s->arrival_ps = s->posts != posts ? min_u64(next_ps, c->clock_ps) : next_ps;
+	c->arrival_ps = s->arrival_ps;
 	seq_unlock(q);
 }
 

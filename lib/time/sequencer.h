@@ -69,6 +69,7 @@ struct sd_seq_slot {
 	uint64_t until_ps;      /* the next CPU's time... */
 	uint32_t until_id;      /* ...that CPU, for ties */
 	uint64_t sync_by_ps;    /* its next sync point at the latest */
+	uint64_t grant_arrival_ps;  /* its earliest IPI arrival then */
 	uint64_t posts;         /* IPIs posted to it */
 	pthread_t thread;       /* for the watchdog's look at its CPU time */
 	int tid;
