@@ -19,8 +19,8 @@ extern "C" {
 #include "hw/machine.h"
 #include "time/sequencer.h"
 }
-#include "line_hammer.h"
-#include "profile.hpp"
+#include "hw/line_hammer.h"
+#include "hw/profile.hpp"
 
 namespace {
 
