@@ -168,7 +168,11 @@ struct sd_machine_config {
 	/** Chrome trace-event JSON file written at sd_machine_destroy() (see
 	 *  sd_machine_trace_write()); NULL = the environment variable SD_TRACE
 	 *  if set and not empty, else no tracing. The string is copied. This
-	 *  field wins over SD_TRACE. "" is -EINVAL. */
+	 *  field wins over SD_TRACE. "" is -EINVAL. Checked at creation: it
+	 *  must be a regular file or absent (a directory: -EISDIR; a symbolic
+	 *  link, a device, a FIFO or a socket, which a trace never replaces:
+	 *  -EINVAL), and a file must be creatable beside it (else the -errno
+	 *  of that open: -ENOENT for a missing directory, -EACCES, -EROFS). */
 	const char *trace_path;
 	/** Records kept per CPU when tracing (32 bytes each); 0 = 65536. The
 	 *  first ones are kept, later ones counted as trace_records_dropped. */
@@ -222,7 +226,8 @@ SD_EXPORT void sd_machine_config_init(struct sd_machine_config *cfg);
  * synthetic string, a model_window_ns above 1 s, a strategy spec
  * of 64 characters or more, a malformed (blanks included), repeated or
  * out-of-range strategy option); -ENOENT for an unknown strategy or
- * option, or a profile that sd_profile_locate() (model.h) cannot find; -EBUSY if 8 distinct IPI signals are already in use by other
+ * option, or a profile that sd_profile_locate() (model.h) cannot find; a
+ * trace path that cannot be written (trace_path says which code); -EBUSY if 8 distinct IPI signals are already in use by other
  * machines, or if the program already installed a handler on ipi_signal
  * and SD_MACHINE_TAKE_SIGNAL is not set (SIG_IGN is not a handler: it is
  * kept and chained to); -EDEADLK if the caller is an attached CPU with
@@ -243,16 +248,19 @@ SD_EXPORT int sd_machine_create(const struct sd_machine_config *cfg,
  * sd_machine_destroy() - free a machine.
  *
  * A tracing machine first writes its trace (sd_machine_trace_write()) to
- * its trace path; if that fails the machine is still destroyed, and the
- * failure is reported on stderr and in sd_last_error().
+ * its trace path; if that fails the machine is still destroyed, the
+ * failure is reported on stderr and in sd_last_error(), which names where
+ * what was written is kept, and returned.
  *
  * The last machine using a signal gives the program back the action it had
  * before sd_machine_create(), unless the program installed another one
  * meanwhile: that one is left in place.
  *
  * Return: 0; -EINVAL for NULL; -EBUSY if a CPU is still attached or an
- * address space still exists (the machine is left intact). Any thread that
- * is not one of its CPUs.
+ * address space still exists (the machine is left intact); the
+ * sd_machine_trace_write() error of a tracing machine whose trace could
+ * not be written at its path (the machine destroyed all the same). Any
+ * thread that is not one of its CPUs.
  * Not from an attached CPU, so never with interrupts off.
  */
 SD_EXPORT int sd_machine_destroy(struct sd_machine *m);
@@ -363,16 +371,21 @@ SD_EXPORT void sd_machine_print_info(const struct sd_machine *m, FILE *f);
  * sent to its handler and from the handler to the sender's ack, and counter
  * tracks. Slices still open are closed at the write's time and marked
  * "unfinished". CPUs may keep running: what they record after the call
- * began is not in the file. The file is written under a temporary name and
- * renamed, so @path is either the whole trace or untouched.
+ * began is not in the file. The file is written under a new temporary
+ * name beside @path ("@path.<pid>.tmp", created, never opened through a
+ * link) and renamed over @path, so @path is either the whole trace or
+ * untouched; only a regular file at @path is ever replaced.
  * Tracing must be on (sd_machine_config.trace_path or SD_TRACE).
  *
- * Return: 0; -EINVAL for a NULL or empty argument; -ENODATA if the machine
- * is not tracing; -EDEADLK from an attached CPU with interrupts off; the
- * -errno of a failed open, write or rename (nothing left at @path or under
- * the temporary name). Any thread; from an attached CPU only with
- * interrupts on (it writes a file: -EDEADLK otherwise). Never waits for
- * another CPU.
+ * Return: 0; -EINVAL for a NULL or empty argument, or when @path is a
+ * symbolic link, a device, a FIFO or a socket; -EISDIR when it is a
+ * directory; -ENODATA if the machine is not tracing; -EDEADLK from an
+ * attached CPU with interrupts off; -EEXIST if the temporary name exists
+ * already; the -errno of a failed create, write or rename. Once the
+ * temporary file exists, a failure keeps it, with what was written, and
+ * sd_last_error() names it; @path is untouched. Any thread; from an
+ * attached CPU only with interrupts on (it writes a file: -EDEADLK
+ * otherwise). Never waits for another CPU.
  */
 SD_EXPORT int sd_machine_trace_write(struct sd_machine *m, const char *path);
 

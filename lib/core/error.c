@@ -93,7 +93,18 @@ const char *sd_strerror(int err)
 		return "I/O error writing a trace file";
 	case -ENAMETOOLONG:
 		return "a profile's path does not fit in the buffer given";
+	case -EISDIR:
+		return "the trace path is a directory";
+	case -ENODATA:
+		return "the machine is not tracing";
+	case -ENOTDIR:
+		return "a component of the trace file's path is not a directory";
+	case -EROFS:
+		return "the trace file's file system is read-only";
+	case -ELOOP:
+		return "too many symbolic links in the trace file's path";
 	default:
-		return err < 0 ? "unknown error" : "not an error code";
+		return err < 0 ? "a system call's error (sd_last_error() has the detail)"
+			       : "not an error code";
 	}
 }

@@ -5,10 +5,12 @@
  * the top layer (machine/trace_export.c).
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <sys/stat.h>
 
 #include <shootdown/machine.h>
 
@@ -137,6 +139,9 @@ int sd_trace_setup(struct sd_machine *m)
 	m->trace.t0_ns = m->model.on ? 0 : sd_now_ns();
 	if (!path)
 		return 0;
+	int err = sd_trace_path_check(path, true);
+	if (err)
+		return err;
 	m->trace.path = strdup(path);
 	if (!m->trace.path)
 		return -ENOMEM;
@@ -153,6 +158,57 @@ int sd_trace_setup(struct sd_machine *m)
 		m->cpus[i]->trace = r;
 	}
 	m->cfg.trace_path = m->trace.path;
+	return 0;
+}
+
+char *sd_trace_tmp_name(const char *path)
+{
+	char *tmp;
+
+	return asprintf(&tmp, "%s.%d.tmp", path, (int)getpid()) < 0 ? NULL : tmp;
+}
+
+static const char *kind_of(mode_t mode)
+{
+	return S_ISLNK(mode) ? "a symbolic link" : S_ISCHR(mode) ? "a character device" :
+	       S_ISBLK(mode) ? "a block device" : S_ISFIFO(mode) ? "a FIFO" :
+	       S_ISSOCK(mode) ? "a socket" : "not a regular file";
+}
+
+int sd_trace_path_check(const char *path, bool try_create)
+{
+	struct stat st;
+	char *tmp;
+	int fd, err;
+
+	/* lstat(): a symbolic link is the link, not what it points at,
+	 * which the rename would never touch. */
+	if (lstat(path, &st) == 0) {
+		if (S_ISDIR(st.st_mode))
+			return sd_fail(-EISDIR, "trace path %s is a directory", path);
+		if (!S_ISREG(st.st_mode))
+			return sd_fail(-EINVAL, "trace path %s is %s: a trace replaces only a "
+				       "regular file", path, kind_of(st.st_mode));
+	} else if (errno != ENOENT) {
+		err = -errno;
+		return sd_fail(err, "trace path %s: %s", path, strerror(-err));
+	}
+	if (!try_create)
+		return 0;
+	tmp = sd_trace_tmp_name(path);
+	if (!tmp)
+		return sd_fail(-ENOMEM, "trace path: no memory");
+	fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+	if (fd < 0) {
+		err = -errno;
+		sd_fail(err, "trace path %s: cannot create a file beside it (%s): %s", path, tmp,
+			strerror(-err));
+		free(tmp);
+		return err;
+	}
+	close(fd);
+	unlink(tmp);
+	free(tmp);
 	return 0;
 }
 

@@ -7,6 +7,8 @@
 #error "hw/trace.h is in a higher layer than the file including it (core/layer.h)"
 #endif
 
+#include <stdbool.h>
+
 #include "../core/compiler.h"
 
 struct sd_cpu;
@@ -49,9 +51,22 @@ struct sd_trace {
 	uint64_t t0_ns;                /* creation: the file's time zero */
 };
 
+/* A trace is written beside its path under the temporary name
+ * sd_trace_tmp_name() gives (NULL: no memory; free() it) and renamed over
+ * the path once whole. sd_trace_path_check(): 0 if @path is a regular file
+ * or absent (a symbolic link, a device, a FIFO or a socket is never
+ * replaced: -EINVAL; a directory: -EISDIR); with @try_create, also that the
+ * temporary file can be created beside it (the -errno of the open: a
+ * missing directory, no permission, a read-only file system). The detail
+ * is in sd_last_error(). Any thread. */
+char *sd_trace_tmp_name(const char *path);
+int sd_trace_path_check(const char *path, bool try_create);
+
 /* The machine's halves (machine/machine.c). Setup: resolve the config and
- * SD_TRACE into @m->trace and give each CPU its ring (-ENOMEM, -EINVAL,
- * nothing left on failure). Teardown frees what setup made. */
+ * SD_TRACE into @m->trace, check the path (sd_trace_path_check(), so a
+ * trace that could not be written is refused now, not after the run) and
+ * give each CPU its ring (-ENOMEM, -EINVAL, that check's codes; nothing
+ * left on failure). Teardown frees what setup made. */
 int sd_trace_setup(struct sd_machine *m);
 void sd_trace_teardown(struct sd_machine *m);
 

@@ -322,7 +322,7 @@ int sd_machine_trace_write(struct sd_machine *m, const char *path)
 	if (!m || !path || !*path)
 		return sd_fail(-EINVAL, "sd_machine_trace_write: NULL machine or NULL/empty path");
 	if (!m->trace.path)
-		return sd_fail(-EINVAL, "sd_machine_trace_write: the machine is not tracing "
+		return sd_fail(-ENODATA, "sd_machine_trace_write: the machine is not tracing "
 			       "(set sd_machine_config.trace_path or SD_TRACE)");
 	/* File I/O: not with interrupts off, where IPIs to us would wait. */
 	if (sd_this_cpu && sd_this_cpu->irq_depth)
@@ -333,13 +333,19 @@ int sd_machine_trace_write(struct sd_machine *m, const char *path)
 
 /* The machine's last act: its trace, whole or reported. A failure does not
  * keep the machine alive (nothing a caller could do would make the write
- * succeed later), so it is said on stderr and left in sd_last_error(). */
-static void write_trace_at_exit(struct sd_machine *m)
+ * succeed later): it is said on stderr, left in sd_last_error() and
+ * returned by sd_machine_destroy(), and what was written is kept under the
+ * temporary name the message gives. */
+static int write_trace_at_exit(struct sd_machine *m)
 {
+	int err;
+
 	if (!m->trace.path)
-		return;
-	if (sd_machine_trace_write(m, m->trace.path))
+		return 0;
+	err = sd_machine_trace_write(m, m->trace.path);
+	if (err)
 		fprintf(stderr, "libshootdown: the trace was not written: %s\n", sd_last_error());
+	return err;
 }
 
 int sd_machine_destroy(struct sd_machine *m)
@@ -352,7 +358,7 @@ int sd_machine_destroy(struct sd_machine *m)
 		return sd_fail(-EBUSY, "%u address space(s) still exist", atomic_load(&m->nr_mms));
 	/* Deferred page-table frees may still be queued. */
 	urcu_qsbr_barrier();
-	write_trace_at_exit(m);
+	int trace_err = write_trace_at_exit(m);
 	sd_smp_call_uninstall(m->cfg.ipi_signal);
 	m->ops->machine_fini(m, m->strategy);
 	sd_traps_fini(&m->traps);
@@ -366,7 +372,7 @@ int sd_machine_destroy(struct sd_machine *m)
 	pthread_mutex_destroy(&m->pin_note_lock);
 	sd_strategy_put(m->ops);
 	free(m);
-	return 0;
+	return trace_err;
 }
 
 unsigned sd_machine_nr_cpus(const struct sd_machine *m)

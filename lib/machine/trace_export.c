@@ -7,11 +7,13 @@
  * layers below recorded, so it sits in the top layer.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include <shootdown/error.h>
 #include <shootdown/machine.h>
 
 #include "../core/error.h"
@@ -422,14 +424,19 @@ int sd_trace_write_file(struct sd_machine *m, const char *path)
 		return sd_fail(-ENOMEM, "sd_machine_trace_write: no memory for the trace's index");
 	}
 	/* A temporary name in the same directory, renamed over @path once
-	 * whole: a reader never finds half a trace at @path. */
-	if (asprintf(&tmp, "%s.%d.tmp", path, (int)getpid()) < 0) {
+	 * whole: a reader never finds half a trace at @path. Created new
+	 * (O_EXCL, O_NOFOLLOW): never through a link planted there. */
+	tmp = sd_trace_tmp_name(path);
+	if (!tmp) {
 		trace_out_free(&o);
 		return sd_fail(-ENOMEM, "sd_machine_trace_write: no memory");
 	}
-	o.f = fopen(tmp, "w");
+	int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+	o.f = fd < 0 ? NULL : fdopen(fd, "w");
 	if (!o.f) {
 		err = -errno;
+		if (fd >= 0)
+			close(fd);
 		sd_fail(err, "sd_machine_trace_write: cannot create %s: %s", tmp, strerror(-err));
 		goto out;
 	}
@@ -438,16 +445,27 @@ int sd_trace_write_file(struct sd_machine *m, const char *path)
 	if (fclose(o.f) && !err)
 		err = -errno;
 	if (err) {
-		sd_fail(err, "sd_machine_trace_write: writing %s failed: %s (removed)", tmp,
-			strerror(-err));
-		unlink(tmp);
+		sd_fail(err, "sd_machine_trace_write: writing %s failed: %s (what was written "
+			"is kept there)", tmp, strerror(-err));
+		goto out;
+	}
+	/* What is at @path may be replaced only if it is a regular file
+	 * (never a device, a FIFO or a link's target): checked here, not
+	 * only at creation, as it may have changed during the run. The
+	 * trace is written first, so a refusal keeps it. */
+	err = sd_trace_path_check(path, false);
+	if (err) {
+		char why[256];
+
+		/* Copied: sd_fail() writes the buffer it would read. */
+		snprintf(why, sizeof(why), "%s", sd_last_error());
+		sd_fail(err, "sd_machine_trace_write: %s (the trace is kept at %s)", why, tmp);
 		goto out;
 	}
 	if (rename(tmp, path)) {
 		err = -errno;
-		sd_fail(err, "sd_machine_trace_write: cannot rename %s to %s: %s (removed)", tmp,
-			path, strerror(-err));
-		unlink(tmp);
+		sd_fail(err, "sd_machine_trace_write: cannot rename %s to %s: %s (the trace is "
+			"kept at %s)", tmp, path, strerror(-err), tmp);
 	}
 out:
 	free(tmp);
