@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../core/synthetic.h"
 #include "../core/error.h"
 #include "topology.h"
 
@@ -21,6 +22,13 @@ static int load_topology(struct sd_topology *t)
 {
 	const char *synthetic = getenv("SD_TOPOLOGY");
 
+	uint64_t pus;
+
+	/* Sized before hwloc builds it, which it does object by object. */
+	if (synthetic && *synthetic && !sd_synthetic_pus(synthetic, SD_SYNTHETIC_MAX_PUS, &pus) &&
+	    pus > SD_SYNTHETIC_MAX_PUS)
+		return sd_fail(-EINVAL, "SD_TOPOLOGY '%s': more than %u PUs", synthetic,
+			       SD_SYNTHETIC_MAX_PUS);
 	if (hwloc_topology_init(&t->topo) < 0)
 		return sd_fail(-ENOMEM, "hwloc_topology_init failed");
 	if (synthetic && *synthetic) {

@@ -13,12 +13,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <unistd.h>
+#include <sys/stat.h>
 
 #include <hwloc.h>
 #include <json-c/json.h>
 
 #include "../core/error.h"
+#include "../core/synthetic.h"
 #include "model.h"
 
 #ifndef SD_PROFILES_INSTALL_DIR
@@ -312,15 +315,96 @@ static int read_topology(struct json_object *root, char *synthetic, size_t len)
 	return read_string(topo, "synthetic", synthetic, len, true);
 }
 
+/* A profile is a few kilobytes; this is far more than any will be. */
+#define PROFILE_MAX_BYTES (1u << 20)
+
+/*
+ * The file, whole, in a buffer (free() it): a regular file of at most
+ * PROFILE_MAX_BYTES. Opened without blocking and checked before it is
+ * read: a FIFO given as a profile blocked sd_machine_create() for ever,
+ * and /dev/zero was read until memory ran out.
+ */
+static int read_file(const char *path, char **out, size_t *n)
+{
+	struct stat st;
+	int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC), err;
+	char *buf;
+	ssize_t got;
+	size_t have = 0;
+
+	if (fd < 0) {
+		err = -errno;
+		return sd_fail(err, "profile '%s': %s", path, strerror(-err));
+	}
+	if (fstat(fd, &st) || !S_ISREG(st.st_mode)) {
+		close(fd);
+		return sd_fail(-EINVAL, "profile '%s' is not a regular file", path);
+	}
+	if (st.st_size > PROFILE_MAX_BYTES) {
+		close(fd);
+		return sd_fail(-EINVAL, "profile '%s' is %lld bytes: a profile is at most %u",
+			       path, (long long)st.st_size, PROFILE_MAX_BYTES);
+	}
+	buf = malloc((size_t)st.st_size + 1);
+	if (!buf) {
+		close(fd);
+		return sd_fail(-ENOMEM, "profile '%s': no memory", path);
+	}
+	while (have < (size_t)st.st_size &&
+	       (got = read(fd, buf + have, (size_t)st.st_size - have)) > 0)
+		have += (size_t)got;
+	close(fd);
+	buf[have] = 0;
+	*out = buf;
+	*n = have;
+	return 0;
+}
+
+/* Parse @text (@n bytes) as JSON; a syntax error names its line and column. */
+static struct json_object *parse_json(const char *path, const char *text, size_t n)
+{
+	struct json_tokener *tok = json_tokener_new();
+	struct json_object *root;
+
+	if (!tok) {
+		sd_fail(-ENOMEM, "profile '%s': no memory", path);
+		return NULL;
+	}
+	root = json_tokener_parse_ex(tok, text, (int)n);
+	enum json_tokener_error jerr = json_tokener_get_error(tok);
+
+	if (!root || jerr != json_tokener_success) {
+		size_t at = json_tokener_get_parse_end(tok), line = 1, col = 1;
+
+		for (size_t i = 0; i < at && i < n; i++, col++)
+			if (text[i] == '\n') {
+				line++;
+				col = 0;
+			}
+		sd_fail(-EINVAL, "profile '%s' is not valid JSON: %s at line %zu, column %zu", path,
+			jerr == json_tokener_continue ? "unexpected end of file"
+						      : json_tokener_error_desc(jerr),
+			line, col);
+		json_object_put(root);
+		root = NULL;
+	}
+	json_tokener_free(tok);
+	return root;
+}
+
 static int read_profile(const char *path, struct sd_model *mod, char *synthetic, size_t len)
 {
-	struct json_object *root = json_object_from_file(path), *costs;
-	char format[64] = "";
+	struct json_object *root, *costs;
+	char format[64] = "", *text = NULL;
+	size_t n = 0;
 	int err;
 
+	if ((err = read_file(path, &text, &n)))
+		return err;
+	root = parse_json(path, text, n);
+	free(text);
 	if (!root)
-		return sd_fail(-EINVAL, "profile '%s' is not valid JSON: %s", path,
-			       json_util_get_last_err() ? json_util_get_last_err() : "unreadable");
+		return -EINVAL;
 	err = -EINVAL;
 	if (!json_object_is_type(root, json_type_object)) {
 		sd_fail(err, "profile '%s': the top level is not an object", path);
@@ -387,6 +471,13 @@ static int place_cpus(struct sd_model *mod, const char *synthetic, unsigned nr_c
 	hwloc_topology_t topo;
 	int err = 0, nr;
 
+	uint64_t pus;
+
+	/* Sized before hwloc builds it, which it does object by object: a
+	 * few digits too many took all the memory. */
+	if (!sd_synthetic_pus(synthetic, SD_SYNTHETIC_MAX_PUS, &pus) && pus > SD_SYNTHETIC_MAX_PUS)
+		return sd_fail(-EINVAL, "profile '%s': topology '%s' has more than %u PUs",
+			       mod->path, synthetic, SD_SYNTHETIC_MAX_PUS);
 	if (hwloc_topology_init(&topo))
 		return sd_fail(-ENOMEM, "profile: hwloc_topology_init failed");
 	if (hwloc_topology_set_synthetic(topo, synthetic) < 0 || hwloc_topology_load(topo) < 0) {

@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 #include <unistd.h>
+#include <sys/stat.h>
 
 #include "profile.hpp"
 
@@ -903,6 +904,65 @@ TEST(ModelProfile, BadFilesAreRefusedWithTheFieldNamed)
 	c.profile = garbage.c_str();
 	EXPECT_EQ(-EINVAL, sd_machine_create(&c, &m));
 	std::remove(garbage.c_str());
+}
+
+// Inputs that once hung or took all the memory are refused before they are
+// read or built: a FIFO as the profile (sd_machine_create() blocked for
+// ever), /dev/zero (read until memory ran out), a file over the size cap,
+// and a synthetic topology of a billion PUs (hwloc built every object);
+// a JSON error names its line and column.
+TEST(ModelProfile, InputsAreCheckedBeforeTheyAreRead)
+{
+	sdtest::Watchdog w("a profile input read or built", 60);
+	std::string dir = "/tmp/sd-test-inputs-" + std::to_string(getpid());
+	ASSERT_EQ(0, mkdir(dir.c_str(), 0700));
+	std::string fifo = dir + "/fifo.json", big = dir + "/big.json", cut = dir + "/cut.json";
+	ASSERT_EQ(0, mkfifo(fifo.c_str(), 0600));
+	{
+		std::ofstream f(big);
+		f << "{";
+	}
+	ASSERT_EQ(0, truncate(big.c_str(), 2 << 20));
+	{
+		std::ofstream f(cut);
+		f << "{\n  \"format\": \"shootdown-profile-1\",\n  \"name\": tru";
+	}
+	struct Case {
+		std::string path;
+		const char *says;
+	} cases[] = {
+		{fifo, "not a regular file"},
+		{"/dev/zero", "not a regular file"},
+		{big, "at most"},
+		{cut, "line 3, column"},
+	};
+	for (const Case &k : cases) {
+		sd_machine *m = nullptr;
+		sd_machine_config c = sdtest::config(2, "broadcast");
+		c.profile = k.path.c_str();
+		EXPECT_EQ(-EINVAL, sd_machine_create(&c, &m)) << k.path;
+		EXPECT_NE(std::string::npos, std::string(sd_last_error()).find(k.says))
+			<< k.path << ": " << sd_last_error();
+		EXPECT_EQ(nullptr, m);
+	}
+	// A billion PUs, as the config's model topology and as SD_TOPOLOGY.
+	Profile p("pack:1 core:2 pu:1", {});
+	sd_machine *m = nullptr;
+	sd_machine_config c = modelled(2, "broadcast", p);
+	c.model_topology = "pack:1000 core:1000 pu:1000";
+	EXPECT_EQ(-EINVAL, sd_machine_create(&c, &m));
+	EXPECT_NE(std::string::npos, std::string(sd_last_error()).find("more than 65536 PUs"))
+		<< sd_last_error();
+	setenv("SD_TOPOLOGY", "pack:1000 core:1000 pu:1000", 1);
+	sd_machine_config plain = sdtest::config(2, "broadcast");
+	EXPECT_EQ(-EINVAL, sd_machine_create(&plain, &m));
+	unsetenv("SD_TOPOLOGY");
+	EXPECT_NE(std::string::npos, std::string(sd_last_error()).find("more than 65536 PUs"))
+		<< sd_last_error();
+	unlink(fifo.c_str());
+	unlink(big.c_str());
+	unlink(cut.c_str());
+	rmdir(dir.c_str());
 }
 
 // The profile is found by name through SD_PROFILE_PATH, and a topology
