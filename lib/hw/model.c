@@ -394,7 +394,6 @@ void sd_model_cpu_init(struct sd_cpu *c)
 	c->model.mod = mod;
 	if (mod->peer && c->id < mod->nr_clk)
 		mod->peer[c->id] = (struct sd_model_peer){ &c->model_pub, &c->tid };
-	mod->oversubscribed = sd_topology_oversubscribed(&c->m->topo);
 	atomic_init(&c->model_pub.clock_ps, 0);
 	atomic_init(&c->model_pub.state, SD_MODEL_OFF);
 	atomic_init(&c->model_pub.window_waits, 0);

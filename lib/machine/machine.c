@@ -267,6 +267,9 @@ int sd_machine_create(const struct sd_machine_config *in, struct sd_machine **ou
 			    m->cfg.tlb_l1_entries + m->cfg.tlb_sets * m->cfg.tlb_ways);
 	if (err)
 		goto fail_model;
+	/* Once, for lax mode's window waits (time/sync.c), which read no
+	 * topology of their own. */
+	m->model.oversubscribed = sd_topology_oversubscribed(&m->topo);
 	err = sd_seq_init(&m->model.seq, m->nr_cpus,
 			  m->model.on && (m->cfg.flags & SD_MACHINE_MODEL_STRICT),
 			  m->cfg.ipi_signal, sd_irq_replay);
