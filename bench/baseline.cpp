@@ -11,6 +11,7 @@
 //
 // Both sets register all three, first.
 #include "common.hpp"
+#include "native.hpp"
 
 #include <signal.h>
 #include <sys/syscall.h>
@@ -23,10 +24,15 @@
 namespace sdbench {
 namespace {
 
-// One cache line flipped between PU 0 (this thread) and PU 1 (a helper):
+// One cache line flipped between the first two PUs the process may use
+// (this thread and a helper):
 // each iteration is one round trip, two line transfers.
 void BM_cacheline_roundtrip(State &st)
 {
+	if (native::nr_pus() < 2) {
+		st.SkipWithError("needs 2 PUs the process may use");
+		return;
+	}
 	auto line = std::make_unique<Line>();
 	Line stop;
 	std::atomic<int> pinned1{-1};
@@ -77,6 +83,10 @@ void ack_handler(int)
 // atomic that this thread waits for.
 void BM_signal_roundtrip(State &st)
 {
+	if (native::nr_pus() < 2) {
+		st.SkipWithError("needs 2 PUs the process may use");
+		return;
+	}
 	const int sig = SIGRTMIN + 5;
 	struct sigaction sa, old;
 	Line stop;

@@ -3,6 +3,7 @@
 // shootdown-bench's shared helpers (common.hpp): the registration of the
 // workload families, machine and mm wrappers, counters. Public API only.
 #include "common.hpp"
+#include "native.hpp"
 
 #include <time.h>
 
@@ -80,7 +81,7 @@ Pin::Pin(int pu)
 
 	have_saved_ = !pthread_getaffinity_np(pthread_self(), sizeof(saved_), &saved_);
 	CPU_ZERO(&set);
-	CPU_SET(pu, &set);
+	CPU_SET(native::pu_os_index(pu), &set);
 	ok_ = !pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
 }
 

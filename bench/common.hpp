@@ -129,7 +129,8 @@ struct alignas(64) Line {
 	char pad[64 - sizeof(std::atomic<uint64_t>)];
 };
 
-// Pin the calling thread to one PU (OS index) for a scope, then restore.
+// Pin the calling thread for a scope to the @pu-th PU the process may use
+// (native::pu_os_index()), then restore.
 class Pin {
 public:
 	explicit Pin(int pu);

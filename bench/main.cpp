@@ -100,11 +100,38 @@ void print_machine()
 	printf("machine: %u package(s), %u core(s), %u PU(s), %u NUMA node(s) (hwloc%s)\n",
 	       info.nr_packages, info.nr_cores, info.nr_pus, info.nr_numa_nodes,
 	       info.synthetic ? ", synthetic SD_TOPOLOGY" : "");
+	if (!info.synthetic)
+		printf("pus: %s of the host's %u (this process's affinity mask and cpuset; "
+		       "every emulated and native thread is placed on these)\n",
+		       info.allowed_pus, info.nr_host_pus);
 	printf("cpu: %s\n", model);
 	printf("kernel: %s %s %s\n", u.sysname, u.release, u.machine);
 	printf("pinning: %s\n", pinned ? "yes (emulated CPUs are pinned to PUs)"
 				     : "NO (CPUs float; results are noisier)");
 	sd_machine_destroy(m);
+}
+
+// Which PUs the run uses and why, on stderr and in the JSON's context.
+void announce_pus()
+{
+	sd_machine_config c = SD_MACHINE_CONFIG_INIT;
+	struct sd_machine_info info;
+	sd_machine *m = nullptr;
+	char line[256];
+
+	c.nr_cpus = 1;
+	if (sd_machine_create(&c, &m) || sd_machine_info(m, &info)) {
+		sd_machine_destroy(m);
+		return;
+	}
+	sd_machine_destroy(m);
+	if (info.synthetic)
+		snprintf(line, sizeof(line), "none: synthetic topology (SD_TOPOLOGY), threads unpinned");
+	else
+		snprintf(line, sizeof(line), "%s of the host's %u (affinity mask and cpuset)",
+			 info.allowed_pus, info.nr_host_pus);
+	fprintf(stderr, "shootdown-bench: PUs %s\n", line);
+	benchmark::AddCustomContext("pus", line);
 }
 
 // 1, 2, every PU, 2x and 4x PUs oversubscribed; sorted, once each.
@@ -359,6 +386,11 @@ int main(int argc, char **argv)
 {
 	using namespace sdbench;
 
+	// Progress (and a JSON report on stdout) reaches a pipe as each line
+	// is done, not in blocks: scripts/compare shows it as it comes.
+	setvbuf(stdout, nullptr, _IOLBF, 0);
+	native::nr_pus();       // the allowed PUs, read before anything pins
+
 	if (!parse_options(&argc, argv)) {
 		usage();
 		return 2;
@@ -369,6 +401,7 @@ int main(int argc, char **argv)
 	}
 	if (!locate_profile())
 		return 1;
+	announce_pus();
 	register_families(g_opt.patches_set ? Set::patches
 			  : g_opt.main_set ? Set::main : Set::all);
 	benchmark::Initialize(&argc, argv);

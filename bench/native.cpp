@@ -40,15 +40,25 @@ constexpr size_t kPage = 4096;
 
 // ---- topology: hwloc, loaded once ----
 
+// Restricted to the PUs the process may use (taskset, cpuset) as the first
+// caller's thread sees them: main() asks first, before anything is pinned,
+// as the library does for its own machines.
 struct Topology {
 	hwloc_topology_t t = nullptr;
 	unsigned pus = 1;
 	Topology()
 	{
-		if (hwloc_topology_init(&t) || hwloc_topology_load(t)) {
+		hwloc_bitmap_t allowed = hwloc_bitmap_alloc();
+
+		if (!allowed || hwloc_topology_init(&t) || hwloc_topology_load(t)) {
+			hwloc_bitmap_free(allowed);
 			t = nullptr;
 			return;
 		}
+		if (!hwloc_get_cpubind(t, allowed, HWLOC_CPUBIND_THREAD) &&
+		    !hwloc_bitmap_isequal(allowed, hwloc_topology_get_topology_cpuset(t)))
+			hwloc_topology_restrict(t, allowed, 0);
+		hwloc_bitmap_free(allowed);
 		int n = hwloc_get_nbobjs_by_type(t, HWLOC_OBJ_PU);
 		pus = n > 0 ? (unsigned)n : 1;
 	}
@@ -286,6 +296,15 @@ unsigned nr_pus()
 	return topology().pus;
 }
 
+int pu_os_index(unsigned pu)
+{
+	Topology &topo = topology();
+	hwloc_obj_t obj = topo.t ? hwloc_get_obj_by_type(topo.t, HWLOC_OBJ_PU, pu % topo.pus)
+				 : nullptr;
+
+	return obj ? (int)obj->os_index : (int)pu;
+}
+
 void BM_mprotect(State &st, unsigned workers, bool processes)
 {
 	// Three pages, the outer two PROT_NONE: the worker's page is a VMA of
@@ -438,7 +457,7 @@ void BM_trap_cpuid(State &st, unsigned threads, uint64_t reads)
 void BM_membarrier(State &st)
 {
 	if (nr_pus() < 2) {
-		st.SkipWithError("membarrier needs 2 PUs");
+		st.SkipWithError("membarrier needs 2 PUs the process may use");
 		return;
 	}
 	if (syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0)) {

@@ -44,8 +44,13 @@ void BM_trap_cpuid(benchmark::State &st, unsigned threads, uint64_t reads);
 // kernel IPI round trip to it.
 void BM_membarrier(benchmark::State &st);
 
-// PUs hwloc sees (at least 1).
+// PUs the process may use (its affinity mask and cpuset, as hwloc reports
+// them at the first call, which main() makes before anything is pinned; at
+// least 1).
 unsigned nr_pus();
+
+// OS index of the @pu-th of those PUs (modulo their number).
+int pu_os_index(unsigned pu);
 
 } // namespace native
 

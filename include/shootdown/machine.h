@@ -30,13 +30,18 @@ SD_BEGIN_DECLS
 struct sd_machine;
 struct sd_cpu;
 
-/** How emulated CPUs are placed on processing units. */
+/** How emulated CPUs are placed on processing units. Every placement
+ *  chooses among the PUs the creating thread may use: its affinity mask
+ *  (taskset, sched_setaffinity()) within its cgroup cpuset, as hwloc reports
+ *  them; the others are left out of the machine's topology. */
 enum sd_placement {
-	/** CPU i on the i-th PU in hwloc's logical order (default). */
+	/** CPU i on the i-th allowed PU in hwloc's logical order (default). */
 	SD_PLACE_COMPACT = 0,
 	/** Spread over packages, then cores, then PUs (hwloc_distrib). */
 	SD_PLACE_SCATTER = 1,
-	/** CPU i on PU pu_list[i % pu_list_len] (OS indexes). */
+	/** CPU i on PU pu_list[i % pu_list_len] (OS indexes); a PU the
+	 *  creating thread may not use makes sd_machine_create() fail with
+	 *  -EINVAL, naming the allowed ones. */
 	SD_PLACE_LIST = 2,
 };
 
@@ -126,8 +131,9 @@ enum sd_lru_mode {
 struct sd_machine_config {
 	/** sizeof(struct sd_machine_config) as the caller compiled it. */
 	size_t size;
-	/** Emulated CPUs, 1..4096; SD_NR_CPUS_ALL_PUS (the default) = one per PU.
-	 *  May exceed the PUs (oversubscribed). 0 is an error. */
+	/** Emulated CPUs, 1..4096; SD_NR_CPUS_ALL_PUS (the default) = one per
+	 *  PU the creating thread may use (its affinity mask within its
+	 *  cpuset). May exceed the PUs (oversubscribed). 0 is an error. */
 	unsigned nr_cpus;
 	/** Placement policy; SD_PLACE_COMPACT by default. */
 	enum sd_placement placement;
@@ -310,7 +316,7 @@ struct sd_cpu_info {
 /** Machine facts reported by sd_machine_info(). */
 struct sd_machine_info {
 	unsigned nr_cpus;       /**< emulated CPUs */
-	unsigned nr_pus;        /**< processing units in the topology */
+	unsigned nr_pus;        /**< processing units the placement may use */
 	unsigned nr_cores;      /**< cores in the topology */
 	unsigned nr_packages;   /**< packages in the topology */
 	unsigned nr_numa_nodes; /**< NUMA nodes in the topology */
@@ -339,6 +345,16 @@ struct sd_machine_info {
 	char strategy[64];      /**< strategy spec as parsed, e.g. "broadcast" */
 	char topology[128];     /**< short summary such as "1 pack, 2 cores, 2 PUs" */
 	char pin_note[128];     /**< why CPUs run unpinned, or "" */
+	/** PUs of the host, allowed to this process or not (nr_pus and the
+	 *  counts above are of the allowed ones only). */
+	unsigned nr_host_pus;
+	/** OS indexes of the PUs the placement chose from, as a list such as
+	 *  "0-3,8": the creating thread's affinity mask (taskset,
+	 *  sched_setaffinity()) within its cpuset, as it was before any CPU of
+	 *  this library pinned that thread; "" for a synthetic topology. */
+	char allowed_pus[64];
+	/** OS indexes of the PUs the CPUs are placed on, as a list. */
+	char used_pus[64];
 };
 
 /**

@@ -18,6 +18,46 @@ static unsigned count(hwloc_topology_t topo, hwloc_obj_type_t type)
 	return n > 0 ? (unsigned)n : 0;
 }
 
+/*
+ * The binding a thread had before one of our CPUs pinned it: the creating
+ * thread may itself be attached to another machine, and the PUs its user
+ * allowed are the ones it had then, not the one PU we put it on.
+ */
+static _Thread_local hwloc_const_bitmap_t thread_user_binding;
+
+/*
+ * The PUs the creating thread may use: its affinity mask (taskset, or
+ * sched_setaffinity() by the program) within the cgroup cpuset, which hwloc
+ * already left out of the topology. Without this the placement would bind
+ * emulated CPUs anywhere on the host, and binding widens a mask that is
+ * only inherited (sched_setaffinity() is not limited by it).
+ */
+static int restrict_to_affinity(struct sd_topology *t)
+{
+	hwloc_const_bitmap_t host = hwloc_topology_get_topology_cpuset(t->topo);
+	hwloc_bitmap_t allowed = hwloc_bitmap_alloc();
+	int err = 0;
+
+	if (!allowed)
+		return sd_fail(-ENOMEM, "topology: no memory for the allowed cpuset");
+	if (thread_user_binding)
+		hwloc_bitmap_copy(allowed, thread_user_binding);
+	else if (hwloc_get_cpubind(t->topo, allowed, HWLOC_CPUBIND_THREAD) < 0)
+		hwloc_bitmap_copy(allowed, host);  /* the OS cannot say: all it has */
+	hwloc_bitmap_and(allowed, allowed, host);
+	hwloc_bitmap_list_snprintf(t->host_pus, sizeof(t->host_pus), host);
+	hwloc_bitmap_list_snprintf(t->allowed_pus, sizeof(t->allowed_pus), allowed);
+	if (hwloc_bitmap_iszero(allowed))
+		err = sd_fail(-EINVAL, "topology: this thread's affinity mask has no PU of the "
+			      "host's %s", t->host_pus);
+	else if (!hwloc_bitmap_isequal(allowed, host) &&
+		 hwloc_topology_restrict(t->topo, allowed, 0) < 0)
+		err = sd_fail(errno ? -errno : -ENOMEM,
+			      "topology: restricting to the allowed PUs %s failed", t->allowed_pus);
+	hwloc_bitmap_free(allowed);
+	return err;
+}
+
 static int load_topology(struct sd_topology *t)
 {
 	const char *synthetic = getenv("SD_TOPOLOGY");
@@ -43,12 +83,22 @@ static int load_topology(struct sd_topology *t)
 		hwloc_topology_destroy(t->topo);
 		return sd_fail(-EINVAL, "hwloc_topology_load failed");
 	}
+	t->nr_host_pus = count(t->topo, HWLOC_OBJ_PU);
+	if (!t->synthetic) {
+		int err = restrict_to_affinity(t);
+
+		if (err) {
+			hwloc_topology_destroy(t->topo);
+			return err;
+		}
+	}
 	t->nr_pus = count(t->topo, HWLOC_OBJ_PU);
 	t->nr_cores = count(t->topo, HWLOC_OBJ_CORE);
 	t->nr_packages = count(t->topo, HWLOC_OBJ_PACKAGE);
 	t->nr_nodes = count(t->topo, HWLOC_OBJ_NUMANODE);
-	snprintf(t->summary, sizeof(t->summary), "%u package%s, %u cores, %u PUs, %u NUMA node%s%s",
+	snprintf(t->summary, sizeof(t->summary), "%u package%s, %u cores, %u PUs%s, %u NUMA node%s%s",
 		 t->nr_packages, t->nr_packages == 1 ? "" : "s", t->nr_cores, t->nr_pus,
+		 t->nr_pus < t->nr_host_pus ? " allowed" : "",
 		 t->nr_nodes, t->nr_nodes == 1 ? "" : "s", t->synthetic ? " (synthetic)" : "");
 	return 0;
 }
@@ -126,7 +176,7 @@ static hwloc_obj_t strict_pu(hwloc_obj_t *order, unsigned n)
 }
 
 /* The PUs the placement uses (a list may name one twice). */
-static unsigned distinct_pus(const struct sd_topology *t)
+static unsigned distinct_pus(struct sd_topology *t)
 {
 	hwloc_bitmap_t used = hwloc_bitmap_alloc();
 	int n;
@@ -136,6 +186,7 @@ static unsigned distinct_pus(const struct sd_topology *t)
 	for (unsigned c = 0; c < t->nr_cpus; c++)
 		hwloc_bitmap_or(used, used, t->pu_of_cpu[c]->cpuset);
 	n = hwloc_bitmap_weight(used);
+	hwloc_bitmap_list_snprintf(t->used_pus, sizeof(t->used_pus), used);
 	hwloc_bitmap_free(used);
 	return n > 0 ? (unsigned)n : 1;
 }
@@ -169,8 +220,13 @@ static int place(struct sd_topology *t, const struct sd_machine_config *cfg)
 		for (unsigned i = 0; i < n; i++) {
 			order[i] = hwloc_get_pu_obj_by_os_index(t->topo, cfg->pu_list[i]);
 			if (!order[i]) {
-				err = sd_fail(-EINVAL, "pu_list[%u] = %u is not a PU of this machine",
-					      i, cfg->pu_list[i]);
+				err = t->nr_pus < t->nr_host_pus
+				      ? sd_fail(-EINVAL, "pu_list[%u] = %u is not one of the PUs "
+						"this thread may use (%s of the host's %s: its "
+						"affinity mask and cpuset)", i, cfg->pu_list[i],
+						t->allowed_pus, t->host_pus)
+				      : sd_fail(-EINVAL, "pu_list[%u] = %u is not a PU of this "
+						"machine (%s)", i, cfg->pu_list[i], t->host_pus);
 				break;
 			}
 		}
@@ -286,6 +342,8 @@ int sd_topology_bind_self(struct sd_topology *t, unsigned cpu, int strict,
 		save->saved = NULL;
 		return strict ? sd_fail(e == EPERM ? -EPERM : -ENOSYS, "%s", note) : 0;
 	}
+	if (!thread_user_binding)
+		thread_user_binding = save->saved;
 	return 1;
 }
 
@@ -293,6 +351,8 @@ void sd_topology_unbind_self(struct sd_topology *t, struct sd_topology_binding *
 {
 	if (!save->saved)
 		return;
+	if (thread_user_binding == save->saved)
+		thread_user_binding = NULL;
 	hwloc_set_cpubind(t->topo, save->saved, HWLOC_CPUBIND_THREAD);
 	hwloc_bitmap_free(save->saved);
 	save->saved = NULL;

@@ -21,7 +21,9 @@
 struct sd_topology {
 	hwloc_topology_t topo;
 	int synthetic;
-	unsigned nr_pus, nr_cores, nr_packages, nr_nodes;
+	unsigned nr_pus, nr_cores, nr_packages, nr_nodes;  /* of the allowed PUs */
+	unsigned nr_host_pus;          /* the host's, allowed or not */
+	char host_pus[64], allowed_pus[64], used_pus[64];  /* OS indexes as lists, "0-3,8" */
 	unsigned nr_cpus;
 	hwloc_obj_t *pu_of_cpu;        /* placement: PU object per emulated CPU */
 	unsigned nr_places;            /* distinct PUs the placement uses */
