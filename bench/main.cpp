@@ -100,10 +100,11 @@ void print_machine()
 	printf("machine: %u package(s), %u core(s), %u PU(s), %u NUMA node(s) (hwloc%s)\n",
 	       info.nr_packages, info.nr_cores, info.nr_pus, info.nr_numa_nodes,
 	       info.synthetic ? ", synthetic SD_TOPOLOGY" : "");
-	if (!info.synthetic)
+	struct sd_machine_pus pus = SD_MACHINE_PUS_INIT;
+	if (!info.synthetic && !sd_machine_pus(m, &pus))
 		printf("pus: %s of the host's %u (this process's affinity mask and cpuset; "
 		       "every emulated and native thread is placed on these)\n",
-		       info.allowed_pus, info.nr_host_pus);
+		       pus.allowed, pus.nr_host_pus);
 	printf("cpu: %s\n", model);
 	printf("kernel: %s %s %s\n", u.sysname, u.release, u.machine);
 	printf("pinning: %s\n", pinned ? "yes (emulated CPUs are pinned to PUs)"
@@ -116,11 +117,12 @@ void announce_pus()
 {
 	sd_machine_config c = SD_MACHINE_CONFIG_INIT;
 	struct sd_machine_info info;
+	struct sd_machine_pus pus = SD_MACHINE_PUS_INIT;
 	sd_machine *m = nullptr;
 	char line[256];
 
 	c.nr_cpus = 1;
-	if (sd_machine_create(&c, &m) || sd_machine_info(m, &info)) {
+	if (sd_machine_create(&c, &m) || sd_machine_info(m, &info) || sd_machine_pus(m, &pus)) {
 		sd_machine_destroy(m);
 		return;
 	}
@@ -129,7 +131,7 @@ void announce_pus()
 		snprintf(line, sizeof(line), "none: synthetic topology (SD_TOPOLOGY), threads unpinned");
 	else
 		snprintf(line, sizeof(line), "%s of the host's %u (affinity mask and cpuset)",
-			 info.allowed_pus, info.nr_host_pus);
+			 pus.allowed, pus.nr_host_pus);
 	fprintf(stderr, "shootdown-bench: PUs %s\n", line);
 	benchmark::AddCustomContext("pus", line);
 }

@@ -345,17 +345,38 @@ struct sd_machine_info {
 	char strategy[64];      /**< strategy spec as parsed, e.g. "broadcast" */
 	char topology[128];     /**< short summary such as "1 pack, 2 cores, 2 PUs" */
 	char pin_note[128];     /**< why CPUs run unpinned, or "" */
-	/** PUs of the host, allowed to this process or not (nr_pus and the
-	 *  counts above are of the allowed ones only). */
-	unsigned nr_host_pus;
-	/** OS indexes of the PUs the placement chose from, as a list such as
-	 *  "0-3,8": the creating thread's affinity mask (taskset,
-	 *  sched_setaffinity()) within its cpuset, as it was before any CPU of
-	 *  this library pinned that thread; "" for a synthetic topology. */
-	char allowed_pus[64];
-	/** OS indexes of the PUs the CPUs are placed on, as a list. */
-	char used_pus[64];
 };
+
+/** The PUs a machine's placement chose from and the ones it used
+ *  (sd_machine_pus()). Added in 0.3.0. */
+struct sd_machine_pus {
+	/** sizeof(struct sd_machine_pus) as the caller compiled it. */
+	size_t size;
+	/** PUs of the host, allowed to the creating thread or not (0 for a
+	 *  synthetic topology). */
+	unsigned nr_host_pus;
+	/** PUs the placement chose from: sd_machine_info()'s nr_pus. */
+	unsigned nr_allowed_pus;
+	/** OS indexes of those PUs as a list such as "0-3,8": the creating
+	 *  thread's affinity mask (taskset, sched_setaffinity()) within its
+	 *  cgroup cpuset, as it was before any CPU of this library pinned that
+	 *  thread. "" for a synthetic topology, whose PUs do not exist. */
+	char allowed[64];
+	/** OS indexes of the PUs the CPUs are placed on, as a list ("" for a
+	 *  synthetic topology). */
+	char used[64];
+};
+
+/** Initialiser for struct sd_machine_pus. */
+#define SD_MACHINE_PUS_INIT { sizeof(struct sd_machine_pus), 0, 0, "", "" }
+
+/**
+ * sd_machine_pus() - the PUs @m may use and the ones its CPUs are placed on.
+ * Return: 0; -EINVAL for a NULL argument or a @pus whose size is not
+ * sizeof(struct sd_machine_pus). Any thread.
+ * Never waits for another CPU: may be called with interrupts off.
+ */
+SD_EXPORT int sd_machine_pus(const struct sd_machine *m, struct sd_machine_pus *pus);
 
 /**
  * sd_machine_info() - describe the machine.

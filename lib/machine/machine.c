@@ -637,12 +637,24 @@ int sd_machine_info(const struct sd_machine *m, struct sd_machine_info *info)
 	info->bytes_per_cpu = machine_bytes_per_cpu(m);
 	snprintf(info->strategy, sizeof(info->strategy), "%s", m->strategy_spec);
 	snprintf(info->topology, sizeof(info->topology), "%s", m->topo.summary);
-	info->nr_host_pus = m->topo.nr_host_pus;
-	snprintf(info->allowed_pus, sizeof(info->allowed_pus), "%s", m->topo.allowed_pus);
-	snprintf(info->used_pus, sizeof(info->used_pus), "%s", m->topo.used_pus);
 	pthread_mutex_lock((pthread_mutex_t *)&m->pin_note_lock);
 	snprintf(info->pin_note, sizeof(info->pin_note), "%s", m->pin_note);
 	pthread_mutex_unlock((pthread_mutex_t *)&m->pin_note_lock);
+	return 0;
+}
+
+int sd_machine_pus(const struct sd_machine *m, struct sd_machine_pus *pus)
+{
+	if (!m || !pus)
+		return sd_fail(-EINVAL, "sd_machine_pus: NULL argument");
+	if (pus->size != sizeof(*pus))
+		return sd_fail(-EINVAL, "sd_machine_pus: size %zu is not sizeof(struct "
+			       "sd_machine_pus) (%zu): start from SD_MACHINE_PUS_INIT",
+			       pus->size, sizeof(*pus));
+	pus->nr_host_pus = m->topo.synthetic ? 0 : m->topo.nr_host_pus;
+	pus->nr_allowed_pus = m->topo.nr_pus;
+	snprintf(pus->allowed, sizeof(pus->allowed), "%s", m->topo.allowed_pus);
+	snprintf(pus->used, sizeof(pus->used), "%s", m->topo.synthetic ? "" : m->topo.used_pus);
 	return 0;
 }
 
@@ -672,6 +684,7 @@ static const char *placement_name(enum sd_placement p)
 
 void sd_machine_print_info(const struct sd_machine *m, FILE *f)
 {
+	struct sd_machine_pus pus = SD_MACHINE_PUS_INIT;
 	struct sd_machine_info info;
 
 	if (!f) {
@@ -687,12 +700,10 @@ void sd_machine_print_info(const struct sd_machine *m, FILE *f)
 	fprintf(f, "tlb: L1 %u direct-mapped + L2 %u sets x %u ways, %u-bit ASIDs, %zu bytes per CPU\n",
 		info.tlb_l1_entries, info.tlb_sets, info.tlb_ways, info.asid_bits,
 		info.bytes_per_cpu);
-	if (!info.synthetic)
-		fprintf(f, "pus: CPUs placed on PU%s %s, of the PU%s %s this process may use "
+	if (!info.synthetic && !sd_machine_pus(m, &pus))
+		fprintf(f, "pus: CPUs placed on %s, of the %s this process may use "
 			"(affinity mask and cpuset; the host has %u)\n",
-			strchr(info.used_pus, ',') || strchr(info.used_pus, '-') ? "s" : "",
-			info.used_pus, info.nr_pus == 1 ? "" : "s", info.allowed_pus,
-			info.nr_host_pus);
+			pus.used, pus.allowed, pus.nr_host_pus);
 	if (info.pin_note[0])
 		fprintf(f, "pinning: unpinned: %s\n", info.pin_note);
 	for (unsigned i = 0; i < info.nr_cpus; i++) {

@@ -87,11 +87,14 @@ TEST(Affinity, EveryPlacementStaysInsideTheThreadsMask)
 		Machine m(c);
 		ASSERT_NE(nullptr, m.m);
 		struct sd_machine_info info;
+		struct sd_machine_pus pus = SD_MACHINE_PUS_INIT;
 		ASSERT_EQ(0, sd_machine_info(m.m, &info));
+		ASSERT_EQ(0, sd_machine_pus(m.m, &pus));
 		EXPECT_EQ(1u, info.nr_pus);
-		EXPECT_GE(info.nr_host_pus, 2u);
-		EXPECT_EQ(std::to_string(pu), info.allowed_pus);
-		EXPECT_EQ(std::to_string(pu), info.used_pus);
+		EXPECT_EQ(1u, pus.nr_allowed_pus);
+		EXPECT_GE(pus.nr_host_pus, 2u);
+		EXPECT_EQ(std::to_string(pu), pus.allowed);
+		EXPECT_EQ(std::to_string(pu), pus.used);
 		EXPECT_TRUE(info.oversubscribed);
 		for (unsigned cpu = 0; cpu < 4; cpu++) {
 			sd_cpu_info ci;
@@ -180,9 +183,27 @@ TEST(Affinity, PinnedCreatorKeepsItsUsersMask)
 	ASSERT_NE(nullptr, second.m);
 	struct sd_machine_info info;
 	ASSERT_EQ(0, sd_machine_info(second.m, &info));
-	EXPECT_EQ((unsigned)allowed, info.nr_pus) << "allowed " << info.allowed_pus;
+	struct sd_machine_pus pus = SD_MACHINE_PUS_INIT;
+	ASSERT_EQ(0, sd_machine_pus(second.m, &pus));
+	EXPECT_EQ((unsigned)allowed, info.nr_pus) << "allowed " << pus.allowed;
 	EXPECT_FALSE(info.oversubscribed);
 	sd_cpu_detach(self);
+}
+
+TEST(Affinity, PusInfoChecksItsArguments)
+{
+	sd_machine_config c = config(1, SD_PLACE_COMPACT);
+	Machine m(c);
+	ASSERT_NE(nullptr, m.m);
+	struct sd_machine_pus pus = SD_MACHINE_PUS_INIT;
+
+	EXPECT_EQ(-EINVAL, sd_machine_pus(nullptr, &pus));
+	EXPECT_EQ(-EINVAL, sd_machine_pus(m.m, nullptr));
+	pus.size = 8;
+	EXPECT_EQ(-EINVAL, sd_machine_pus(m.m, &pus));
+	pus.size = sizeof(pus);
+	ASSERT_EQ(0, sd_machine_pus(m.m, &pus));
+	EXPECT_GE(pus.nr_allowed_pus, 1u);
 }
 
 TEST(Affinity, PrintedInfoSaysWhichPusAndWhy)
