@@ -136,6 +136,15 @@ void report_machine(State &st, const sd_machine *m)
 	st.counters["pinned"] = info.all_pinned;
 	if (info.oracle == SD_ORACLE_CHECKED)
 		st.counters["violations"] = (double)sd_oracle_violations(m);
+	// A what-if (a mechanism the profile lacks) and a mechanism the run
+	// never used are said on the row itself, in counters and the label.
+	sd_mechanism_info mech = SD_MECHANISM_INFO_INIT;
+	if (sd_machine_mechanisms(m, &mech))
+		return;
+	st.counters["mechanism_missing"] = mech.missing;
+	st.counters["mechanism_unused"] = mech.primary & ~mech.used;
+	if (mech.note[0])
+		st.SetLabel(std::string(mech.missing ? "WHAT-IF: " : "") + mech.note);
 }
 
 sd_stats cpu_stats(const sd_machine *m, unsigned cpu)

@@ -42,6 +42,7 @@ struct Options {
 	std::string model_topology;     // --sd_model_topology=STR: .model_topology
 	uint64_t model_window_ns = 0;   // --sd_model_window=NS: .model_window_ns
 	unsigned model_flags = 0;       // --sd_model=strict|lax: SD_MACHINE_MODEL_*
+	bool any_mechanism = false;     // --sd_any_mechanism: SD_MACHINE_ANY_MECHANISM
 	bool patches_set = false;       // --sd_set=patches
 };
 

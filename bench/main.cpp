@@ -175,7 +175,12 @@ void usage()
 		"                          modelled-time order, lax runs them at once within a\n"
 		"                          window\n"
 		"  --sd_model_window=NS    lax mode's synchronisation window in modelled ns\n"
-		"                          (default 2000; strict mode has none)\n");
+		"                          (default 2000; strict mode has none)\n"
+		"  --sd_any_mechanism      run a strategy on a profile that lacks its mechanism\n"
+		"                          (broadcast on milan-36, gbcast on an arm64 profile),\n"
+		"                          at the profile's costs for it: a what-if, labelled\n"
+		"                          on every such row (counter mechanism_missing);\n"
+		"                          without it those rows are refused with the reason\n");
 }
 
 // Take our flags out of argv; false on a bad one.
@@ -234,6 +239,8 @@ bool parse_options(int *argc, char **argv)
 			g_opt.model_flags = SD_MACHINE_MODEL_STRICT;
 		} else if (!strcmp(a, "--sd_model=lax")) {
 			g_opt.model_flags = SD_MACHINE_MODEL_LAX;
+		} else if (!strcmp(a, "--sd_any_mechanism")) {
+			g_opt.any_mechanism = true;
 		} else if (!strncmp(a, "--sd_model_window=", 18)) {
 			char *end;
 			g_opt.model_window_ns = strtoull(a + 18, &end, 10);
@@ -248,12 +255,14 @@ bool parse_options(int *argc, char **argv)
 	}
 	*argc = out;
 	argv[out] = nullptr;
-	if ((!g_opt.model_topology.empty() || g_opt.model_window_ns || g_opt.model_flags) &&
-	    g_opt.profile.empty()) {
-		fprintf(stderr, "shootdown-bench: --sd_model_topology, --sd_model and "
-				"--sd_model_window need --sd_profile\n");
+	if ((!g_opt.model_topology.empty() || g_opt.model_window_ns || g_opt.model_flags ||
+	     g_opt.any_mechanism) && g_opt.profile.empty()) {
+		fprintf(stderr, "shootdown-bench: --sd_model_topology, --sd_model, "
+				"--sd_model_window and --sd_any_mechanism need --sd_profile\n");
 		return false;
 	}
+	if (g_opt.any_mechanism)
+		g_opt.model_flags |= SD_MACHINE_ANY_MECHANISM;
 	return true;
 }
 
@@ -297,7 +306,8 @@ std::string find_calibrator()
 // The reason is in sd_last_error() if not.
 bool profile_loads()
 {
-	sd_machine_config cfg = make_config(1, SD_ORACLE_OFF, "broadcast", SD_LRU_PERCPU);
+	// `none` needs no mechanism: the profile loads whatever it has.
+	sd_machine_config cfg = make_config(1, SD_ORACLE_OFF, "none", SD_LRU_PERCPU);
 	sd_machine *m = nullptr;
 
 	if (sd_machine_create(&cfg, &m))

@@ -27,7 +27,8 @@
  * | -ENOSYS     | strict pinning asked for, but the OS cannot bind threads     |
  * | -EAGAIN     | sd_machine_run(): a thread could not be created              |
  * | -EDEADLK    | sd_smp_call_single() with interrupts off                            |
- * | -EOPNOTSUPP | a user-strategy building block on a machine without one      |
+ * | -EOPNOTSUPP | a user-strategy building block on a machine without one;     |
+ * |             | a strategy needing a mechanism its profile lacks (model.h)   |
  * | -ENOSPC     | SD_STRATEGY_MAX_USER strategies are registered already       |
  * | -EILSEQ     | sd_trap(): no hook matches the instruction                   |
  *

@@ -79,6 +79,14 @@ enum sd_machine_flags {
 	 *  "Strict mode (the default) and lax mode"). Without a profile, or with
 	 *  SD_MACHINE_MODEL_STRICT: -EINVAL. */
 	SD_MACHINE_MODEL_LAX = 1u << 3,
+	/** Run a strategy on a profile that lacks a mechanism it needs
+	 *  (enum sd_mechanism in model.h), charging that mechanism whatever
+	 *  the profile gives it, often 0: a what-if, not a measurement of that
+	 *  machine. SD_MODEL_ANY_MECHANISM=1 in the environment sets it too.
+	 *  sd_machine_mechanisms() reports what is missing, for the output to
+	 *  state on every row. Without it sd_machine_create() fails with
+	 *  -EOPNOTSUPP. Added in 0.3.0. */
+	SD_MACHINE_ANY_MECHANISM = 1u << 4,
 };
 
 /** Oracle mode for sd_machine_config.oracle. */
@@ -237,8 +245,10 @@ SD_EXPORT void sd_machine_config_init(struct sd_machine_config *cfg);
  * machines, or if the program already installed a handler on ipi_signal
  * and SD_MACHINE_TAKE_SIGNAL is not set (SIG_IGN is not a handler: it is
  * kept and chained to); -EDEADLK if the caller is an attached CPU with
- * interrupts off; -ENOMEM. Nothing is left allocated on failure. Any
- * thread, an attached CPU (of any machine) included.
+ * interrupts off; -EOPNOTSUPP for a strategy needing a mechanism
+ * (enum sd_mechanism, model.h) its profile lacks, without
+ * SD_MACHINE_ANY_MECHANISM; -ENOMEM. Nothing is left allocated on failure.
+ * Any thread, an attached CPU (of any machine) included.
  *
  * The signal stays the program's too: a signal of that number that is not
  * one of the library's IPIs (they carry a cookie in their siginfo) goes to

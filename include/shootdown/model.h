@@ -208,6 +208,84 @@ SD_EXPORT double sd_model_cost_ns(const struct sd_machine *m, const char *key);
  */
 SD_EXPORT int sd_profile_locate(const char *name, char *path, size_t len);
 
+/**
+ * The shootdown mechanisms a machine may have. A profile lists the ones
+ * its machine has in its "mechanisms" object, each with its source (the
+ * guide, "Modelled time"); each strategy needs some: broadcast and local
+ * SD_MECH_TLBI_BROADCAST, ipi SD_MECH_IPI, gbcast SD_MECH_INVLPGB and
+ * SD_MECH_IPI (for the mms without a global ASID), a user strategy what
+ * its sd_strategy.mechanisms declares. sd_machine_create() refuses a
+ * modelled machine whose strategy needs one its profile lacks (-EOPNOTSUPP):
+ * such a run would charge a mechanism the machine does not have at costs
+ * the profile set to 0, which reads as a cheap algorithm. Added in 0.3.0.
+ */
+enum sd_mechanism {
+	/** Interrupts between CPUs: x86 APIC IPIs, arm64 GIC SGIs. */
+	SD_MECH_IPI = 1u << 0,
+	/** arm64 broadcast TLBI ...IS, carried by DVM, completed by DSB. */
+	SD_MECH_TLBI_BROADCAST = 1u << 1,
+	/** AMD INVLPGB broadcasts, completed by TLBSYNC. */
+	SD_MECH_INVLPGB = 1u << 2,
+	/** Every mechanism this release knows. */
+	SD_MECH_ALL = (1u << 3) - 1,
+};
+
+/**
+ * sd_mechanism_name() - the profile key of one mechanism: "ipi",
+ * "tlbi_broadcast" or "invlpgb".
+ * Return: the name; NULL (with the detail in sd_last_error()) for anything
+ * but exactly one bit of SD_MECH_ALL. Any thread. Never waits: may be
+ * called with interrupts off.
+ */
+SD_EXPORT const char *sd_mechanism_name(unsigned mechanism);
+
+/** A machine's mechanisms: what its strategy needs, what its profile has
+ *  and what it used so far (sd_machine_mechanisms()). Added in 0.3.0. */
+struct sd_mechanism_info {
+	/** sizeof(struct sd_mechanism_info) as the caller compiled it. */
+	size_t size;
+	/** enum sd_mechanism bits the strategy needs (0: none, or a user
+	 *  strategy that declared none). */
+	unsigned needed;
+	/** Of those, the one that sets the strategy apart (tlbi_broadcast for
+	 *  broadcast and local, ipi for ipi, invlpgb for gbcast), the one
+	 *  @used is judged by; 0 for none and undeclared user strategies. */
+	unsigned primary;
+	/** The profile's mechanisms; SD_MECH_ALL for a machine that models no
+	 *  time (the emulator itself has them all). */
+	unsigned in_profile;
+	/** Needed but not in the profile: non-zero only on a machine created
+	 *  with SD_MACHINE_ANY_MECHANISM (or SD_MODEL_ANY_MECHANISM=1), whose
+	 *  results then charge these at whatever the profile gives them
+	 *  (often 0): every output must say so. */
+	unsigned missing;
+	/** The mechanisms used so far, from every CPU's counters: IPIs sent
+	 *  (ipis_sent), broadcast TLBIs issued (tlbi_ops), INVLPGBs issued
+	 *  (invlpgb_ops). */
+	unsigned used;
+	/** One line for a report: "" when the primary mechanism was used and
+	 *  none is missing; else what was not, and why when the strategy knows
+	 *  (gbcast: "no mm got a global ASID"). */
+	char note[192];
+};
+
+/** Initialiser for struct sd_mechanism_info. */
+#define SD_MECHANISM_INFO_INIT { sizeof(struct sd_mechanism_info), 0, 0, 0, 0, 0, "" }
+
+/**
+ * sd_machine_mechanisms() - what @m's strategy needs, has and has used.
+ *
+ * Read from the CPUs' counters as they are now: call it after a run for
+ * the run's answer (a strategy that never used its mechanism, such as
+ * gbcast when no mm was given a global ASID, then says so in @info's
+ * @used and @note).
+ *
+ * Return: 0; -EINVAL for a NULL argument or a @info whose size is not
+ * sizeof(struct sd_mechanism_info). Any thread. Never waits: may be called
+ * with interrupts off.
+ */
+SD_EXPORT int sd_machine_mechanisms(const struct sd_machine *m, struct sd_mechanism_info *info);
+
 /** @} */
 
 SD_END_DECLS

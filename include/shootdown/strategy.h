@@ -123,10 +123,19 @@ struct sd_strategy {
 	 *  the IPI signal handler (a lazy CPU shot by sd_mm_destroy()):
 	 *  async-signal-safe. */
 	void (*switch_out)(struct sd_cpu *cpu, struct sd_mm *mm, void *arg);
+	/** Optional: the enum sd_mechanism bits (model.h) flush() uses, e.g.
+	 *  SD_MECH_TLBI_BROADCAST if it calls sd_tlb_invalidate_broadcast(),
+	 *  SD_MECH_IPI if it calls sd_smp_call_single(). A modelled machine
+	 *  whose profile lacks one is refused at sd_machine_create(), as for
+	 *  the built-in strategies; with 0 the first
+	 *  sd_tlb_invalidate_broadcast() on such a machine fails instead.
+	 *  Added in 0.3.0; a caller built against the older struct (size up to
+	 *  switch_out) declares none. */
+	unsigned mechanisms;
 };
 
 /** Initialiser for struct sd_strategy: the size set, everything else 0. */
-#define SD_STRATEGY_INIT { sizeof(struct sd_strategy), 0, 0, 0, 0, 0, 0, 0, 0, 0 }
+#define SD_STRATEGY_INIT { sizeof(struct sd_strategy), 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 }
 
 /** How many user strategies may be registered at once. */
 #define SD_STRATEGY_MAX_USER 16
@@ -136,7 +145,8 @@ struct sd_strategy {
  * @s: the strategy; copied (the name too), so it may be on the stack.
  *
  * Return: 0; -EINVAL for a NULL or unknown-size @s, a missing flush(), a bad
- * name; -EEXIST if the name is taken (built-in or registered); -ENOSPC if
+ * name, unknown flags or mechanisms;
+ * -EEXIST if the name is taken (built-in or registered); -ENOSPC if
  * SD_STRATEGY_MAX_USER are registered. Any thread.
  * Never waits for another CPU: may be called with interrupts off.
  */
@@ -172,8 +182,10 @@ SD_EXPORT int sd_tlb_invalidate_local(struct sd_cpu *cpu, struct sd_mm *mm, uint
  * broadcast message per range operation, serialised with other broadcasts
  * like the interconnect does. Returns when every TLB is clean (DSB ISH).
  *
- * Return: 0; -EINVAL, -EPERM, -EOPNOTSUPP as sd_tlb_invalidate_local().
- * @cpu's thread; interrupts on or off.
+ * Return: 0; -EINVAL, -EPERM, -EOPNOTSUPP as sd_tlb_invalidate_local();
+ * -EOPNOTSUPP too, invalidating nothing, on a modelled machine whose
+ * profile lacks SD_MECH_TLBI_BROADCAST (model.h) unless it was created
+ * with SD_MACHINE_ANY_MECHANISM. @cpu's thread; interrupts on or off.
  */
 SD_EXPORT int sd_tlb_invalidate_broadcast(struct sd_cpu *cpu, struct sd_mm *mm, uint64_t va,
 					  uint64_t len);

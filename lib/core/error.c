@@ -83,7 +83,8 @@ const char *sd_strerror(int err)
 	case -EDEADLK:
 		return "would deadlock (interrupts are off)";
 	case -EOPNOTSUPP:
-		return "not supported: the machine does not run a user strategy";
+		return "not supported: the machine does not run a user strategy, or its profile "
+		       "lacks a mechanism the strategy needs";
 	case -ENOSPC:
 		return "no room left: every user strategy slot is taken, or the disk is full "
 		       "(a trace file)";

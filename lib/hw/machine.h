@@ -43,6 +43,9 @@ struct sd_machine {
 	const struct sd_strategy_ops *ops;    /* the mm layer's door to the strategy */
 	void *strategy;                        /* the strategy's machine-wide state */
 	char strategy_spec[64];
+	/* enum sd_mechanism: the strategy needs them, the profile lacks them,
+	 * the creator said run anyway (SD_MACHINE_ANY_MECHANISM). */
+	unsigned mechanisms_missing;
 
 	struct sd_frame_pool frames;
 	struct sd_traps traps;

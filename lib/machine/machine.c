@@ -177,10 +177,14 @@ static int normalise(const struct sd_machine_config *in, struct sd_machine_confi
 			       (unsigned long long)cfg->model_window_ns);
 	/* A flag from a newer header must not be dropped silently. */
 	const unsigned known = SD_MACHINE_STRICT_PIN | SD_MACHINE_TAKE_SIGNAL |
-			       SD_MACHINE_MODEL_STRICT | SD_MACHINE_MODEL_LAX;
+			       SD_MACHINE_MODEL_STRICT | SD_MACHINE_MODEL_LAX |
+			       SD_MACHINE_ANY_MECHANISM;
 	if (cfg->flags & ~known)
 		return sd_fail(-EINVAL, "flags 0x%x: unknown bits 0x%x", cfg->flags,
 			       cfg->flags & ~known);
+	const char *any = getenv("SD_MODEL_ANY_MECHANISM");
+	if (any && !strcmp(any, "1"))
+		cfg->flags |= SD_MACHINE_ANY_MECHANISM;
 	return model_mode(cfg);
 	return 0;
 }
@@ -224,6 +228,48 @@ static int alloc_cpus(struct sd_machine *m)
 	return 0;
 }
 
+/* The mechanisms of @mask as "a, b", into @buf. */
+static void mechanism_list(unsigned mask, char *buf, size_t len)
+{
+	size_t at = 0;
+
+	buf[0] = '\0';
+	for (unsigned bit = 1; bit & SD_MECH_ALL; bit <<= 1)
+		if ((mask & bit) && at < len)
+			at += snprintf(buf + at, len - at, "%s%s", at ? ", " : "",
+				       sd_mechanism_name(bit));
+	if (!at)
+		snprintf(buf, len, "none");
+}
+
+/*
+ * A modelled machine runs only a strategy whose mechanisms its profile has
+ * (model.h, enum sd_mechanism): a missing one would be charged the 0s its
+ * profile gives it and read as a cheap algorithm. The caller may ask for
+ * the what-if anyway, and then sd_machine_mechanisms() says what is missing.
+ */
+static int check_mechanisms(struct sd_machine *m)
+{
+	unsigned missing;
+	char need[64], have[64];
+
+	if (!m->model.on)
+		return 0;
+	missing = m->ops->mechanisms & ~m->model.mechanisms;
+	if (!missing)
+		return 0;
+	if (m->cfg.flags & SD_MACHINE_ANY_MECHANISM) {
+		m->mechanisms_missing = missing;
+		return 0;
+	}
+	mechanism_list(missing, need, sizeof(need));
+	mechanism_list(m->model.mechanisms, have, sizeof(have));
+	return sd_fail(-EOPNOTSUPP, "strategy '%s' needs %s, which profile '%s' does not have "
+		       "(its mechanisms: %s); SD_MACHINE_ANY_MECHANISM, or SD_MODEL_ANY_MECHANISM=1, "
+		       "runs it anyway at the profile's costs, as a what-if", m->ops->name, need,
+		       m->model.name, have);
+}
+
 int sd_machine_create(const struct sd_machine_config *in, struct sd_machine **out)
 {
 	struct sd_opt opts[SD_OPTS_MAX];
@@ -265,6 +311,9 @@ int sd_machine_create(const struct sd_machine_config *in, struct sd_machine **ou
 	err = sd_model_init(&m->model, m->cfg.profile, m->cfg.model_topology,
 			    m->cfg.model_window_ns, m->nr_cpus,
 			    m->cfg.tlb_l1_entries + m->cfg.tlb_sets * m->cfg.tlb_ways);
+	if (err)
+		goto fail_model;
+	err = check_mechanisms(m);
 	if (err)
 		goto fail_model;
 	/* Once, for lax mode's window waits (time/sync.c), which read no

@@ -50,6 +50,14 @@ struct sd_strategy_ops {
 	/* The user's registration, for a user strategy's ops; NULL for a
 	 * built-in one. */
 	const struct sd_strategy *user;
+	/* enum sd_mechanism (model.h): the mechanisms the strategy needs from
+	 * a profile's machine, and of them the one that sets it apart, by
+	 * which sd_machine_mechanisms() judges whether a run used it. */
+	unsigned mechanisms;
+	unsigned primary_mechanism;
+	/* Why a run may not have used it, for sd_machine_mechanisms()'s note
+	 * (NULL: no reason to give). */
+	const char *unused_why;
 	int (*machine_init)(struct sd_machine *m, const struct sd_opt *opts, unsigned nr_opts,
 			    void **priv);
 	void (*machine_fini)(struct sd_machine *m, void *priv);

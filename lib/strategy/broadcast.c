@@ -265,6 +265,9 @@ static void bcast_enter_lazy(struct sd_cpu *cpu, struct sd_mm *mm)
 const struct sd_strategy_ops sd_broadcast_ops = {
 	.name = "broadcast",
 	.summary = "arm64 TLBI ...IS: every flush reaches every CPU's TLB",
+	.mechanisms = SD_MECH_TLBI_BROADCAST,
+	.primary_mechanism = SD_MECH_TLBI_BROADCAST,
+	.unused_why = "no flush was made",
 	.machine_init = bcast_machine_init,
 	.machine_fini = sd_broadcast_machine_fini,
 	.mm_init = sd_broadcast_mm_init,

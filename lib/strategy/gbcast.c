@@ -381,6 +381,9 @@ static void gbcast_cpu_detach(struct sd_cpu *cpu)
 const struct sd_strategy_ops sd_gbcast_ops = {
 	.name = "gbcast",
 	.summary = "AMD INVLPGB: global ASIDs, broadcast + TLBSYNC, IPI fallback",
+	.mechanisms = SD_MECH_INVLPGB | SD_MECH_IPI,
+	.primary_mechanism = SD_MECH_INVLPGB,
+	.unused_why = "no mm got a global ASID (consider_global_asid() looks at one IPI flush in sample=N, and only for an mm active on more CPUs than threshold=N), so every flush took ipi's path",
 	.machine_init = gbcast_machine_init,
 	.machine_fini = gbcast_machine_fini,
 	.mm_init = sd_ipi_mm_init,

@@ -779,6 +779,9 @@ void sd_ipi_batch_flush(struct sd_cpu *cpu, struct sd_cpumask *cpus)
 const struct sd_strategy_ops sd_ipi_ops = {
 	.name = "ipi",
 	.summary = "x86 shootdown: IPIs as signals, mm_cpumask, tlb_gen, 6 PCID slots",
+	.mechanisms = SD_MECH_IPI,
+	.primary_mechanism = SD_MECH_IPI,
+	.unused_why = "no flush found another CPU in its mm_cpumask to interrupt",
 	.machine_init = ipi_machine_init,
 	.machine_fini = ipi_machine_fini,
 	.mm_init = sd_ipi_mm_init,

@@ -322,6 +322,9 @@ static void local_flush_mm(struct sd_cpu *cpu, struct sd_mm *mm)
 const struct sd_strategy_ops sd_local_ops = {
 	.name = "local",
 	.summary = "arm64 skip-broadcast: flush locally when the mm runs nowhere else",
+	.mechanisms = SD_MECH_TLBI_BROADCAST,
+	.primary_mechanism = SD_MECH_TLBI_BROADCAST,
+	.unused_why = "every flush found its mm on its own CPU alone and stayed local",
 	.machine_init = local_machine_init,
 	.machine_fini = local_machine_fini,
 	.mm_init = local_mm_init,

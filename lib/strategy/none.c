@@ -32,6 +32,8 @@ static int none_machine_init(struct sd_machine *m, const struct sd_opt *opts,
 const struct sd_strategy_ops sd_none_ops = {
 	.name = "none",
 	.summary = "TEST ONLY, broken on purpose: flushes the initiator's TLB alone",
+	.mechanisms = 0,
+	.primary_mechanism = 0,
 	.machine_init = none_machine_init,
 	.machine_fini = sd_broadcast_machine_fini,
 	.mm_init = sd_broadcast_mm_init,

@@ -12,6 +12,7 @@
 #include <string.h>
 #include <urcu/compiler.h>
 
+#include <shootdown/model.h>
 #include <shootdown/strategy.h>
 
 #include "../core/error.h"
@@ -144,6 +145,10 @@ static void fill_entry(struct user_entry *e, const struct sd_strategy *s)
 	e->ops.name = e->name;
 	e->ops.summary = e->summary;
 	e->ops.user = &e->s;
+	/* Judged by all it declares: a user strategy has no one mechanism
+	 * that sets it apart that we could know of. */
+	e->ops.mechanisms = e->s.mechanisms;
+	e->ops.primary_mechanism = e->s.mechanisms;
 }
 
 int sd_strategy_register(const struct sd_strategy *s)
@@ -161,6 +166,10 @@ int sd_strategy_register(const struct sd_strategy *s)
 		return sd_fail(-EINVAL, "sd_strategy_register: '%s' has no flush()", s->name);
 	if (s->flags & ~(unsigned)SD_STRATEGY_LAZY_CPUMASK)
 		return sd_fail(-EINVAL, "sd_strategy_register: unknown flags 0x%x", s->flags);
+	if (s->size >= offsetof(struct sd_strategy, mechanisms) + sizeof(s->mechanisms) &&
+	    (s->mechanisms & ~(unsigned)SD_MECH_ALL))
+		return sd_fail(-EINVAL, "sd_strategy_register: unknown mechanisms 0x%x",
+			       s->mechanisms & ~(unsigned)SD_MECH_ALL);
 	if (builtin_lookup(s->name, strlen(s->name)))
 		return sd_fail(-EEXIST, "sd_strategy_register: '%s' is a built-in strategy", s->name);
 	pthread_mutex_lock(&registry_lock);

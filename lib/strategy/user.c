@@ -281,6 +281,14 @@ int sd_tlb_invalidate_broadcast(struct sd_cpu *cpu, struct sd_mm *mm, uint64_t v
 {
 	int err = check_block(cpu, mm, va, len, "sd_tlb_invalidate_broadcast");
 
+	/* The what-if a profile without TLBI broadcasts allows only when
+	 * asked (machine.c, check_mechanisms()): a strategy that declared no
+	 * mechanisms is refused here instead of at creation. */
+	if (!err && cpu->m->model.on && !(cpu->m->model.mechanisms & SD_MECH_TLBI_BROADCAST) &&
+	    !(cpu->m->cfg.flags & SD_MACHINE_ANY_MECHANISM))
+		err = sd_fail(-EOPNOTSUPP, "sd_tlb_invalidate_broadcast: profile '%s' has no "
+			      "tlbi_broadcast (SD_MACHINE_ANY_MECHANISM runs it anyway, as a what-if)",
+			      cpu->m->model.name);
 	if (!err)
 		sd_broadcast_flush(cpu, mm, va >> SD_PAGE_SHIFT, len >> SD_PAGE_SHIFT, !len, false);
 	return err;

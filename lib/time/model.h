@@ -100,6 +100,7 @@ struct sd_model {
 	 * sd_seq_recv_owe()): Strict.RunsDoNotDependOnTheQuantum sets it
 	 * between creation and a run. */
 	uint64_t seq_quantum_ps;
+	unsigned mechanisms;           /* enum sd_mechanism: the profile's "mechanisms" */
 	double param_ns[SD_MP_NR];
 	double dist_ns[SD_MDP_NR][SD_DIST_NR];
 	uint64_t param_ps[SD_MP_NR];

@@ -74,6 +74,13 @@
 	X(LINE_TRANSFER, "line_transfer", "a cache line last written by another CPU, fetched") \
 	X(LOCK_HANDOFF,  "lock_handoff",  "a lock last released by another CPU, acquired")
 
+/* X(bit, JSON key, what it is): the "mechanisms" a profile may name, in
+ * enum sd_mechanism's bit order (include/shootdown/model.h). */
+#define SD_MODEL_MECHANISM_LIST(X)                                               \
+	X(0, "ipi",            "interrupts between CPUs: x86 APIC IPIs, arm64 GIC SGIs (ipi_*, irq_*)") \
+	X(1, "tlbi_broadcast", "arm64 broadcast TLBI ...IS over DVM, completed by DSB (tlbi_*, dvm_*, dsb)") \
+	X(2, "invlpgb",        "AMD INVLPGB broadcasts, completed by TLBSYNC (invlpgb_*, tlbsync)")
+
 /* The distance classes' JSON keys, in enum sd_model_distance order. */
 #define SD_MODEL_DIST_KEYS { "core", "llc", "package", "system" }
 

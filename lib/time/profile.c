@@ -297,6 +297,50 @@ static int read_string(struct json_object *root, const char *key, char *buf, siz
 	return 0;
 }
 
+static const char *const mechanism_key[] = {
+#define SD_MECH_KEY(bit, key, what) key,
+	SD_MODEL_MECHANISM_LIST(SD_MECH_KEY)
+#undef SD_MECH_KEY
+};
+_Static_assert(SD_MECH_ALL == (1u << sizeof(mechanism_key) / sizeof(mechanism_key[0])) - 1,
+	       "SD_MODEL_MECHANISM_LIST and enum sd_mechanism name the same mechanisms");
+
+/*
+ * "mechanisms": { "ipi": "<source>", ... }: the shootdown mechanisms the
+ * machine has, each with where that is known from. Required: a profile
+ * that says nothing would let a strategy run on a mechanism its machine
+ * does not have, at the 0s the profile gives its costs.
+ */
+static int read_mechanisms(struct json_object *root, unsigned *mechanisms)
+{
+	const size_t nr = sizeof(mechanism_key) / sizeof(mechanism_key[0]);
+	struct json_object *obj;
+
+	*mechanisms = 0;
+	if (!json_object_object_get_ex(root, "mechanisms", &obj))
+		return sd_fail(-EINVAL, "profile: no \"mechanisms\" (a profile from an older "
+			       "release: name the ones the machine has, of ipi, tlbi_broadcast and "
+			       "invlpgb, each with its source, or run sd-calibrate again for host "
+			       "and host-kernel; the guide, \"Modelled time\")");
+	if (!json_object_is_type(obj, json_type_object))
+		return sd_fail(-EINVAL, "profile: \"mechanisms\" is not an object");
+	json_object_object_foreach(obj, key, val) {
+		size_t i = 0;
+
+		while (i < nr && strcmp(key, mechanism_key[i]))
+			i++;
+		if (i == nr)
+			return sd_fail(-EINVAL, "profile: unknown mechanism '%s' (known: ipi, "
+				       "tlbi_broadcast, invlpgb)", key);
+		if (!json_object_is_type(val, json_type_string) ||
+		    !*json_object_get_string(val))
+			return sd_fail(-EINVAL, "profile: mechanism '%s' needs its source as a "
+				       "non-empty string", key);
+		*mechanisms |= 1u << i;
+	}
+	return 0;
+}
+
 static int read_topology(struct json_object *root, char *synthetic, size_t len)
 {
 	struct json_object *topo, *src;
@@ -413,7 +457,8 @@ static int read_profile(const char *path, struct sd_model *mod, char *synthetic,
 	json_object_object_foreach(root, key, val) {
 		(void)val;
 		if (strcmp(key, "format") && strcmp(key, "name") && strcmp(key, "description") &&
-		    strcmp(key, "topology") && strcmp(key, "costs") && strcmp(key, "notes")) {
+		    strcmp(key, "topology") && strcmp(key, "costs") && strcmp(key, "notes") &&
+		    strcmp(key, "mechanisms")) {
 			sd_fail(err, "profile '%s': unknown field '%s'", path, key);
 			goto out;
 		}
@@ -426,7 +471,8 @@ static int read_profile(const char *path, struct sd_model *mod, char *synthetic,
 		goto out;
 	}
 	if ((err = read_string(root, "name", mod->name, sizeof(mod->name), true)) ||
-	    (err = read_topology(root, synthetic, len)))
+	    (err = read_topology(root, synthetic, len)) ||
+	    (err = read_mechanisms(root, &mod->mechanisms)))
 		goto out;
 	if (!json_object_object_get_ex(root, "costs", &costs)) {
 		err = sd_fail(-EINVAL, "profile '%s': no \"costs\"", path);

@@ -31,13 +31,20 @@ inline const char *const kDistParams[] = {
 };
 inline const char *const kDists[] = SD_MODEL_DIST_KEYS;
 
+// The "mechanisms" of a test profile by default: all of them, so that every
+// strategy runs on it.
+inline const std::string kAllMechanisms =
+	"\"ipi\": \"test\", \"tlbi_broadcast\": \"test\", \"invlpgb\": \"test\"";
+
 // A profile: every cost 0 unless @costs names it ("line_transfer.llc" for
-// a distance class). @drop leaves one key out; @extra adds raw JSON text
-// inside "costs".
+// a distance class). @drop leaves one key out ("mechanisms" too); @extra
+// adds raw JSON text inside "costs"; @mechanisms is the text inside
+// "mechanisms".
 struct Profile {
 	std::string path;
 	Profile(const std::string &topology, const std::map<std::string, double> &costs,
-		const std::string &drop = "", const std::string &extra = "")
+		const std::string &drop = "", const std::string &extra = "",
+		const std::string &mechanisms = kAllMechanisms)
 	{
 		char tmpl[] = "/tmp/sd-test-profile-XXXXXX";
 		int fd = mkstemp(tmpl);
@@ -47,8 +54,10 @@ struct Profile {
 		std::rename(tmpl, path.c_str());
 		std::ofstream f(path);
 		f << "{\"format\": \"shootdown-profile-1\", \"name\": \"test\",\n"
-		  << " \"topology\": {\"synthetic\": \"" << topology << "\", \"source\": \"test\"},\n"
-		  << " \"costs\": {\n";
+		  << " \"topology\": {\"synthetic\": \"" << topology << "\", \"source\": \"test\"},\n";
+		if (drop != "mechanisms")
+			f << " \"mechanisms\": {" << mechanisms << "},\n";
+		f << " \"costs\": {\n";
 		bool first = true;
 		auto sep = [&]() { f << (first ? "  " : ", \n  "); first = false; };
 		for (const char *k : kParams) {

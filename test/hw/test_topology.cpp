@@ -169,6 +169,7 @@ TEST(Affinity, PinnedCreatorKeepsItsUsersMask)
 {
 	int pu;
 	NEED_TWO_PUS(pu);
+	(void)pu;
 	int allowed;
 	last_allowed_pu(&allowed);
 	sd_machine_config c1 = config(1, SD_PLACE_COMPACT);

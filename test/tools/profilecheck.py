@@ -57,6 +57,14 @@ def check_profile(path, name, params, dparams, dists):
     topo = p.get("topology", {})
     if not topo.get("synthetic") or not topo.get("source"):
         fail("%s: topology lacks synthetic or source" % path)
+    mech = p.get("mechanisms")
+    if not isinstance(mech, dict):
+        fail("%s: no mechanisms object" % path)
+    for k, src in mech.items():
+        if k not in ("ipi", "tlbi_broadcast", "invlpgb"):
+            fail("%s: unknown mechanism %s" % (path, k))
+        if not isinstance(src, str) or not src.strip():
+            fail("%s: mechanism %s has no source" % (path, k))
     costs = p.get("costs")
     if not isinstance(costs, dict):
         fail("%s: no costs object" % path)

@@ -77,10 +77,16 @@ struct cost {
 	bool set;
 };
 
+/* The profile's "mechanisms", in enum sd_mechanism's bit order: a
+ * mechanism is named only once a group measured its costs here. */
+#define NR_MECH 3
+static const char *const mech_key[NR_MECH] = { "ipi", "tlbi_broadcast", "invlpgb" };
+
 struct profile {
 	const char *name;
 	struct cost c[P_NR];
 	struct cost d[D_NR][4];
+	const char *mech_source[NR_MECH];   /* NULL: not in the profile */
 };
 
 static struct profile host = { .name = "host" };
@@ -1895,7 +1901,12 @@ static int group_ipi(void)
 		kern_ipi_unmeasured("this machine has one PU");
 		return 0;
 	}
-	return kern_ipi() || host_ipi() ? -1 : 0;
+	if (kern_ipi() || host_ipi())
+		return -1;
+	kern.mech_source[0] = "this host's kernel IPIs, measured by sd-calibrate --only ipi";
+	host.mech_source[0] = "emulated: libshootdown's IPIs (POSIX signals between pinned "
+			      "threads), measured by sd-calibrate --only ipi";
+	return 0;
 }
 
 static void kern_bcast(void)
@@ -1930,7 +1941,15 @@ static int group_bcast(void)
 		fprintf(stderr, "sd-calibrate: bcast needs two PUs\n");
 		return -1;
 	}
-	return host_bcast();
+	if (host_bcast())
+		return -1;
+	/* The emulator's own: a shared-memory broadcast stands for both.
+	 * The kernel's profile names neither: user space cannot time a TLBI
+	 * or an INVLPGB (kern_bcast() says why, per parameter). */
+	host.mech_source[1] = "emulated: libshootdown's shared-memory broadcast, measured by "
+			      "sd-calibrate --only bcast";
+	host.mech_source[2] = host.mech_source[1];
+	return 0;
 }
 
 /* ---- address spaces and page tables ---- */
@@ -2223,6 +2242,12 @@ static int write_profile(const struct profile *p, const char *dir, const char *d
 		"hwloc_topology_export_synthetic(NO_ATTRS | IGNORE_MEMORY), as "
 		"lstopo-no-graphics --of synthetic --export-synthetic-flags 10"));
 	json_object_object_add(root, "topology", topo);
+	json_object *mech = json_object_new_object();
+	for (int k = 0; k < NR_MECH; k++)
+		if (p->mech_source[k])
+			json_object_object_add(mech, mech_key[k],
+					       json_object_new_string(p->mech_source[k]));
+	json_object_object_add(root, "mechanisms", mech);
 	for (int k = 0; k < P_NR; k++)
 		json_object_object_add(costs, param_key[k], cost_json(&p->c[k]));
 	for (int k = 0; k < D_NR; k++) {
