@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 // The trace (hw/trace.c): an ipi workload traced and written, then checked
-// by test/hw/check-trace (it parses, slices balance, every IPI arrow has
+// by tools/trace-check/shootdown-trace-check (it parses, slices balance, every IPI arrow has
 // both ends, one track per CPU); the dropped count when the ring is tiny;
 // slices left open at the write; the configuration and its errors.
 #include "common.hpp"
@@ -42,7 +42,7 @@ bool exists(const std::string &p)
 	return stat(p.c_str(), &st) == 0;
 }
 
-// Run check-trace (its path and python3 come from meson); its output goes
+// Run shootdown-trace-check (its path and python3 come from meson); its output goes
 // to the test log. Returns its exit status.
 int check_trace(const std::string &file, const std::string &args)
 {

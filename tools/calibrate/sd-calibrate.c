@@ -2227,6 +2227,24 @@ static void fill_unmeasured(struct profile *p, const char *only)
 				     "skipped it; 0", only);
 }
 
+/* A profile already at @path is the user's: say so and keep it beside
+ * the new one (@path.old), never replace it in silence. */
+static int keep_old(const char *path)
+{
+	char old[4200];
+
+	if (access(path, F_OK))
+		return 0;
+	snprintf(old, sizeof(old), "%s.old", path);
+	if (rename(path, old)) {
+		fprintf(stderr, "sd-calibrate: cannot keep the old %s as %s: %s; not replacing it\n",
+			path, old, strerror(errno));
+		return -1;
+	}
+	printf("sd-calibrate: replacing %s (the old one is now %s)\n", path, old);
+	return 0;
+}
+
 static int write_profile(const struct profile *p, const char *dir, const char *desc,
 			 const char *synthetic)
 {
@@ -2260,6 +2278,8 @@ static int write_profile(const struct profile *p, const char *dir, const char *d
 	json_object_object_add(root, "costs", costs);
 	snprintf(path, sizeof(path), "%s/%s.json", dir, p->name);
 	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+	if (!emu_profile_writing && keep_old(path))
+		return -1;
 	/* Written under a temporary name, then renamed: never half a profile. */
 	int err = json_object_to_file_ext(tmp, root, JSON_C_TO_STRING_PRETTY |
 					  JSON_C_TO_STRING_NOSLASHESCAPE);
@@ -2361,6 +2381,14 @@ static int topo_init(char *synthetic, size_t len)
 		fprintf(stderr, "sd-calibrate: hwloc cannot load this machine's topology\n");
 		return -1;
 	}
+	/* Only the PUs we may use (taskset, cpuset), as the library places
+	 * its CPUs: the pair measured must be one the user allowed. */
+	hwloc_bitmap_t allowed = hwloc_bitmap_alloc();
+
+	if (allowed && !hwloc_get_cpubind(cal.topo, allowed, HWLOC_CPUBIND_THREAD) &&
+	    !hwloc_bitmap_isequal(allowed, hwloc_topology_get_topology_cpuset(cal.topo)))
+		hwloc_topology_restrict(cal.topo, allowed, 0);
+	hwloc_bitmap_free(allowed);
 	if (hwloc_topology_export_synthetic(cal.topo, synthetic, len,
 		    HWLOC_TOPOLOGY_EXPORT_SYNTHETIC_FLAG_NO_ATTRS |
 		    HWLOC_TOPOLOGY_EXPORT_SYNTHETIC_FLAG_IGNORE_MEMORY) < 0) {
@@ -2390,16 +2418,27 @@ static void watchdog(int sig)
 	_exit(3);
 }
 
+/* The groups --only takes, as one line: from the table itself, so the
+ * help and the error can never list fewer than there are. */
+static void print_groups(FILE *f)
+{
+	for (size_t g = 0; g < NR_GROUPS; g++)
+		fprintf(f, "%s%s", g ? " " : "", group_names[g]);
+	fputc('\n', f);
+}
+
 static void usage(FILE *f)
 {
 	fprintf(f, "usage: sd-calibrate [-o DIR] [--only GROUP[,GROUP]] [--quick] [--print]\n"
 		"Measure this machine; write host.json (the emulator's own costs) and\n"
 		"host-kernel.json (the Linux kernel's) to DIR, by default $SD_PROFILE_DIR,\n"
 		"else $XDG_DATA_HOME/shootdown/profiles (~/.local/share/shootdown/profiles).\n"
+		"Profiles already there are replaced, the old ones kept as NAME.json.old.\n"
 		"  -o DIR          write the profiles there (created if needed)\n"
 		"  --only GROUPS   measure only these (others are written as 0, marked so):\n"
-		"                  lines tlb flush switch trap syscall ipi bcast\n"
-		"  --quick         fewer repetitions (under 10 s; for tests)\n"
+		"                  ");
+	print_groups(f);
+	fprintf(f, "  --quick         fewer repetitions (under 10 s; for tests)\n"
 		"  --print         print the table of values too\n"
 		"  -h, --help      this text\n");
 }
@@ -2417,7 +2456,8 @@ static int parse_only(const char *arg, bool *want)
 		while (g < NR_GROUPS && strcmp(t, group_names[g]))
 			g++;
 		if (g == NR_GROUPS) {
-			fprintf(stderr, "sd-calibrate: unknown group '%s' for --only\n", t);
+			fprintf(stderr, "sd-calibrate: unknown group '%s' for --only; the groups: ", t);
+			print_groups(stderr);
 			return -1;
 		}
 		want[g] = true;
@@ -2455,6 +2495,22 @@ static int second_pass(const bool want[NR_GROUPS], const char *synthetic)
 	rmdir(dir);
 	emu_profile[0] = 0;
 	return err;
+}
+
+/* Where the profiles go and what load the values will carry, on the
+ * terminal before the measuring starts, not only inside the files. */
+static void announce(const char *dir, const char *load)
+{
+	double l1 = 0;
+
+	sscanf(load, "%lf", &l1);
+	printf("sd-calibrate: measuring this machine (%s); writing host.json and "
+	       "host-kernel.json to %s (-o DIR for another place)\n",
+	       cal.quick ? "--quick: a few seconds" : "about 25 s", dir);
+	printf("sd-calibrate: 1-minute load average at start %.2f: %s\n", l1,
+	       l1 >= 0.5 ? "LOADED: other work shares the PUs, so the values will be high; "
+			   "measure again on a quiet machine" : "idle");
+	fflush(stdout);
 }
 
 static void describe(char *out, size_t len, const char *load, double secs)
@@ -2532,6 +2588,7 @@ int main(int argc, char **argv)
 	}
 	if (make_dirs(dir) || topo_init(synthetic, sizeof(synthetic)))
 		return 1;
+	announce(dir, load);
 	signal(SIGALRM, watchdog);
 	alarm(cal.quick ? 60 : 180);
 	srand(1);
