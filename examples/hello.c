@@ -92,7 +92,7 @@ int main(int argc, char **argv)
 	/* With a profile (SD_PROFILE=name), what the run would take there. */
 	struct sd_model_info model = SD_MODEL_INFO_INIT;
 	if (!sd_machine_model_info(m, &model) && model.modelled)
-		printf("modelled time on '%s' (%s): %llu ns, slowest CPU at %llu ns\n",
+		printf("modelled time on '%s' (%s): %llu ns, the CPU that did least at %llu ns\n",
 		       model.profile, model.topology, (unsigned long long)model.clock_max_ns,
 		       (unsigned long long)model.clock_min_ns);
 	printf("stale translations seen by the oracle: %llu\n",

@@ -203,8 +203,9 @@ struct sd_machine_config {
 	const char *model_topology;
 	/** Lax mode's synchronisation window in modelled ns: no running CPU
 	 *  gets further than this ahead of the slowest; 0 =
-	 *  SD_MODEL_WINDOW_DEFAULT_NS (model.h). At most 1000000000. Strict
-	 *  mode has no window and does not use it. */
+	 *  SD_MODEL_WINDOW_DEFAULT_NS (model.h). At most 1000000000; not 0
+	 *  without a profile (-EINVAL). Strict mode has no window and does
+	 *  not use it. */
 	uint64_t model_window_ns;
 };
 
@@ -237,7 +238,7 @@ SD_EXPORT void sd_machine_config_init(struct sd_machine_config *cfg);
  * not an enum sd_lru_mode, an empty profile, a profile file that is not a
  * valid profile or models fewer PUs than the machine has CPUs (the detail
  * names the field), a model_topology without a profile or not a hwloc
- * synthetic string, a model_window_ns above 1 s, a strategy spec
+ * synthetic string, a model_window_ns above 1 s or without a profile, a strategy spec
  * of 64 characters or more, a malformed (blanks included), repeated or
  * out-of-range strategy option); -ENOENT for an unknown strategy or
  * option, or a profile that sd_profile_locate() (model.h) cannot find; a

@@ -15,6 +15,12 @@
  */
 int sd_fail(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* The detail of every -EPERM for a call from a thread that is not the CPU
+ * it names, with the way out. */
+#define SD_NOT_ATTACHED \
+	"caller is not attached as this CPU (attach this thread with sd_cpu_attach(), " \
+	"or run the code under sd_machine_run())"
+
 /*
  * sd_fail_lazy() - the same for paths where failing is routine (a fault on
  * sd_access): store @fmt (one %llx or %llu for @arg) and format it only when

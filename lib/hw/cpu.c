@@ -163,7 +163,7 @@ struct sd_machine *sd_cpu_machine(const struct sd_cpu *c)
 void sd_irq_disable(struct sd_cpu *c)
 {
 	if (unlikely(sd_cpu_check_self(c))) {
-		sd_fail(-EPERM, "sd_irq_disable: caller is not attached as this CPU");
+		sd_fail(-EPERM, "sd_irq_disable: " SD_NOT_ATTACHED);
 		return;
 	}
 	sd_irq_off(c);
@@ -179,7 +179,7 @@ void sd_irq_disable(struct sd_cpu *c)
 int sd_irq_enable(struct sd_cpu *c)
 {
 	if (unlikely(sd_cpu_check_self(c)))
-		return sd_fail(-EPERM, "sd_irq_enable: caller is not attached as this CPU");
+		return sd_fail(-EPERM, "sd_irq_enable: " SD_NOT_ATTACHED);
 	if (unlikely(c->irq_depth <= 0)) {
 		c->irq_unbalanced++;
 		return sd_fail(-EINVAL, "sd_irq_enable: interrupts are already on on CPU %u "
@@ -208,7 +208,7 @@ void sd_cpu_qs(struct sd_cpu *c)
 void sd_cpu_quiescent(struct sd_cpu *c)
 {
 	if (sd_cpu_check_self(c))
-		sd_fail(-EPERM, "sd_cpu_quiescent: caller is not attached as this CPU");
+		sd_fail(-EPERM, "sd_cpu_quiescent: " SD_NOT_ATTACHED);
 	else if (c->irq_depth)
 		sd_fail(-EINVAL, "sd_cpu_quiescent: interrupts are off");
 	else
@@ -233,7 +233,11 @@ uint64_t sd_cpu_clock_ns(const struct sd_cpu *c)
 int sd_cpu_work(struct sd_cpu *c, uint64_t ns)
 {
 	if (sd_cpu_check_self(c))
-		return sd_fail(-EPERM, "sd_cpu_work: caller is not attached as this CPU");
+		return sd_fail(-EPERM, "sd_cpu_work: " SD_NOT_ATTACHED);
+	/* The header's promise: nothing on a machine without a model, for
+	 * any @ns (there is no clock to overflow). */
+	if (!c->m->model.on)
+		return 0;
 	/* A clock never passes 2^63 ps (106 days), so sums of charges
 	 * cannot wrap. */
 	if (ns > UINT64_MAX / PS_PER_NS / 4 ||
@@ -281,7 +285,7 @@ static bool seq_wait_hook(void)
 int sd_cpu_poll(struct sd_cpu *c)
 {
 	if (sd_cpu_check_self(c))
-		return sd_fail(-EPERM, "sd_cpu_poll: caller is not attached as this CPU");
+		return sd_fail(-EPERM, "sd_cpu_poll: " SD_NOT_ATTACHED);
 	if (c->irq_depth)
 		return sd_fail(-EDEADLK, "sd_cpu_poll: CPU %u waits for another CPU with "
 			       "interrupts off", c->id);
@@ -304,7 +308,7 @@ int sd_cpu_poll(struct sd_cpu *c)
 int sd_cpu_poll_wake(struct sd_cpu *c)
 {
 	if (sd_cpu_check_self(c))
-		return sd_fail(-EPERM, "sd_cpu_poll_wake: caller is not attached as this CPU");
+		return sd_fail(-EPERM, "sd_cpu_poll_wake: " SD_NOT_ATTACHED);
 	if (c->model.seq)
 		sd_seq_released(&c->model);
 	return 0;

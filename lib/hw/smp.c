@@ -781,7 +781,7 @@ int sd_smp_call_single(struct sd_cpu *from, unsigned target, sd_smp_call_fn fn, 
 	struct sd_smp_call_req req;
 
 	if (sd_cpu_check_self(from))
-		return sd_fail(-EPERM, "sd_smp_call_single: caller is not attached as this CPU");
+		return sd_fail(-EPERM, "sd_smp_call_single: " SD_NOT_ATTACHED);
 	if (!fn || target >= from->m->nr_cpus || target == from->id)
 		return sd_fail(-EINVAL, "sd_smp_call_single: bad target %u or NULL function", target);
 	if (from->irq_depth)

@@ -265,7 +265,7 @@ int sd_trap(struct sd_cpu *cpu, uint32_t insn)
 	int err;
 
 	if (sd_cpu_check_self(cpu))
-		return sd_fail(-EPERM, "sd_trap: caller is not attached as this CPU");
+		return sd_fail(-EPERM, "sd_trap: " SD_NOT_ATTACHED);
 	if (cpu->irq_depth)
 		return sd_fail(-EINVAL, "sd_trap: called with interrupts off");
 	t = &cpu->m->traps;

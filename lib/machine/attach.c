@@ -67,7 +67,7 @@ int sd_cpu_detach(struct sd_cpu *c)
 	const struct sd_strategy_ops *ops;
 
 	if (sd_cpu_check_self(c))
-		return sd_fail(-EPERM, "sd_cpu_detach: caller is not attached as this CPU");
+		return sd_fail(-EPERM, "sd_cpu_detach: " SD_NOT_ATTACHED);
 	if (c->irq_depth)
 		return sd_fail(-EBUSY, "sd_cpu_detach: interrupts are off");
 	ops = c->m->ops;

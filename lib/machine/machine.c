@@ -172,6 +172,9 @@ static int normalise(const struct sd_machine_config *in, struct sd_machine_confi
 	if (cfg->model_topology && !cfg->profile)
 		return sd_fail(-EINVAL, "model_topology '%s' without a profile: there is no "
 			       "modelled time to place it in", cfg->model_topology);
+	if (cfg->model_window_ns && !cfg->profile)
+		return sd_fail(-EINVAL, "model_window_ns %llu without a profile: there is no "
+			       "modelled time to keep in step", (unsigned long long)cfg->model_window_ns);
 	if (cfg->model_window_ns > 1000000000u)
 		return sd_fail(-EINVAL, "model_window_ns %llu: at most 1000000000 (1 s)",
 			       (unsigned long long)cfg->model_window_ns);

@@ -261,7 +261,7 @@ int sd_mm_check_change(struct sd_cpu *c, struct sd_mm *mm, uint64_t va, uint64_t
 		       const char *what)
 {
 	if (sd_cpu_check_self(c))
-		return sd_fail(-EPERM, "%s: caller is not attached as this CPU", what);
+		return sd_fail(-EPERM, "%s: " SD_NOT_ATTACHED, what);
 	if (!mm || mm->m != c->m)
 		return sd_fail(-EINVAL, "%s: mm is NULL or belongs to another machine", what);
 	if (!len)
@@ -959,7 +959,7 @@ static __attribute__((noinline)) int access_slow(struct sd_cpu *c, uint64_t va,
 	uint32_t floor = 0;
 
 	if (sd_cpu_check_self(c))
-		return sd_fail(-EPERM, "sd_access: caller is not attached as this CPU");
+		return sd_fail(-EPERM, "sd_access: " SD_NOT_ATTACHED);
 	if ((unsigned)kind > SD_WRITE)
 		return sd_fail(-EINVAL, "sd_access: unknown access kind %u", (unsigned)kind);
 	struct sd_mm *mm = atomic_load_explicit(&c->mm, memory_order_relaxed);
@@ -1011,7 +1011,7 @@ int sd_tlb_probe(const struct sd_cpu *c, uint64_t va, uint64_t *pfn)
 	struct sd_cpu *self = sd_this_cpu;
 
 	if (!c || c != self)
-		return sd_fail(-EPERM, "sd_tlb_probe: caller is not attached as this CPU");
+		return sd_fail(-EPERM, "sd_tlb_probe: " SD_NOT_ATTACHED);
 	/* Owner only: @self is @c, so the L1 (written by us, invalidated by
 	 * others through atomics) may be read as sd_access() reads it. */
 	if (!sd_tlb_lookup_l1(&self->tlb, va >> SD_PAGE_SHIFT, self->asid, false, &hit))
@@ -1066,7 +1066,7 @@ int sd_switch_mm(struct sd_cpu *c, struct sd_mm *next)
 	struct sd_mm *prev;
 
 	if (sd_cpu_check_self(c))
-		return sd_fail(-EPERM, "sd_switch_mm: caller is not attached as this CPU");
+		return sd_fail(-EPERM, "sd_switch_mm: " SD_NOT_ATTACHED);
 	if (next && next->m != c->m)
 		return sd_fail(-EINVAL, "sd_switch_mm: mm belongs to another machine");
 	rcu_online(c);
@@ -1102,7 +1102,7 @@ int sd_cpu_idle(struct sd_cpu *c)
 	struct sd_mm *mm;
 
 	if (sd_cpu_check_self(c))
-		return sd_fail(-EPERM, "sd_cpu_idle: caller is not attached as this CPU");
+		return sd_fail(-EPERM, "sd_cpu_idle: " SD_NOT_ATTACHED);
 	sd_irq_off(c);
 	/* Under interrupts off, as in sd_switch_mm(). */
 	mm = atomic_load_explicit(&c->mm, memory_order_relaxed);

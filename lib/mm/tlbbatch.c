@@ -115,7 +115,7 @@ int sd_tlbbatch_hold_floor(struct sd_tlbbatch *b, struct sd_mm *mm, uint64_t vpn
 static int check_batch(struct sd_cpu *cpu, struct sd_tlbbatch *b, const char *what)
 {
 	if (sd_cpu_check_self(cpu))
-		return sd_fail(-EPERM, "%s: caller is not attached as this CPU", what);
+		return sd_fail(-EPERM, "%s: " SD_NOT_ATTACHED, what);
 	if (!b || b->m != cpu->m)
 		return sd_fail(-EINVAL, "%s: batch is NULL or belongs to another machine", what);
 	return 0;

@@ -746,6 +746,7 @@ TEST(ModelApi, WithoutAProfileNothingIsModelled)
 	ASSERT_NE(nullptr, mach.m);
 	ASSERT_EQ(0, sd_machine_run(mach.m, [](sd_cpu *c, void *) {
 		EXPECT_EQ(0, sd_cpu_work(c, 1000));
+		EXPECT_EQ(0, sd_cpu_work(c, UINT64_MAX)) << "does nothing, for any ns";
 		EXPECT_EQ(0u, sd_cpu_clock_ns(c));
 	}, nullptr));
 	sd_model_info info = SD_MODEL_INFO_INIT;
@@ -846,6 +847,10 @@ TEST(ModelApi, CallsRefuseBadArguments)
 	c = sdtest::config(2, "ipi");
 	c.model_topology = "pack:1 core:2 pu:1";
 	EXPECT_EQ(-EINVAL, sd_machine_create(&c, &m)) << "a topology without a profile";
+	c = sdtest::config(2, "ipi");
+	c.model_window_ns = 1000;
+	EXPECT_EQ(-EINVAL, sd_machine_create(&c, &m)) << "a window without a profile";
+	EXPECT_NE(nullptr, std::strstr(sd_last_error(), "without a profile")) << sd_last_error();
 	c = modelled(2, "ipi", p);
 	c.model_window_ns = 2000000000ull;
 	EXPECT_EQ(-EINVAL, sd_machine_create(&c, &m));
