@@ -1,5 +1,11 @@
 # SPDX-License-Identifier: MIT
 """Times, rates and ratios as the reports print them, and text tables."""
+import re
+import statistics
+
+# A cell whose repetitions spread more than this (half their range over
+# their median) is noise, in the text tables and the plots alike.
+NOISY_SPREAD = 0.20
 
 
 def fmt_time(ns):
@@ -40,6 +46,22 @@ def fmt_x(x, whole_from=100):
     if whole_from is not None and x >= whole_from:
         return "%.0fx" % x
     return "%.2fx" % x
+
+
+def noisy(values):
+    """Whether repetitions @values spread more than NOISY_SPREAD; fewer than
+    3 say too little about their spread to call it noise."""
+    if len(values) < 3:
+        return False
+    mid = statistics.median(values)
+    return mid > 0 and (max(values) - min(values)) / 2 / mid > NOISY_SPREAD
+
+
+def number(cell):
+    """The number a formatted cell shows (1.52x, 527k/s, 99.5%, >= 90%), or
+    None ("-"): modelled.json keeps its rows as the table prints them."""
+    m = re.search(r"(\d+(?:\.\d+)?)([kM]?)", cell)
+    return float(m.group(1)) * {"": 1, "k": 1e3, "M": 1e6}[m.group(2)] if m else None
 
 
 def table(rows, header, indent="  ", left=1):

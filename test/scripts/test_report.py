@@ -18,7 +18,7 @@ SCRIPTS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__)))), "scripts")
 sys.path.insert(0, SCRIPTS)
 
-from shootdown_report import ab, compare, model, modelled, names, ratios, reference, results  # noqa: E402,E501
+from shootdown_report import ab, compare, fmt, model, modelled, names, ratios, reference, results  # noqa: E402,E501
 
 
 def bench(name, reps, time_unit="ns", **counters):
@@ -129,6 +129,20 @@ class Results(unittest.TestCase):
         self.assertNotIn(ratios.tf2("ipi", 2, "global"), res)
         run = ratios.parse_run(doc)
         self.assertAlmostEqual(ratios.ratios_of(run)["tf2_broadcast_vs_ipi_cpus2"], 7.0 / 5.0)
+
+
+class Fmt(unittest.TestCase):
+    def test_noisy_is_half_the_range_over_the_median(self):
+        self.assertEqual(0.20, fmt.NOISY_SPREAD)
+        self.assertTrue(fmt.noisy([100, 100, 150]))         # 25%
+        self.assertFalse(fmt.noisy([100, 110, 139]))        # 17.7%
+        self.assertFalse(fmt.noisy([100, 100, 140]))        # 20%: not more
+        self.assertFalse(fmt.noisy([50, 150]))              # two say too little
+
+    def test_number_reads_a_cell_back(self):
+        self.assertEqual([15.56, 198, 527e3, 1.16e6, 99.5, 90, None],
+                         [fmt.number(c) for c in ("15.56x", "198x", "527k/s", "1.16M/s",
+                                                  "99.5%", ">= 90%", "-")])
 
 
 class Compare(unittest.TestCase):
