@@ -9,7 +9,7 @@ import sys
 import time
 
 from . import DEFAULT_BENCH, ROOT, modelled, names
-from .fmt import fmt_rate, fmt_time, fmt_x, table
+from .fmt import NOISY_SPREAD, fmt_rate, fmt_time, fmt_x, noisy, table
 from .results import UNIT_NS, load, med
 
 # Machine limits (baseline/...) and which one bounds which strategy.
@@ -92,6 +92,8 @@ def bench_cmd(args, cpus):
         cmd += ["--sd_oracle=checked", "--sd_trap_reads=10000"]
     if args.profile:
         cmd.append("--sd_profile=" + args.profile)
+    if args.any_mechanism:
+        cmd.append("--sd_any_mechanism")
     if args.filter:
         cmd.append("--benchmark_filter=" + args.filter)
     elif args.profile:
@@ -163,12 +165,70 @@ def list_benchmarks(args, cpus):
         # A profile that does not load, a bad filter: the bench says why.
         sys.exit("compare: %s refused the run (exit %d): %s"
                  % (args.bench, out.returncode, (out.stderr or out.stdout).strip()))
-    return [names.base_name(l.strip()) for l in out.stdout.splitlines() if l.strip()]
+    return [l.strip() for l in out.stdout.splitlines() if l.strip()]
 
 
-def run_benchmarks(args, cpus, total, json_path):
-    """Run the set once, printing a progress line per benchmark run."""
-    cmd = bench_cmd(args, cpus) + [
+MODEL_NS = re.compile(r"\bmodel_ns=([0-9.]+)([kMG]?)\b")
+SI = {"": 1.0, "k": 1e3, "M": 1e6, "G": 1e9}
+
+
+def progress_value(line, parts, modelled_run):
+    """What a progress line shows of a console line: the time column, or in
+    a modelled run (--profile) the modelled time, which is what its table
+    holds (the host's time there is only how long the emulation took)."""
+    if modelled_run:
+        m = MODEL_NS.search(line)
+        return "model " + fmt_time(float(m.group(1)) * SI[m.group(2)]) if m else "model -"
+    return " ".join(parts[1:3]) if len(parts) > 2 else ""
+
+
+def regex_quote(name):
+    """@name as a literal in Google Benchmark's filter (ECMAScript regex)."""
+    return re.sub(r"([.^$|?*+()\[\]{}\\])", r"\\\1", name)
+
+
+def chunks(full_names, user_filter):
+    """The measured runs, one bench run per workload (in the set's order):
+    (workload, filter). A finished workload's results are then kept whatever
+    happens to a later one (Ctrl-C included), and its repetitions still
+    interleave with the variants they are compared with. A --filter of the
+    user's is one chunk, as given."""
+    if user_filter:
+        return [("filter", user_filter)]
+    groups = {}
+    for n in full_names:
+        groups.setdefault(names.parse(names.base_name(n)).workload, []).append(n)
+    return [(w, "^(%s)$" % "|".join(regex_quote(n) for n in ns)) for w, ns in groups.items()]
+
+
+class Progress:
+    """Progress lines, numbered across the chunks of one section."""
+
+    def __init__(self, total, modelled_run):
+        self.total, self.done, self.t0 = total, 0, time.time()
+        self.modelled_run = modelled_run
+
+    def line(self, line):
+        parts = line.split()
+        if not parts or "/" not in parts[0] or names.AGGREGATE.search(parts[0]):
+            return
+        self.done += 1
+        shown = progress_value(line, parts, self.modelled_run)
+        if "ERROR" in line or "error_message" in line:
+            shown = "ERROR " + line.split(parts[0], 1)[1].strip()
+        over = " (oversubscribed)" if "oversubscribed=1" in line else ""
+        print("[%4d/%d %5.0fs] %-58s %s%s" % (self.done, self.total, time.time() - self.t0,
+                                            names.base_name(parts[0]), shown, over),
+              flush=True)
+
+
+def run_chunk(args, cpus, filt, json_path, progress):
+    """One bench run of the measured set, restricted to @filt; its exit
+    status. The bench's stdout is line-buffered (bench/main.cpp), so each
+    line arrives as its run ends. On Ctrl-C the bench, in our process group,
+    gets the SIGINT too; the KeyboardInterrupt goes up after it is reaped."""
+    cmd = [c for c in bench_cmd(args, cpus) if not c.startswith("--benchmark_filter=")] + [
+        "--benchmark_filter=" + filt,
         "--benchmark_repetitions=%d" % args.repetitions,
         "--benchmark_min_time=%g" % args.min_time,
         "--benchmark_out=" + json_path, "--benchmark_out_format=json",
@@ -176,23 +236,33 @@ def run_benchmarks(args, cpus, total, json_path):
     if args.repetitions > 1:
         cmd += ["--benchmark_enable_random_interleaving=true",
                 "--benchmark_display_aggregates_only=false"]
-    print("running: " + " ".join(cmd), flush=True)
-    t0 = time.time()
-    done = 0
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    for line in proc.stdout:
-        parts = line.split()
-        if not parts or "/" not in parts[0] or names.AGGREGATE.search(parts[0]):
+    try:
+        for line in proc.stdout:
+            progress.line(line)
+        return proc.wait()
+    except KeyboardInterrupt:
+        proc.kill()
+        proc.wait()
+        raise
+
+
+def merge_json(paths, out):
+    """One Google Benchmark JSON of the chunks' (the first one's context)."""
+    doc = None
+    for p in paths:
+        try:
+            with open(p) as f:
+                d = json.load(f)
+        except (OSError, ValueError):
             continue
-        done += 1
-        name = names.base_name(parts[0])
-        shown = " ".join(parts[1:3]) if len(parts) > 2 else ""
-        if "ERROR" in line or "error_message" in line:
-            shown = "ERROR " + line.split(parts[0], 1)[1].strip()
-        over = " (oversubscribed)" if "oversubscribed=1" in line else ""
-        print("[%4d/%d %5.0fs] %-58s %s%s" % (done, total, time.time() - t0, name, shown, over),
-              flush=True)
-    return proc.wait()
+        if doc is None:
+            doc = d
+        else:
+            doc["benchmarks"] += d.get("benchmarks", [])
+    doc = doc or {"context": {}, "benchmarks": []}
+    with open(out, "w") as f:
+        json.dump(doc, f, indent=1)
 
 
 # ---- reporting ----
@@ -220,14 +290,56 @@ def spread(w, r):
     return " ±%.0f%%" % (50.0 * (max(vals) - min(vals)) / m) if m else ""
 
 
-def workload_block(w, res, cpus, pus, out):
+# What a strategy is on this host when it is measured rather than modelled:
+# the emulator's mechanism, not the hardware's. Said in the row itself, so
+# that "broadcast ... 150x" does not read as arm64 against x86.
+HOST_MECHANISM = {"broadcast": "shm bcast", "local": "shm bcast", "gbcast": "shm bcast+signals",
+                  "ipi": "signals", "native": "this kernel", "locked": "emulated",
+                  "rcu": "emulated", "direct": "emulated"}
+
+
+def host_label(variant):
+    """@variant with what it runs on here, e.g. "ipi/lru:global [signals]"."""
+    what = HOST_MECHANISM.get(re.split(r"[:/]", variant)[0])
+    return "%s [%s]" % (variant, what) if what else variant
+
+
+def row_label(w, s, base, on_host):
+    label = host_label if on_host else (lambda v: v)
+    if base == w["before"]:
+        return label(s)
+    return "%s (x vs %s)" % (label(s), label(base))
+
+
+def refused(r):
+    """The library's reason when a profile lacks the strategy's mechanism
+    (sd_machine_create()'s -EOPNOTSUPP), else None."""
+    for e in r["errors"]:
+        m = re.search(r"strategy '[^']+' needs \S+, which profile '[^']+' does not have", e)
+        if m:
+            return m.group(0) + " (--any-mechanism runs it as a what-if)"
+    return None
+
+
+def noisy_cell(w, r):
+    """Whether a cell's repetitions spread more than fmt.NOISY_SPREAD."""
+    if not r:
+        return False
+    vals = r["counters"].get(w["metric"], []) if w.get("metric") else r["real_ns"]
+    return noisy([v for v in vals if v])
+
+
+def workload_block(w, res, cpus, pus, out, on_host=False):
     out.append("")
-    out.append("%s (%s): %s; before = %s; ±: half the range of the repetitions"
-               % (w["key"], w["patch"], w["what"], w["before"]))
-    rows = []
+    out.append("%s (%s): %s; before = %s; ±: half the range of the repetitions%s"
+               % (w["key"], w["patch"], w["what"], w["before"],
+                  "; [what runs it on this host: shm bcast = the emulator's shared-memory "
+                  "broadcast, signals = POSIX signals between threads]" if on_host else ""))
+    rows, notes = [], []
     for s in w["strategies"]:
         base = w.get("vs", {}).get(s, w["before"])
-        row = [s if base == w["before"] else "%s (x vs %s)" % (s, base)]
+        row = [row_label(w, s, base, on_host)]
+        whatif = False
         for n in cpus:
             r = res.get(cell_name(w, s, n))
             b = res.get(cell_name(w, base, n))
@@ -236,13 +348,27 @@ def workload_block(w, res, cpus, pus, out):
             else:
                 v, bv = med(r, w.get("metric")), med(b, w.get("metric"))
             if r and r["errors"] and v is None:
-                row.append("ERROR")
+                why = refused(r)
+                row.append("n/a" if why else "ERROR")
+                if why and why not in notes:
+                    notes.append(why)
                 continue
+            if r and max(r["counters"].get("mechanism_missing", [0]) or [0]):
+                whatif = True
             shown = (fmt_rate(v) if w.get("metric") else fmt_time(v)) + spread(w, r)
+            if noisy_cell(w, r):
+                shown = "~" + shown
             x = speedup(w, v, bv)
             row.append(shown if x is None else "%s %s" % (shown, fmt_x(x)))
+        if whatif:
+            row[0] += " WHAT-IF"
         rows.append(row)
     out += table(rows, ["strategy"] + count_header(w, cpus, pus))
+    out += ["  n/a: " + n for n in notes]
+    if any(r[0].endswith(" WHAT-IF") for r in rows):
+        out.append("  WHAT-IF: run on a profile that lacks the strategy's mechanism "
+                   "(--any-mechanism), charged at that profile's costs for it, often 0: "
+                   "not a figure of that machine")
 
 
 def fidelity_cell(w, s, res, n, limits):
@@ -373,12 +499,14 @@ def report(res, cpus, pus, head, load=None, fidelity=True):
     out = list(head)
     if load and load.get("loaded"):
         out.append(load_warning(load))
+    out.append("~ = noise: the cell's repetitions spread more than %.0f%% (half their range "
+               "over their median); do not read a ratio from it" % (100 * NOISY_SPREAD))
     for w in WORKLOADS:
         if not fidelity:
             # --profile: the native twins ran on no model, so they are not here.
             w = dict(w, strategies=[s for s in w["strategies"] if not s.startswith("native")])
         if any(cell_name(w, s, n) in res for s in w["strategies"] for n in cpus):
-            workload_block(w, res, cpus, pus, out)
+            workload_block(w, res, cpus, pus, out, on_host=fidelity)
     if any(k.startswith("range_flush/") for k in res):
         range_block(res, out)
     if fidelity:
@@ -442,12 +570,22 @@ def parse_args(argv, doc):
     ap.add_argument("--no-plot", action="store_true")
     ap.add_argument("--no-model", action="store_true",
                     help="skip the modelled section (each patch on its machine's profile)")
+    ap.add_argument("--any-mechanism", action="store_true",
+                    help="with --profile: also run the strategies whose mechanism the profile "
+                         "lacks, marked WHAT-IF")
+    ap.add_argument("--modelled-only", action="store_true",
+                    help="the modelled section alone (about a minute; no load changes it)")
     ap.add_argument("--profile", default=None,
                     help="run the emulated workloads in modelled time on this profile (a name "
                          "or a file); implies --no-model")
     args = ap.parse_args(argv)
     if args.profile:
         args.no_model = True
+    if args.any_mechanism and not args.profile:
+        ap.error("--any-mechanism is for --profile runs")
+    if args.modelled_only and (args.no_model or args.filter):
+        ap.error("--modelled-only runs the modelled section alone: not with --no-model, "
+                 "--profile or --filter")
     if args.repetitions is None:
         args.repetitions = 1 if (args.quick or args.tiny or args.profile) else 5
     if args.min_time is None:
@@ -482,7 +620,147 @@ def cpu_counts(args, lines):
     return pus, sorted({1, 2, pus, 2 * pus, 4 * pus})
 
 
+# ---- the run, section by section ----
+
+# Seconds a measured run takes on a quiet machine: each benchmark run is
+# timed for at least min_time, about twice over with Google Benchmark's
+# iteration search, plus its machine's setup. Fitted to two runs on the
+# 2-PU development VM (--quick: 158 runs in 42 s; the default, 790 runs of
+# 0.1 s, in 4 to 5 minutes); only an estimate for the start of the run.
+def quiet_seconds(runs, min_time):
+    return runs * (2 * min_time + 0.17)
+
+
+def measure_load(pus):
+    """The load just before a run: what others use of the machine and the
+    share of a PU a busy loop gets (load_verdict())."""
+    load1 = os.getloadavg()[0]
+    return load_verdict(others_busy(), [cpu_share()], pus, load1)
+
+
+def plan_lines(args, runs, load):
+    """What the run will do and how long it should take, said before it
+    starts: on a busy machine the measured section is slow and disturbed,
+    and the modelled section, which no load changes, can be had alone."""
+    out = ["machine load before the run: others used %s PUs, a busy loop got %.0f%% of a PU "
+           "(1-minute load average %.2f)"
+           % ("?" if load["others_busy_pus"] is None else "%.2f" % load["others_busy_pus"],
+              100 * load["cpu_share"][0], load["load1_before"])]
+    if runs:
+        quiet = quiet_seconds(runs, args.min_time)
+        out.append("measured section: %d runs, about %.0f s on a quiet machine" % (runs, quiet))
+    if load["loaded"]:
+        out.append("BUSY MACHINE (%s): the measured section will be slow%s and disturbed "
+                   "(times spread, limits withheld, its PNGs stamped). The modelled section "
+                   "does not depend on load: `scripts/compare --modelled-only` runs it alone "
+                   "(about a minute)." % (load["why"], ", %.0f s or more," % (
+                       quiet_seconds(runs, args.min_time) / max(load["cpu_share"][0], 0.05))
+                       if runs else ""))
+    return out
+
+
+def plot(args, extra):
+    """scripts/plot with @extra; False if it failed (not for a missing
+    matplotlib, which it says itself)."""
+    cmd = [sys.executable, os.path.join(ROOT, "scripts", "plot")] + extra
+    return subprocess.run(cmd).returncode in (0, 3)
+
+
+def modelled_section(args, out_dir):
+    """Each patch on its own machine's profile: printed, written
+    (modelled.json) and drawn as soon as it is done."""
+    model_res, model_s = modelled.run_all(args.bench, out_dir, tiny=args.tiny)
+    model_lines, model_rows = modelled.report(model_res, model_s)
+    modelled.write_json(os.path.join(out_dir, "modelled.json"), model_rows, model_s)
+    print("\n".join(model_lines), flush=True)
+    drawn = args.no_plot or plot(args, ["--modelled", out_dir])
+    return model_lines, model_res, drawn
+
+
+class Measured:
+    """The measured section as far as it got: its chunks' JSON merged into
+    compare.json after each one, the tables rebuilt from it."""
+
+    def __init__(self, args, cpus, out_dir, full_names):
+        self.args, self.cpus, self.out_dir = args, cpus, out_dir
+        self.json_path = os.path.join(out_dir, "compare.json")
+        self.chunks = chunks(full_names, args.filter)
+        self.paths, self.failed, self.rc = [], [], 0
+        self.progress = Progress(len(full_names) * args.repetitions, bool(args.profile))
+        self.took = 0.0
+
+    def run(self, after_chunk):
+        """Every chunk in turn; @after_chunk(number done) after each. A
+        chunk Ctrl-C cut short is left out whole (its JSON is never
+        finished) and the KeyboardInterrupt goes up."""
+        t0 = time.time()
+        try:
+            for i, (workload, filt) in enumerate(self.chunks):
+                path = os.path.join(self.out_dir, "compare-%02d.json" % i)
+                rc = run_chunk(self.args, self.cpus, filt, path, self.progress)
+                if rc:
+                    self.failed.append("%s (exit %d)" % (workload, rc))
+                    self.rc = rc
+                if self.args.profile and os.path.exists(path):
+                    to_model_time(path)
+                self.paths.append(path)
+                merge_json(self.paths, self.json_path)
+                self.took = time.time() - t0
+                after_chunk(len(self.paths))
+        finally:
+            for i in range(len(self.chunks)):
+                path = os.path.join(self.out_dir, "compare-%02d.json" % i)
+                if os.path.exists(path):
+                    os.unlink(path)
+
+    def state(self, done):
+        """Empty when finished; else how far it got, for its text."""
+        if done == len(self.chunks):
+            return ""
+        return ("measured section incomplete: %d of %d workloads done (%s)"
+                % (done, len(self.chunks), ", ".join(w for w, _ in self.chunks[:done]) or "none"))
+
+
+def measured_text(args, m, lines, pus, verdict, state):
+    _, res = load(m.json_path)
+    head = lines
+    if args.profile:
+        head = lines + [
+            "modelled time on profile %s: every cell is modelled time (host load does not "
+            "change it); the native twins and machine limits measure this host and are "
+            "left out; CPU counts above the host's %d PUs run oversubscribed on the host, "
+            "not in the model" % (args.profile, pus)]
+    head = head + [
+        "benchmark run: %.0f s, %d benchmarks x %d repetition(s); cells are medians "
+        "± half the range of the repetitions; "
+        "x = speedup over the patch's before strategy; * oversubscribed"
+        % (m.took, m.progress.total // max(args.repetitions, 1), args.repetitions),
+        "machine load: others used %s PUs just before the run (1-minute load average %.2f); "
+        "a busy loop got %s of a PU before and after"
+        % ("?" if verdict["others_busy_pus"] is None else "%.2f" % verdict["others_busy_pus"],
+           verdict["load1_before"],
+           " and ".join("%.0f%%" % (100 * s) for s in verdict["cpu_share"]))]
+    if state:
+        head.append("INTERRUPTED: " + state + "; what follows is what finished")
+    if m.failed:
+        head.append("FAILED: %s; their rows are missing or marked ERROR" % ", ".join(m.failed))
+    out = report(res, m.cpus, pus, head, None if args.profile else verdict,
+                 fidelity=not args.profile)
+    title = ("== Modelled on %s ==" % args.profile) if args.profile else \
+        "== Measured: this host, emulated and native =="
+    return [title] + out, res
+
+
+def write_text(out_dir, model_lines, measured_lines):
+    text = "\n".join(model_lines + ([""] if model_lines and measured_lines else []) +
+                     measured_lines) + "\n"
+    with open(os.path.join(out_dir, "compare.txt"), "w") as f:
+        f.write(text)
+    return text
+
+
 def main(argv=None, doc=__doc__):
+    started = time.time()
     args = parse_args(argv, doc)
     if not os.access(args.bench, os.X_OK):
         sys.exit("compare: %s not found; build first: meson setup build && meson compile -C build"
@@ -495,67 +773,53 @@ def main(argv=None, doc=__doc__):
     lines = machine_lines(args.bench)
     print("\n".join(lines), flush=True)
     pus, cpus = cpu_counts(args, lines)
-    print("emulated CPU counts: %s (* = more CPUs than the %d PUs: oversubscribed)"
-          % (", ".join("%d%s" % (n, "*" if n > pus else "") for n in cpus), pus), flush=True)
+    full_names = [] if args.modelled_only else list_benchmarks(args, cpus)
+    if full_names:
+        print("emulated CPU counts: %s (* = more CPUs than the %d PUs: oversubscribed)"
+              % (", ".join("%d%s" % (n, "*" if n > pus else "") for n in cpus), pus), flush=True)
+    before = measure_load(pus)
+    print("\n".join(plan_lines(args, len(full_names) * args.repetitions, before)), flush=True)
 
-    model_lines, model_res = [], {}
-    if not args.no_model:
-        model_res, model_s = modelled.run_all(args.bench, out_dir, tiny=args.tiny)
-        model_lines, model_rows = modelled.report(model_res, model_s)
-        modelled.write_json(os.path.join(out_dir, "modelled.json"), model_rows, model_s)
+    status, model_lines, model_res, measured_lines, interrupted = 0, [], {}, [], False
+    m, res, verdict = None, {}, before
+    try:
+        if not args.no_model:
+            model_lines, model_res, drawn = modelled_section(args, out_dir)
+            status = 0 if drawn else 1
+            write_text(out_dir, model_lines, ["(measured section: running)"] if full_names
+                       else [])
+        if full_names:
+            m = Measured(args, cpus, out_dir, full_names)
+            print("running: " + " ".join(bench_cmd(args, cpus)) + " (one run per workload)",
+                  flush=True)
 
-    bench_names = list_benchmarks(args, cpus)
-    json_path = os.path.join(out_dir, "compare.json")
-    load1 = os.getloadavg()[0]
-    busy = others_busy()
-    share0 = cpu_share()
-    t0 = time.time()
-    rc = run_benchmarks(args, cpus, len(bench_names) * args.repetitions, json_path)
-    took = time.time() - t0
-    verdict = load_verdict(busy, [share0, cpu_share()], pus, load1)
-    note_load(json_path, verdict)
-    if args.profile:
-        to_model_time(json_path)
-    _, res = load(json_path)
-
-    head = lines
-    if args.profile:
-        head = lines + [
-            "modelled time on profile %s: every cell is modelled time (host load does not "
-            "change it); the native twins and machine limits measure this host and are "
-            "left out; CPU counts above the host's %d PUs run oversubscribed on the host, "
-            "not in the model" % (args.profile, pus)]
-    out = report(res, cpus, pus, head + [
-        "benchmark run: %.0f s, %d benchmarks x %d repetition(s); cells are medians "
-        "± half the range of the repetitions; "
-        "x = speedup over the patch's before strategy; * oversubscribed"
-        % (took, len(bench_names), args.repetitions),
-        "machine load: others used %s PUs just before the run (1-minute load average %.2f); "
-        "a busy loop got %s of a PU before and after"
-        % ("?" if busy is None else "%.2f" % busy, load1,
-           " and ".join("%.0f%%" % (100 * s) for s in verdict["cpu_share"]))],
-        None if args.profile else verdict, fidelity=not args.profile)
-    title = ("== Modelled on %s ==" % args.profile) if args.profile else \
-        "== Measured: this host, emulated and native ==" if model_lines else ""
-    text = "\n".join(model_lines + ([""] if model_lines else []) + [title] + out) + "\n"
+            def after_chunk(done):
+                text, _ = measured_text(args, m, lines, pus, before, m.state(done))
+                write_text(out_dir, model_lines, text)
+            m.run(after_chunk)
+    except KeyboardInterrupt:
+        interrupted = True
+        print("\ncompare: interrupted; keeping every section that finished", flush=True)
+    if m and m.paths:
+        verdict = load_verdict(before["others_busy_pus"], before["cpu_share"] + [cpu_share()],
+                               pus, before["load1_before"])
+        note_load(m.json_path, verdict)
+        measured_lines, res = measured_text(args, m, lines, pus, verdict, m.state(len(m.paths)))
+        status = status or (1 if m.rc else 0)
+    text = write_text(out_dir, model_lines, measured_lines)
     print(text)
-    with open(os.path.join(out_dir, "compare.txt"), "w") as f:
-        f.write(text)
-    print("wrote %s and %s" % (json_path, os.path.join(out_dir, "compare.txt")))
-
-    status = 0 if rc == 0 else 1
-    if not args.no_plot:
-        plot = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "plot"), json_path,
-                               "--out", out_dir] +
-                              (["--note", "modelled time on " + args.profile]
-                               if args.profile else []))
-        if plot.returncode not in (0, 3):    # 3: matplotlib missing, said so
-            status = 1
-    if args.check:
-        bad = check(bench_names, res) + (
+    print("wrote %s (compare.txt, modelled.json, compare.json, PNGs) in %.0f s"
+          % (out_dir, time.time() - started))
+    if m and m.paths and not args.no_plot:
+        extra = ["--note", "modelled time on " + args.profile] if args.profile else []
+        if verdict.get("loaded") and not args.profile:
+            extra += ["--disturbed", verdict["why"]]
+        status = status or (0 if plot(args, [m.json_path, "--out", out_dir] + extra) else 1)
+    if args.check and not interrupted:
+        bad = check([names.base_name(n) for n in full_names], res) + (
             [] if args.no_model else modelled.check(model_res, tiny=args.tiny))
         for b in bad:
             print("CHECK FAILED: " + b)
-        print("check: %d benchmarks, %d problem(s)" % (len(bench_names), len(bad)))
+        print("check: %d benchmarks, %d problem(s)" % (len(full_names), len(bad)))
         status = status or (1 if bad else 0)
-    return status
+    return 130 if interrupted else status
