@@ -41,10 +41,11 @@ MARKERS = ("o", "s", "^", "D", "v", "P", "X")
 # What "better" is on each kind of axis.
 LOWER, HIGHER = " (lower is better)", " (higher is better)"
 NOISE = "hollow: repetitions spread > %.0f%% (noise)" % (100 * NOISY_SPREAD)
+STAMP_SIZE = 11
 
-# Where the figures go and what every title ends with (plot --note, e.g.
-# the profile of a modelled run).
-Out = collections.namedtuple("Out", "plt dir note", defaults=("",))
+# Where the figures go and what every one of them says: the title's note
+# (plot --note, e.g. the profile of a modelled run) and a disturbed run's stamp.
+Out = collections.namedtuple("Out", "plt dir note stamp", defaults=("", ""))
 # A measured point: its CPU or thread count, the median of its repetitions,
 # whether it ran oversubscribed, their range (None without values), noise.
 Point = collections.namedtuple("Point", "n v over lo hi noisy")
@@ -195,8 +196,25 @@ def title(out, fig, text, fontsize=10):
                  fontsize=fontsize)
 
 
+def subplots(out, *args, **kw):
+    """A figure and its axes, stamped at the bottom when the run was disturbed."""
+    fig, axes = out.plt.subplots(*args, **kw)
+    if out.stamp:
+        fig.text(0.5, 0.01, wrap(out.stamp, fig, STAMP_SIZE), ha="center", va="bottom",
+                 color="red", fontsize=STAMP_SIZE, fontweight="bold",
+                 bbox={"facecolor": "mistyrose", "edgecolor": "red"})
+    return fig, axes
+
+
+def layout(out, fig):
+    """tight_layout, above the stamp's lines where there is one."""
+    lines = wrap(out.stamp, fig, STAMP_SIZE).count("\n") + 1 if out.stamp else 0
+    bottom = (lines * 1.3 * STAMP_SIZE + 12) / 72 / fig.get_figheight() if lines else 0
+    fig.tight_layout(rect=(0, bottom, 1, 1))
+
+
 def save(out, fig, filename):
-    fig.tight_layout()
+    layout(out, fig)
     os.makedirs(out.dir, exist_ok=True)
     path = os.path.join(out.dir, filename)
     fig.savefig(path, dpi=110)
@@ -205,7 +223,7 @@ def save(out, fig, filename):
 
 
 def scaling_figure(out, w, strategies):
-    fig, ax = out.plt.subplots(figsize=(9, 5))
+    fig, ax = subplots(out, figsize=(9, 5))
     rate = w in RATE_WORKLOADS
     every = [p for pts in strategies.values() for p in pts]
     ax.set_ylabel(YLABEL.get(w, "time per operation"))
@@ -245,7 +263,7 @@ def trap_figure(out, res):
         return None
     # CPU time is the host's: a modelled run has none, and gets one panel.
     has_cpu = any(cpu for _, cpu in modes.values())
-    fig, axes = out.plt.subplots(1, 2 if has_cpu else 1, figsize=(10 if has_cpu else 6.5, 4.8),
+    fig, axes = subplots(out, 1, 2 if has_cpu else 1, figsize=(10 if has_cpu else 6.5, 4.8),
                          squeeze=False)
     panels = [("wall time, ms" + LOWER, "the patch's real"),
               ("summed thread CPU time, ms" + LOWER, "the patch's sys")][:len(axes[0])]
@@ -282,7 +300,7 @@ def range_figure(out, res):
     orders = range_points(res)
     if not orders:
         return None
-    fig, ax = out.plt.subplots(figsize=(7.5, 4.8))
+    fig, ax = subplots(out, figsize=(7.5, 4.8))
     # The two range orders give the same counts except at 2^21 pages: draw
     # them in distinct shapes, ascending slightly larger and hollow.
     styles = {"none": (":", "o", 6, True), "ascending": ("--", "s", 9, False),
@@ -357,7 +375,7 @@ def modelled_figure(out, doc):
     figure on a log axis (1: the figure itself), coloured by its verdict,
     with both values and the verdict written beside it."""
     rows, tol = doc["rows"], doc.get("tolerance", 0.3)
-    fig, ax = out.plt.subplots(figsize=(11, 1.8 + 0.5 * len(rows)))
+    fig, ax = subplots(out, figsize=(11, 1.8 + 0.5 * len(rows)))
     ax.axvspan(1 - tol, 1 + tol, color="tab:green", alpha=0.12,
                label="within ±%.0f%% of the patch's figure" % (100 * tol))
     ax.axvline(1, color=PATCH, linestyle="--", label="the patch's figure")
@@ -393,9 +411,20 @@ def modelled_figure(out, doc):
 
 def modelled_pngs(out, directory):
     """[path] of modelled.png drawn from @directory's modelled.json, [] when
-    there is none."""
+    there is none. Never stamped: modelled time does not depend on the
+    host's load."""
     doc = load_modelled(directory)
+    out = out._replace(stamp="")
     return [save(out, modelled_figure(out, doc), "modelled.png")] if doc else []
+
+
+def stamp_text(option, doc):
+    """The warning on every plot of a disturbed run: --disturbed's @option,
+    else the load verdict compare wrote into the JSON @doc; "" if quiet."""
+    load = doc.get("shootdown_load") or {}
+    loaded = (load.get("why") or "the machine was loaded") if load.get("loaded") else ""
+    why = option or loaded
+    return "DISTURBED RUN: %s: times are not sound" % why if why else ""
 
 
 def import_pyplot():
@@ -419,7 +448,8 @@ def import_pyplot():
 
 def parse_args(argv):
     ap = argparse.ArgumentParser(description="plot shootdown-bench JSON",
-                                 usage="%(prog)s JSON [--out DIR] [--note TEXT]\n"
+                                 usage="%(prog)s JSON [--out DIR] [--note TEXT] "
+                                       "[--disturbed TEXT]\n"
                                        "       %(prog)s --modelled DIR [--out DIR] [--note TEXT]")
     ap.add_argument("json", nargs="?", help="Google Benchmark JSON (compare's compare.json)")
     ap.add_argument("--modelled", metavar="DIR",
@@ -427,9 +457,14 @@ def parse_args(argv):
     ap.add_argument("--out", default=None,
                     help="where the PNGs go (default: the JSON's folder, or --modelled's DIR)")
     ap.add_argument("--note", default="", help="added to every title (e.g. a modelled run's profile)")
+    ap.add_argument("--disturbed", metavar="TEXT", default="",
+                    help="stamp every plot of the JSON: DISTURBED RUN: TEXT: times are not sound")
     args = ap.parse_args(argv)
     if (args.json is None) == (args.modelled is None):
         ap.error("give either a benchmark JSON or --modelled DIR")
+    if args.modelled and args.disturbed:
+        ap.error("--disturbed is for a benchmark JSON: modelled time does not depend on the "
+                 "host's load")
     return args
 
 
@@ -437,7 +472,8 @@ def json_pngs(plt, args):
     """The plots of the benchmark JSON, and modelled.png where the output
     folder has the modelled section's table."""
     doc = read(args.json)
-    out = Out(plt, args.out or os.path.dirname(os.path.abspath(args.json)), args.note)
+    out = Out(plt, args.out or os.path.dirname(os.path.abspath(args.json)), args.note,
+              stamp_text(args.disturbed, doc))
     made = [save(out, fig, name) for name, fig in figures(out, from_doc(doc))]
     return made + modelled_pngs(out, out.dir)
 

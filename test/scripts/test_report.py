@@ -352,7 +352,8 @@ class Plot(unittest.TestCase):
                 json.dump(DOC, f)
             write_modelled(tmp)
             p = subprocess.run([sys.executable, os.path.join(SCRIPTS, "plot"), path, "--note",
-                                "a note"], capture_output=True, text=True, timeout=120)
+                                "a note", "--disturbed", "load 3"], capture_output=True,
+                               text=True, timeout=120)
             self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
             self.assertIn("range_ops.png", p.stdout)
             self.assertIn("modelled.png", p.stdout)      # modelled.json was there
@@ -482,7 +483,7 @@ class Figures(unittest.TestCase):
         out = self.out._replace(note="modelled time on profile thunderx2-64-vm, a long note "
                                      "that would run past the right edge of the figure")
         fig, _ = self.scaling(scaling_doc(["ipi/lru:global", "ipi/lru:percpu"]), out)
-        fig.tight_layout()
+        self.plot.layout(out, fig)
         fig.canvas.draw()
         box = fig.bbox
         titles = [t for t in fig.findobj(self.plt.Text) if "a long note" in t.get_text()]
@@ -506,6 +507,25 @@ class Figures(unittest.TestCase):
         self.assertIn("hollow: repetitions spread > 20% (noise)", legend)
         _, quiet = self.scaling(scaling_doc(["ipi/lru:global"]))
         self.assertFalse([t for t in quiet.get_legend().get_texts() if "hollow" in t.get_text()])
+
+    def test_disturbed_stamp(self):
+        doc = dict(scaling_doc(["ipi/lru:global", "ipi/lru:percpu"]),
+                   shootdown_load={"loaded": True, "why": "others used 1.5 PUs"})
+        self.assertEqual("DISTURBED RUN: others used 1.5 PUs: times are not sound",
+                         self.plot.stamp_text(None, doc))
+        self.assertEqual("DISTURBED RUN: busy: times are not sound",
+                         self.plot.stamp_text("busy", {}))
+        self.assertEqual("", self.plot.stamp_text(None, dict(doc, shootdown_load={
+            "loaded": False, "why": ""})))
+        out = self.out._replace(stamp=self.plot.stamp_text(None, doc))
+        doc["benchmarks"] += DOC["benchmarks"]
+        made = self.plot.figures(out, results.from_doc(doc))
+        self.assertEqual(["range_ops.png", "scaling-tlb_flush2_threads.png"],
+                         sorted(name for name, _ in made))
+        for name, fig in made:
+            stamps = [t for t in fig.texts if t.get_text().startswith("DISTURBED RUN")]
+            self.assertEqual(1, len(stamps), name)
+            self.assertEqual("red", stamps[0].get_color())
 
     def test_modelled_figure_has_every_row(self):
         write_modelled(self.tmp.name)
