@@ -420,10 +420,14 @@ def modelled_pngs(out, directory):
 
 def stamp_text(option, doc):
     """The warning on every plot of a disturbed run: --disturbed's @option,
-    else the load verdict compare wrote into the JSON @doc; "" if quiet."""
+    else the load verdict compare wrote into the JSON @doc; "" if quiet.
+    Not the verdict of a compare --profile run: its JSON was rewritten into
+    modelled time (the host's kept as host_real_time), which the host's
+    load does not change."""
     load = doc.get("shootdown_load") or {}
-    loaded = (load.get("why") or "the machine was loaded") if load.get("loaded") else ""
-    why = option or loaded
+    modelled = any("host_real_time" in b for b in doc.get("benchmarks", []))
+    why = option or ("" if modelled or not load.get("loaded")
+                     else load.get("why") or "the machine was loaded")
     return "DISTURBED RUN: %s: times are not sound" % why if why else ""
 
 

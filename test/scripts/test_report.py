@@ -517,6 +517,11 @@ class Figures(unittest.TestCase):
                          self.plot.stamp_text("busy", {}))
         self.assertEqual("", self.plot.stamp_text(None, dict(doc, shootdown_load={
             "loaded": False, "why": ""})))
+        # compare --profile: modelled time, whatever the host's load.
+        profiled = copy.deepcopy(doc)
+        for b in profiled["benchmarks"]:
+            b["host_real_time"] = b["real_time"]
+        self.assertEqual("", self.plot.stamp_text(None, profiled))
         out = self.out._replace(stamp=self.plot.stamp_text(None, doc))
         doc["benchmarks"] += DOC["benchmarks"]
         made = self.plot.figures(out, results.from_doc(doc))
