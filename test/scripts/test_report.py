@@ -322,24 +322,20 @@ class Reference(unittest.TestCase):
 class Plot(unittest.TestCase):
     def test_exit_3_without_matplotlib(self):
         with tempfile.TemporaryDirectory() as tmp:
-            os.mkdir(os.path.join(tmp, "matplotlib"))
-            with open(os.path.join(tmp, "matplotlib", "__init__.py"), "w") as f:
-                f.write("raise ImportError('hidden by test_report')\n")
             path = os.path.join(tmp, "fake.json")
             with open(path, "w") as f:
-                import json
                 json.dump(DOC, f)
-            env = dict(os.environ, PYTHONPATH=tmp, SD_PLOT_SYSTEM_PYTHON="1")
             p = subprocess.run([sys.executable, os.path.join(SCRIPTS, "plot"), path],
-                               env=env, capture_output=True, text=True, timeout=60)
+                               env=hide_matplotlib(tmp), capture_output=True, text=True,
+                               timeout=60)
         self.assertEqual(p.returncode, 3, p.stdout + p.stderr)
-        self.assertIn("matplotlib is not installed", p.stdout)
+        self.assertIn("matplotlib is not installed", p.stderr)
 
     def test_series_colours_and_spread(self):
         from shootdown_report import plot
         by = plot.series(results.from_doc(DOC))
-        # MPROT local at 2 CPUs: median 200, repetitions 190-210.
-        self.assertEqual(by["mprotect_threaded"]["local"], [(2, 200, False, 190, 210)])
+        # MPROT local at 2 CPUs: median 200, repetitions 190-210, not noise.
+        self.assertEqual(by["mprotect_threaded"]["local"], [(2, 200, False, 190, 210, False)])
         # A strategy keeps its colour whatever else is drawn, and its LRU
         # setting or options do not change it.
         self.assertEqual(plot.colour_of("gbcast/lru:percpu"), plot.colour_of("gbcast"))
@@ -356,30 +352,207 @@ class Plot(unittest.TestCase):
             path = os.path.join(tmp, "c.json")
             with open(path, "w") as f:
                 json.dump(DOC, f)
+            write_modelled(tmp)
             p = subprocess.run([sys.executable, os.path.join(SCRIPTS, "plot"), path, "--note",
-                                "a note"], capture_output=True, text=True, timeout=120)
+                                "a note", "--disturbed", "load 3"], capture_output=True,
+                               text=True, timeout=120)
             self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
             self.assertIn("range_ops.png", p.stdout)
+            self.assertIn("modelled.png", p.stdout)      # modelled.json was there
 
-    def test_modelled_ratios_and_plot(self):
-        from shootdown_report import plot
-        doc = {"benchmarks": [Model.bench("trap_dispatch/locked/threads:1", 10, 330),
-                              Model.bench("trap_dispatch/direct/threads:1", 10, 300),
-                              Model.bench("trap_dispatch/locked/threads:2", 10, 600)]}
-        res = results.from_doc(doc)
-        self.assertEqual([(1, 1.1)], [(n, round(v, 3)) for n, v in plot.modelled_ratios(
-            res, "trap_dispatch/locked/%s:%d", "trap_dispatch/direct/%s:%d", "threads", (1, 2))])
-        plt = plot.import_pyplot()
-        if plt is None:
-            self.skipTest("matplotlib not installed")
+    def test_modelled_png_alone(self):
+        """plot --modelled DIR: modelled.png from DIR/modelled.json and
+        nothing else; 1 without one, 3 without matplotlib."""
+        if plot_lib() is None:
+            self.skipTest("matplotlib is not installed")
         with tempfile.TemporaryDirectory() as tmp:
-            self.assertIsNone(plot.plot_modelled(plt, tmp))      # no modelled runs there
-            import json
-            for key in ("mrs", "skip_broadcast"):
-                with open(os.path.join(tmp, "modelled-%s.json" % key), "w") as f:
-                    json.dump(doc, f)
-            self.assertTrue(os.path.exists(plot.plot_modelled(plt, tmp)))
+            script = [sys.executable, os.path.join(SCRIPTS, "plot"), "--modelled", tmp]
+            p = subprocess.run(script, capture_output=True, text=True, timeout=120)
+            self.assertEqual(p.returncode, 1, p.stdout + p.stderr)
+            self.assertIn("modelled.json", p.stderr)
+            write_modelled(tmp)
+            p = subprocess.run(script, capture_output=True, text=True, timeout=120)
+            self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+            self.assertEqual(["modelled.json", "modelled.png"], sorted(os.listdir(tmp)))
+            hidden = hide_matplotlib(tmp)
+            p = subprocess.run(script, capture_output=True, text=True, timeout=120, env=hidden)
+            self.assertEqual(p.returncode, 3, p.stdout + p.stderr)
 
+
+def plot_lib():
+    """(plot module, pyplot), or None without matplotlib."""
+    from shootdown_report import plot
+    plt = plot.import_pyplot()
+    return None if plt is None else (plot, plt)
+
+
+def hide_matplotlib(tmp):
+    """An environment in which importing matplotlib fails."""
+    os.makedirs(os.path.join(tmp, "hidden", "matplotlib"), exist_ok=True)
+    with open(os.path.join(tmp, "hidden", "matplotlib", "__init__.py"), "w") as f:
+        f.write("raise ImportError('hidden by test_report')\n")
+    return dict(os.environ, PYTHONPATH=os.path.join(tmp, "hidden"), SD_PLOT_SYSTEM_PYTHON="1")
+
+
+# A modelled section of 4 patches and 11 rows, as modelled.write_json()
+# writes it (cells as the table prints them).
+MODELLED_ROWS = [
+    ["skip broadcast", "ampere-emag-32, 32 CPUs", "broadcast / local", "15.56x", "1.12x",
+     "miss (-93%)"],
+    ["MRS rework", "thunderx2-64-vm, 1 threads", "locked / direct", "1.21x", "1.10x",
+     "miss (gain 10% of 21%)"],
+    ["MRS rework", "thunderx2-64-vm, 2 threads", "locked / direct", "1.52x", "2.52x",
+     "miss (+65%)"],
+    ["MRS rework", "thunderx2-64-vm, 4 threads", "locked / direct", "4.50x", "5.04x", "within"],
+    ["MRS rework", "thunderx2-64-vm, 64 threads", "locked / direct", "198x", "112x",
+     "within (goal >= 50x)"],
+    ["lazy mm_cpumask", "milan-36, 36 CPUs", "eager / lazy a switch", "1.07x", "1.18x", "within"],
+    ["lazy mm_cpumask", "milan-36, 36 CPUs", "cpumask writes saved", ">= 90%", "99.5%", "within"],
+    ["INVLPGB", "milan-36, 36 threads", "vanilla loops/s", "527k/s", "330k/s", "miss (-37%)"],
+    ["INVLPGB", "milan-36, 36 threads", "LRU fix / vanilla", "1.39x", "1.04x",
+     "miss (gain 4% of 39%)"],
+    ["INVLPGB", "milan-36, 36 threads", "INVLPGB / vanilla", "1.00x", "-", "-"],
+    ["INVLPGB", "milan-36, 36 threads", "both / vanilla", "2.20x", "13.05x", "miss (+494%)"],
+]
+
+
+def write_modelled(out_dir, rows=MODELLED_ROWS):
+    modelled.write_json(os.path.join(out_dir, "modelled.json"), rows, 50.0)
+
+
+def scaling_doc(variants, counts=(1, 2, 4), spread=None):
+    """A comparison of tlb_flush2_threads with @variants at @counts, three
+    repetitions each; @spread: {(variant, n): (lo, hi)} loops/s."""
+    out = []
+    for v in variants:
+        for n in counts:
+            lo, hi = (spread or {}).get((v, n), (99e3, 101e3))
+            out += bench(names.build("tlb_flush2_threads", v, n),
+                         [{"real_time": 9000, "loops_per_s": x} for x in (lo, 100e3, hi)])
+    return {"benchmarks": out}
+
+
+def series_lines(ax):
+    """The labelled lines of @ax: its series, as the legend shows them."""
+    return [l for l in ax.get_lines() if not l.get_label().startswith("_")]
+
+
+class Figures(unittest.TestCase):
+    """The plots' figures, inspected as matplotlib objects (Agg)."""
+
+    def setUp(self):
+        lib = plot_lib()
+        if lib is None:
+            self.skipTest("matplotlib is not installed")
+        self.plot, self.plt = lib
+        self.tmp = tempfile.TemporaryDirectory()
+        self.out = self.plot.Out(self.plt, self.tmp.name)
+
+    def tearDown(self):
+        self.plt.close("all")
+        self.tmp.cleanup()
+
+    def scaling(self, doc, out=None):
+        strategies = self.plot.series(results.from_doc(doc))["tlb_flush2_threads"]
+        fig = self.plot.scaling_figure(out or self.out, "tlb_flush2_threads", strategies)
+        return fig, fig.axes[0]
+
+    def test_every_series_distinct_lru_settings_too(self):
+        variants = ["ipi/lru:global", "ipi/lru:percpu", "gbcast/lru:global", "gbcast/lru:percpu",
+                    "gbcast:threshold=0/lru:global", "gbcast:threshold=0/lru:percpu",
+                    "broadcast/lru:percpu", "local/lru:percpu", "native"]
+        _, ax = self.scaling(scaling_doc(variants))
+        lines = {l.get_label(): (l.get_color(), l.get_linestyle(), l.get_marker())
+                 for l in series_lines(ax) if not l.get_label().startswith("the PUs")}
+        self.assertEqual(sorted(variants), sorted(lines))
+        self.assertEqual(len(variants), len(set(lines.values())), lines)
+        # Colour per strategy, style per option.
+        self.assertEqual(lines["ipi/lru:global"][0], lines["ipi/lru:percpu"][0])
+        self.assertNotEqual(lines["ipi/lru:global"][0], lines["gbcast/lru:global"][0])
+        self.assertEqual(lines["ipi/lru:percpu"][1:], lines["gbcast/lru:percpu"][1:])
+
+    def test_styles_tell_apart_every_variant_of_a_strategy(self):
+        # Every family of names the benchmarks use in a scaling plot.
+        for variants in (["ipi:cpumask=eager", "ipi:cpumask=lazy", "broadcast", "native"],
+                         ["ipi:cpumask=eager", "ipi:cpumask=lazy", "ipi:cpumask=lazy,trim_ms=1"],
+                         ["native:mode=threads", "native:mode=processes", "local", "ipi"],
+                         ["ipi/lru:global", "ipi/lru:percpu"]):
+            styles = self.plot.styles(variants)
+            got = {(self.plot.colour_of(v),) + styles[v] for v in variants}
+            self.assertEqual(len(variants), len(got), styles)
+
+    def test_titles_wrap_inside_the_figure(self):
+        out = self.out._replace(note="modelled time on profile thunderx2-64-vm, a long note "
+                                     "that would run past the right edge of the figure")
+        fig, _ = self.scaling(scaling_doc(["ipi/lru:global", "ipi/lru:percpu"]), out)
+        self.plot.layout(out, fig)
+        fig.canvas.draw()
+        box = fig.bbox
+        titles = [t for t in fig.findobj(self.plt.Text) if "a long note" in t.get_text()]
+        self.assertEqual(1, len(titles))
+        self.assertIn("\n", titles[0].get_text())
+        ext = titles[0].get_window_extent()
+        self.assertTrue(box.x0 <= ext.x0 and ext.x1 <= box.x1 and ext.y1 <= box.y1, ext)
+        # Room left for it: above the axes.
+        self.assertGreater(ext.y0, fig.axes[0].get_window_extent().y1)
+
+    def test_noisy_points_hollow(self):
+        doc = scaling_doc(["ipi/lru:global"], spread={("ipi/lru:global", 2): (50e3, 150e3)})
+        fig, ax = self.scaling(doc)
+        hollow = [(tuple(l.get_xdata()), tuple(l.get_ydata())) for l in ax.get_lines()
+                  if l.get_marker() not in ("None", "", None)
+                  and l.get_markerfacecolor() == "none" and len(l.get_xdata())]
+        self.assertEqual([((2,), (100e3,))], hollow)
+        line, = [l for l in series_lines(ax) if l.get_label() == "ipi/lru:global"]
+        self.assertEqual([0, 2], list(line.get_markevery()))       # 1 and 4 filled
+        legend = [t.get_text() for t in ax.get_legend().get_texts()]
+        self.assertIn("hollow: repetitions spread > 20% (noise)", legend)
+        _, quiet = self.scaling(scaling_doc(["ipi/lru:global"]))
+        self.assertFalse([t for t in quiet.get_legend().get_texts() if "hollow" in t.get_text()])
+
+    def test_disturbed_stamp(self):
+        doc = dict(scaling_doc(["ipi/lru:global", "ipi/lru:percpu"]),
+                   shootdown_load={"loaded": True, "why": "others used 1.5 PUs"})
+        self.assertEqual("DISTURBED RUN: others used 1.5 PUs: times are not sound",
+                         self.plot.stamp_text(None, doc))
+        self.assertEqual("DISTURBED RUN: busy: times are not sound",
+                         self.plot.stamp_text("busy", {}))
+        self.assertEqual("", self.plot.stamp_text(None, dict(doc, shootdown_load={
+            "loaded": False, "why": ""})))
+        # compare --profile: modelled time, whatever the host's load.
+        profiled = copy.deepcopy(doc)
+        for b in profiled["benchmarks"]:
+            b["host_real_time"] = b["real_time"]
+        self.assertEqual("", self.plot.stamp_text(None, profiled))
+        out = self.out._replace(stamp=self.plot.stamp_text(None, doc))
+        doc["benchmarks"] += DOC["benchmarks"]
+        made = self.plot.figures(out, results.from_doc(doc))
+        self.assertEqual(["range_ops.png", "scaling-tlb_flush2_threads.png"],
+                         sorted(name for name, _ in made))
+        for name, fig in made:
+            stamps = [t for t in fig.texts if t.get_text().startswith("DISTURBED RUN")]
+            self.assertEqual(1, len(stamps), name)
+            self.assertEqual("red", stamps[0].get_color())
+
+    def test_modelled_figure_has_every_row(self):
+        write_modelled(self.tmp.name)
+        fig = self.plot.modelled_figure(self.out, self.plot.load_modelled(self.tmp.name))
+        ax = fig.axes[0]
+        labels = [t.get_text() for t in ax.get_yticklabels()]
+        self.assertEqual(len(MODELLED_ROWS), len(labels))
+        texts = "\n".join(t.get_text() for t in ax.texts)
+        for row, label in zip(MODELLED_ROWS, labels):
+            self.assertIn(row[0], label)
+            self.assertIn(row[2], label)
+            self.assertIn("patch's %s, modelled %s" % (row[3], row[4]), texts)
+            self.assertIn(row[5], texts)
+        for patch in ("skip broadcast", "MRS rework", "lazy mm_cpumask", "INVLPGB"):
+            self.assertIn(patch, "".join(labels))
+        # A dot per row with a modelled value, coloured by its verdict.
+        dots = {l.get_label(): len(l.get_xdata()) for l in series_lines(ax)}
+        self.assertEqual(10, dots.get("modelled: within", 0) + dots.get("modelled: miss", 0))
+        self.assertEqual(4, dots["modelled: within"])
+        self.assertIsNone(self.plot.load_modelled(os.path.join(self.tmp.name, "none")))
 
 
 class Model(unittest.TestCase):
