@@ -808,8 +808,10 @@ def main(argv=None, doc=__doc__):
         status = status or (1 if m.rc else 0)
     text = write_text(out_dir, model_lines, measured_lines)
     print(text)
-    print("wrote %s (compare.txt, modelled.json, compare.json, PNGs) in %.0f s"
-          % (out_dir, time.time() - started))
+    written = ["compare.txt"] + (["modelled.json"] if model_lines else []) + \
+        (["compare.json"] if m and m.paths else [])
+    print("wrote %s in %s; took %.0f s in all" % (", ".join(written), out_dir,
+                                                   time.time() - started))
     if m and m.paths and not args.no_plot:
         extra = ["--note", "modelled time on " + args.profile] if args.profile else []
         if verdict.get("loaded") and not args.profile:
