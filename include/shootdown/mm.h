@@ -122,7 +122,8 @@ SD_EXPORT int sd_mmap(struct sd_cpu *cpu, struct sd_mm *mm, uint64_t va,
  * sd_munmap() - unmap [@va, @va + @len), flush, then free the frames, and
  * free emptied page-table pages after an RCU grace period. Unmapped holes in
  * the range are allowed, as with munmap(2).
- * Return: 0; errors as sd_mmap() except -EEXIST. Attached thread, interrupts on.
+ * Return: 0; errors as sd_mmap() except -EEXIST and except -ENOMEM (an unmap
+ * allocates nothing). Attached thread, interrupts on.
  */
 SD_EXPORT int sd_munmap(struct sd_cpu *cpu, struct sd_mm *mm, uint64_t va, uint64_t len);
 

@@ -78,7 +78,8 @@ SD_EXPORT int sd_tlbbatch_flush(struct sd_cpu *cpu, struct sd_tlbbatch *batch);
  * other CPUs may keep using the old translations until sd_tlbbatch_flush(),
  * which also frees the frames.
  * Return: 0; errors as sd_madvise_dontneed(); -EINVAL also for a batch of
- * another machine. Attached thread, interrupts on.
+ * another machine; -ENOMEM if the list of frames to free cannot grow.
+ * Attached thread, interrupts on.
  */
 SD_EXPORT int sd_reclaim(struct sd_cpu *cpu, struct sd_tlbbatch *batch, struct sd_mm *mm,
 			 uint64_t va, uint64_t len);

@@ -12,8 +12,10 @@ extern "C" {
 #include <cmath>
 #include <climits>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <map>
+#include <regex>
 #include <set>
 #include <csignal>
 #include <cstring>
@@ -26,13 +28,33 @@ namespace {
 using sdtest::Attached;
 using sdtest::Machine;
 
+// The (function, code) pairs the tests of this file drove, each a public
+// call made to fail with a code its header documents: DocumentedCodes
+// (below) compares them with the headers once every test has run.
+std::set<std::pair<std::string, int>> &driven_pairs()
+{
+	static std::set<std::pair<std::string, int>> pairs;
+	return pairs;
+}
+
+// Record that @call (text starting with the public function's name, or a
+// case name such as "sd_mm_create(NULL out)") was made to return @want;
+// returns @got for the caller's EXPECT.
+int driven(int want, const char *call, int got)
+{
+	std::cmatch m;
+	if (std::regex_search(call, m, std::regex("^\\s*(sd_\\w+)")))
+		driven_pairs().insert({m[1].str(), want});
+	return got;
+}
+
 // Leave a known, unrelated message in sd_last_error() so a call that fails
 // without recording its own detail is caught.
 constexpr const char *kPrimer = "sd_cpu_attach: NULL argument";
 
 void prime_last_error()
 {
-	ASSERT_EQ(-EINVAL, sd_cpu_attach(nullptr, 0, nullptr));
+	ASSERT_EQ(-EINVAL, driven(-EINVAL, "sd_cpu_attach", sd_cpu_attach(nullptr, 0, nullptr)));
 	ASSERT_STREQ(kPrimer, sd_last_error());
 }
 
@@ -48,8 +70,11 @@ bool icontains(const std::string &hay, const std::string &needle)
 
 // The common checks of one failing call. @keywords: the detail must contain
 // at least one of them (case-insensitive).
-void check_error(int got, int want, std::initializer_list<const char *> keywords)
+#define check_error(call, want, ...) check_error_in(#call, (call), want, __VA_ARGS__)
+void check_error_in(const char *call, int got, int want,
+		    std::initializer_list<const char *> keywords)
 {
+	driven(want, call, got);
 	EXPECT_EQ(want, got) << "got " << got << " (" << sd_strerror(got) << "): " << sd_last_error();
 	const char *s = sd_strerror(got);
 	ASSERT_NE(nullptr, s);
@@ -75,7 +100,7 @@ void expect_create_fails(const sd_machine_config &cfg, int want,
 	sd_machine *m = sentinel;
 	prime_last_error();
 	int err = sd_machine_create(&cfg, &m);
-	check_error(err, want, keywords);
+	check_error_in("sd_machine_create", err, want, keywords);
 	EXPECT_EQ(sentinel, m) << "*out written by a failing sd_machine_create";
 	if (err == 0 && m != sentinel)
 		sd_machine_destroy(m);
@@ -413,9 +438,9 @@ protected:
 		EXPECT_EQ(0, sd_access(c, kCanary, SD_READ, &pfn));
 		EXPECT_EQ(canary_pfn, pfn) << "canary lost its frame";
 		EXPECT_EQ(0, sd_access(c, kCanary, SD_WRITE, &pfn)) << "canary lost its write permission";
-		EXPECT_EQ(-EFAULT, sd_access(c, kCanary + P, SD_READ, nullptr));
-		EXPECT_EQ(-EFAULT, sd_access(c, kCanary - P, SD_READ, nullptr));
-		EXPECT_EQ(-EFAULT, sd_access(c, kFree, SD_READ, nullptr));
+		EXPECT_EQ(-EFAULT, driven(-EFAULT, "sd_access", sd_access(c, kCanary + P, SD_READ, nullptr)));
+		EXPECT_EQ(-EFAULT, driven(-EFAULT, "sd_access", sd_access(c, kCanary - P, SD_READ, nullptr)));
+		EXPECT_EQ(-EFAULT, driven(-EFAULT, "sd_access", sd_access(c, kFree, SD_READ, nullptr)));
 	}
 
 	// Run the same bad range through all four range calls.
@@ -495,11 +520,11 @@ TEST_F(MmErrors, MmapOverExistingMapping)
 	check_error(sd_mmap(c, mm, a - 2 * P, 3 * P, SD_PROT_READ | SD_PROT_WRITE), -EEXIST,
 		    {"already mapped", "exist"});
 	for (uint64_t va : {a - 2 * P, a - P, a + 2 * P, a + 3 * P})
-		EXPECT_EQ(-EFAULT, sd_access(c, va, SD_READ, nullptr)) << std::hex << va;
+		EXPECT_EQ(-EFAULT, driven(-EFAULT, "sd_access", sd_access(c, va, SD_READ, nullptr))) << std::hex << va;
 	// The existing pages kept their protection (read-only).
 	EXPECT_EQ(0, sd_access(c, a, SD_READ, nullptr));
 	EXPECT_EQ(0, sd_access(c, a + P, SD_READ, nullptr));
-	EXPECT_EQ(-EACCES, sd_access(c, a + P, SD_WRITE, nullptr));
+	EXPECT_EQ(-EACCES, driven(-EACCES, "sd_access", sd_access(c, a + P, SD_WRITE, nullptr)));
 	// And the free parts can be mapped now.
 	EXPECT_EQ(0, sd_mmap(c, mm, a + 2 * P, 2 * P, SD_PROT_READ));
 	EXPECT_EQ(0, sd_mmap(c, mm, a - 2 * P, 2 * P, SD_PROT_READ));
@@ -522,8 +547,8 @@ TEST_F(MmErrors, MprotectOverHole)
 	// The mapped page kept RW and its frame; the holes stay holes.
 	EXPECT_EQ(0, sd_access(c, b, SD_WRITE, &pfn2));
 	EXPECT_EQ(pfn, pfn2);
-	EXPECT_EQ(-EFAULT, sd_access(c, b + P, SD_READ, nullptr));
-	EXPECT_EQ(-EFAULT, sd_access(c, b - P, SD_READ, nullptr));
+	EXPECT_EQ(-EFAULT, driven(-EFAULT, "sd_access", sd_access(c, b + P, SD_READ, nullptr)));
+	EXPECT_EQ(-EFAULT, driven(-EFAULT, "sd_access", sd_access(c, b - P, SD_READ, nullptr)));
 	expect_untouched();
 }
 
@@ -566,7 +591,7 @@ TEST_F(MmErrors, AccessProtNone)
 	check_error(sd_access(c, kFree, SD_WRITE, nullptr), -EACCES,
 		    {"forbid", "prot", "permission", "denied"});
 	// A PROT_NONE mapping is still a mapping: mmap over it is refused.
-	EXPECT_EQ(-EEXIST, sd_mmap(c, mm, kFree, P, SD_PROT_READ));
+	EXPECT_EQ(-EEXIST, driven(-EEXIST, "sd_mmap", sd_mmap(c, mm, kFree, P, SD_PROT_READ)));
 	EXPECT_EQ(0, sd_munmap(c, mm, kFree, P));
 }
 
@@ -786,7 +811,7 @@ TEST(Errors, DestroyMachineWithAttachedCpu)
 	EXPECT_EQ(0, sd_access(c, 0x1000, SD_WRITE, &pfn));
 	EXPECT_NE(0u, pfn);
 	EXPECT_EQ(0, sd_mprotect(c, mm, 0x1000, P, SD_PROT_READ));
-	EXPECT_EQ(-EACCES, sd_access(c, 0x1000, SD_WRITE, nullptr));
+	EXPECT_EQ(-EACCES, driven(-EACCES, "sd_access", sd_access(c, 0x1000, SD_WRITE, nullptr)));
 	ASSERT_EQ(0, sd_switch_mm(c, nullptr));
 	ASSERT_EQ(0, sd_mm_destroy(mm));
 	ASSERT_EQ(0, sd_cpu_detach(c));
@@ -861,7 +886,7 @@ TEST(Errors, IpiCallWithInterruptsOff)
 	prime_last_error();
 	int err = sd_smp_call_single(a.c, 1, nop_ipi, &ran);
 	sd_irq_enable(a.c);
-	check_error(err, -EDEADLK, {"interrupts"});
+	check_error_in("sd_smp_call_single", err, -EDEADLK, {"interrupts"});
 	EXPECT_EQ(0, ran.load()) << "a refused IPI was delivered anyway";
 	// With interrupts on it goes through.
 	EXPECT_EQ(0, sd_smp_call_single(a.c, 1, nop_ipi, &ran));
@@ -949,7 +974,7 @@ TEST(Errors, LastErrorIsPerThread)
 		sd_machine_config c = cfg_cpus(2);
 		c.strategy = "bogus";
 		sd_machine *m = nullptr;
-		EXPECT_EQ(-ENOENT, sd_machine_create(&c, &m));
+		EXPECT_EQ(-ENOENT, driven(-ENOENT, "sd_machine_create", sd_machine_create(&c, &m)));
 	});
 	t.join();
 	EXPECT_STREQ(kPrimer, sd_last_error());
@@ -1122,7 +1147,7 @@ TEST(Errors, MachineCreateWithInterruptsOffIsRefused)
 	sd_machine *other = nullptr;
 	sd_machine_config c = cfg_cpus(2);
 	sd_irq_disable(a.c);
-	EXPECT_EQ(-EDEADLK, sd_machine_create(&c, &other));
+	EXPECT_EQ(-EDEADLK, driven(-EDEADLK, "sd_machine_create", sd_machine_create(&c, &other)));
 	EXPECT_EQ(nullptr, other);
 	EXPECT_NE(nullptr, std::strstr(sd_last_error(), "interrupts are off on CPU 0"))
 		<< sd_last_error();
@@ -1219,8 +1244,8 @@ TEST_F(MmErrors, MmapOutOfMemoryLeavesNoTables)
 		EXPECT_EQ(3, 1000L - atomic_load(&sd_pt_alloc_fail_after))
 			<< "tables of the failed sd_mmap were left behind";
 		atomic_store(&sd_pt_alloc_fail_after, -1L);
-		EXPECT_EQ(-EFAULT, sd_access(c, region + P, SD_READ, nullptr));
-		EXPECT_EQ(-EFAULT, sd_access(c, region + len - P, SD_READ, nullptr));
+		EXPECT_EQ(-EFAULT, driven(-EFAULT, "sd_access", sd_access(c, region + P, SD_READ, nullptr)));
+		EXPECT_EQ(-EFAULT, driven(-EFAULT, "sd_access", sd_access(c, region + len - P, SD_READ, nullptr)));
 		ASSERT_EQ(0, sd_munmap(c, mm, region, P));
 	}
 	// With memory, the whole range maps.
@@ -1342,7 +1367,8 @@ TEST(Errors, EveryIntCallRefusesNullObjects)
 	for (const auto &k : cases) {
 		SCOPED_TRACE(k.what);
 		prime_last_error();
-		check_error(k.call(), k.want, {"NULL", "attached", "range", "argument", "thread"});
+		check_error_in(k.what, k.call(), k.want,
+			       {"NULL", "attached", "range", "argument", "thread"});
 	}
 	EXPECT_EQ(0, sd_tlbbatch_destroy(nullptr));
 	EXPECT_EQ(0, sd_tlbbatch_destroy(b));
@@ -1380,5 +1406,345 @@ TEST_F(MmErrors, UnknownKindQuantileAndHugeRange)
 		<< "tables were allocated for a range that could never be mapped";
 	expect_untouched();
 }
+
+// ---- the documented codes no test above reaches ----
+
+int nop_trap(sd_cpu *, uint32_t, void *)
+{
+	return 0;
+}
+
+// A user strategy that only counts: for the registry's own errors.
+void counting_flush(sd_cpu *, sd_mm *, uint64_t, uint64_t, unsigned, void *)
+{
+}
+
+TEST(Errors, CpuCallsOfAnAttachedCpu)
+{
+	Machine mach(cfg_cpus(2));
+	ASSERT_NE(nullptr, mach.m);
+	Attached a(mach.m, 0);
+	sd_cpu *c = a.c;
+	ASSERT_NE(nullptr, c);
+	sd_mm *mm = nullptr;
+	ASSERT_EQ(0, sd_mm_create(mach.m, &mm));
+	ASSERT_EQ(0, sd_switch_mm(c, mm));
+
+	prime_last_error();
+	check_error(sd_cpu_poll(nullptr), -EPERM, {"attached"});
+	sd_irq_disable(c);
+	prime_last_error();
+	check_error(sd_cpu_poll(c), -EDEADLK, {"interrupts"});
+	prime_last_error();
+	check_error(sd_trap(c, SD_ID_AA64ISAR0_EL1(0)), -EINVAL, {"interrupts"});
+	EXPECT_EQ(0, sd_irq_enable(c));
+	prime_last_error();
+	check_error(sd_irq_enable(c), -EINVAL, {"on", "enable"});
+	prime_last_error();
+	check_error(sd_irq_enable(nullptr), -EPERM, {"attached"});
+	prime_last_error();
+	check_error(sd_cpu_poll_wake(nullptr), -EPERM, {"attached"});
+	prime_last_error();
+	check_error(sd_cpu_work(nullptr, 1), -EPERM, {"attached"});
+	prime_last_error();
+	check_error(sd_tlb_probe(nullptr, 0, nullptr), -EPERM, {"attached"});
+	prime_last_error();
+	check_error(sd_flush_tlb_range(nullptr, mm, 0, P), -EPERM, {"attached"});
+	prime_last_error();
+	check_error(sd_flush_tlb_range(c, mm, 1, P), -EINVAL, {"align"});
+	prime_last_error();
+	check_error(sd_trap(c, 0xffffffffu), -EILSEQ, {"hook", "undefined"});
+
+	// The user-strategy building blocks, on a built-in strategy's machine;
+	// and from a thread that is not the CPU it names.
+	prime_last_error();
+	check_error(sd_tlb_invalidate_local(c, mm, 0, 0), -EOPNOTSUPP, {"user strategy"});
+	prime_last_error();
+	check_error(sd_tlb_invalidate_broadcast(c, mm, 0, 0), -EOPNOTSUPP, {"user strategy"});
+	prime_last_error();
+	check_error(sd_mm_active_cpus(mm), -EOPNOTSUPP, {"user strategy"});
+	prime_last_error();
+	check_error(sd_mm_cpumask_set(mm, 0), -EOPNOTSUPP, {"user strategy"});
+	prime_last_error();
+	check_error(sd_mm_cpumask_test(mm, 0), -EOPNOTSUPP, {"user strategy"});
+	prime_last_error();
+	check_error(sd_mm_cpumask_clear(mm, 0), -EOPNOTSUPP, {"user strategy"});
+	std::thread([&] {
+		prime_last_error();
+		check_error(sd_tlb_invalidate_local(c, mm, 0, 0), -EPERM, {"thread", "attached"});
+		prime_last_error();
+		check_error(sd_tlb_invalidate_broadcast(c, mm, 0, 0), -EPERM,
+			    {"thread", "attached"});
+	}).join();
+
+	// A hook gone once is not there to remove again; a batch that owes a
+	// flush is not freed.
+	sd_trap_hook *hook = nullptr;
+	ASSERT_EQ(0, sd_trap_register(mach.m, 0xffffffffu, 0x12345678u, nop_trap, nullptr, &hook));
+	ASSERT_EQ(0, sd_trap_unregister(mach.m, hook));
+	sd_trap_hook *other = nullptr;
+	ASSERT_EQ(0, sd_trap_register(mach.m, 0xffffffffu, 0x12345679u, nop_trap, nullptr, &other));
+	Machine second(cfg_cpus(1));
+	ASSERT_NE(nullptr, second.m);
+	prime_last_error();
+	check_error(sd_trap_unregister(second.m, other), -ENOENT, {"registered"});
+	ASSERT_EQ(0, sd_trap_unregister(mach.m, other));
+	sd_tlbbatch *b = nullptr;
+	ASSERT_EQ(0, sd_tlbbatch_create(mach.m, &b));
+	ASSERT_EQ(0, sd_tlbbatch_add(c, b, mm));
+	prime_last_error();
+	check_error(sd_tlbbatch_destroy(b), -EBUSY, {"owes", "flush"});
+	ASSERT_EQ(0, sd_tlbbatch_flush(c, b));
+	EXPECT_EQ(0, sd_tlbbatch_destroy(b));
+
+	// The machine's own runner, while a CPU is attached.
+	prime_last_error();
+	check_error(sd_machine_run(mach.m, [](sd_cpu *, void *) {}, nullptr), -EBUSY,
+		    {"attached", "itself a CPU"});
+	ASSERT_EQ(0, sd_switch_mm(c, nullptr));
+	EXPECT_EQ(0, sd_mm_destroy(mm));
+}
+
+TEST(Errors, InfoCallsRefuseNull)
+{
+	Machine mach(cfg_cpus(1));
+	ASSERT_NE(nullptr, mach.m);
+	sd_mechanism_info mi = SD_MECHANISM_INFO_INIT;
+	sd_model_info info = SD_MODEL_INFO_INIT;
+	struct sd_machine_pus pus = SD_MACHINE_PUS_INIT;
+	prime_last_error();
+	check_error(sd_machine_mechanisms(nullptr, &mi), -EINVAL, {"NULL"});
+	prime_last_error();
+	check_error(sd_machine_model_info(nullptr, &info), -EINVAL, {"NULL"});
+	prime_last_error();
+	check_error(sd_machine_pus(nullptr, &pus), -EINVAL, {"NULL"});
+	char path[16];
+	prime_last_error();
+	check_error(sd_profile_locate("a b", path, sizeof(path)), -EINVAL, {"name", "character"});
+	prime_last_error();
+	check_error(sd_profile_locate("no-such-profile-anywhere", path, sizeof(path)), -ENOENT,
+		    {"looked", "found", "no"});
+	prime_last_error();
+	check_error(sd_profile_locate("milan-36", path, 4), -ENAMETOOLONG, {"fit", "long"});
+}
+
+TEST(Errors, ModelledCallsAndMechanisms)
+{
+	sd_machine_config c = cfg_cpus(1);
+	c.profile = SD_SOURCE_ROOT "/test/hw/profile-fixture.json";
+	Machine mach(c);
+	ASSERT_NE(nullptr, mach.m);
+	ASSERT_EQ(0, sd_machine_run(mach.m, [](sd_cpu *cpu, void *) {
+		prime_last_error();
+		check_error(sd_cpu_work(cpu, UINT64_MAX), -EINVAL, {"2^63"});
+	}, nullptr));
+	sd_machine_config x86 = cfg_cpus(2);
+	x86.profile = "milan-36";
+	x86.strategy = "broadcast";
+	expect_create_fails(x86, -EOPNOTSUPP, {"tlbi_broadcast"});
+}
+
+TEST(Errors, TraceWriteRefusals)
+{
+	std::string dir = std::filesystem::temp_directory_path() /
+			  ("sd-errors-trace-" + std::to_string(getpid()));
+	std::filesystem::create_directories(dir);
+	const std::string path = dir + "/t.json";
+	{
+		Machine plain(cfg_cpus(1));
+		ASSERT_NE(nullptr, plain.m);
+		prime_last_error();
+		check_error(sd_machine_trace_write(plain.m, path.c_str()), -ENODATA, {"not tracing"});
+	}
+	sd_machine_config c = cfg_cpus(1);
+	c.trace_path = path.c_str();
+	{
+		Machine m(c);
+		ASSERT_NE(nullptr, m.m);
+		prime_last_error();
+		check_error(sd_machine_trace_write(m.m, nullptr), -EINVAL, {"NULL"});
+		prime_last_error();
+		check_error(sd_machine_trace_write(m.m, dir.c_str()), -EISDIR, {"directory"});
+		const std::string tmp = path + "." + std::to_string(getpid()) + ".tmp";
+		std::ofstream(tmp) << "someone else's";
+		prime_last_error();
+		check_error(sd_machine_trace_write(m.m, path.c_str()), -EEXIST, {"exists", "tmp"});
+		std::filesystem::remove(tmp);
+		Attached a(m.m, 0);
+		sd_irq_disable(a.c);
+		prime_last_error();
+		check_error(sd_machine_trace_write(m.m, path.c_str()), -EDEADLK, {"interrupts"});
+		EXPECT_EQ(0, sd_irq_enable(a.c));
+	}
+	std::filesystem::remove_all(dir);
+}
+
+TEST(Errors, MachineRunAndCreateRefusals)
+{
+	// A body that returns with interrupts off.
+	{
+		Machine mach(cfg_cpus(1));
+		ASSERT_NE(nullptr, mach.m);
+		prime_last_error();
+		check_error(sd_machine_run(mach.m, [](sd_cpu *cpu, void *) { sd_irq_disable(cpu); },
+					   nullptr), -EDEADLK, {"interrupts"});
+	}
+	// Strict pinning on a synthetic topology, whose PUs do not exist.
+	{
+		EnvGuard topo("SD_TOPOLOGY", "pack:1 core:2 pu:1");
+		sd_machine_config c = cfg_cpus(2);
+		c.flags = SD_MACHINE_STRICT_PIN;
+		Machine mach(c);
+		ASSERT_NE(nullptr, mach.m);
+		prime_last_error();
+		check_error(sd_machine_run(mach.m, [](sd_cpu *, void *) {}, nullptr), -ENOSYS,
+			    {"synthetic", "pinned"});
+	}
+	// The program's own handler on the IPI signal, not taken over.
+	const int sig = SIGRTMIN + 9;
+	struct sigaction sa = {}, old;
+	sa.sa_handler = [](int) {};
+	sigemptyset(&sa.sa_mask);
+	ASSERT_EQ(0, sigaction(sig, &sa, &old));
+	sd_machine_config c = cfg_cpus(1);
+	c.ipi_signal = sig;
+	expect_create_fails(c, -EBUSY, {"handler", "SD_MACHINE_TAKE_SIGNAL"});
+	sigaction(sig, &old, nullptr);
+}
+
+TEST(Errors, StrategyRegistryRefusals)
+{
+	sd_strategy s = SD_STRATEGY_INIT;
+	s.flush = counting_flush;
+	s.name = "broadcast";
+	prime_last_error();
+	check_error(sd_strategy_register(&s), -EEXIST, {"built-in"});
+	std::vector<std::string> names;
+	for (int i = 0; i < SD_STRATEGY_MAX_USER; i++) {
+		names.push_back("errors_fill_" + std::to_string(i));
+		s.name = names.back().c_str();
+		if (sd_strategy_register(&s)) {
+			names.pop_back();   // a slot another test holds: fewer to fill
+			break;
+		}
+	}
+	s.name = "errors_one_too_many";
+	prime_last_error();
+	check_error(sd_strategy_register(&s), -ENOSPC, {"already"});
+	for (const auto &n : names)
+		EXPECT_EQ(0, sd_strategy_unregister(n.c_str()));
+	s.name = "errors_in_use";
+	ASSERT_EQ(0, sd_strategy_register(&s));
+	{
+		sd_machine_config c = cfg_cpus(1);
+		c.strategy = "errors_in_use";
+		Machine mach(c);
+		ASSERT_NE(nullptr, mach.m);
+		prime_last_error();
+		check_error(sd_strategy_unregister("errors_in_use"), -EBUSY, {"use"});
+	}
+	EXPECT_EQ(0, sd_strategy_unregister("errors_in_use"));
+}
+
+// ---- every documented code, driven ----
+
+// Documented codes no unit test here can force, each with why. Anything
+// else a header documents must be driven above, and every code driven must
+// be documented: the header and the call agree both ways.
+const std::map<std::pair<std::string, int>, const char *> kNotForced = {
+	{{"sd_cpu_attach", -EAGAIN}, "the process out of threads"},
+	{{"sd_cpu_attach", -EPERM}, "the OS refusing a binding it supports (a cgroup)"},
+	{{"sd_machine_run", -EAGAIN}, "pthread_create failing"},
+	{{"sd_machine_run", -EPERM}, "the OS refusing a binding it supports (a cgroup)"},
+	{{"sd_machine_create", -ENOMEM}, "malloc failing"},
+	{{"sd_mm_create", -ENOMEM}, "malloc failing"},
+	{{"sd_tlbbatch_create", -ENOMEM}, "malloc failing"},
+	{{"sd_trap_register", -ENOMEM}, "malloc failing"},
+	{{"sd_tlbbatch_add", -ENOMEM}, "realloc failing"},
+	{{"sd_reclaim", -ENOMEM}, "realloc failing"},
+	{{"sd_mm_destroy", -ENOMEM}, "malloc failing"},
+	{{"sd_access", -ENOMEM}, "driven in test_mm.cpp, which runs a machine out of frames"},
+	{{"sd_smp_call_single", -ESRCH}, "driven in test_smp.cpp: a raw thread exit while "
+					  "attached, in a death test"},
+};
+
+// Each SD_EXPORT function of include/shootdown/ and the -E codes its own
+// doc comment (the one right above it) names.
+std::map<std::string, std::set<int>> documented_codes()
+{
+	static const std::map<std::string, int> code = {
+		{"EINVAL", EINVAL}, {"ENOENT", ENOENT}, {"ENOMEM", ENOMEM}, {"EPERM", EPERM},
+		{"EBUSY", EBUSY}, {"EEXIST", EEXIST}, {"EFAULT", EFAULT}, {"EACCES", EACCES},
+		{"ESRCH", ESRCH}, {"ENOSYS", ENOSYS}, {"EAGAIN", EAGAIN}, {"EDEADLK", EDEADLK},
+		{"EOPNOTSUPP", EOPNOTSUPP}, {"ENOSPC", ENOSPC}, {"EILSEQ", EILSEQ},
+		{"EISDIR", EISDIR}, {"ENODATA", ENODATA}, {"ENOTDIR", ENOTDIR}, {"EROFS", EROFS},
+		{"ELOOP", ELOOP}, {"ENAMETOOLONG", ENAMETOOLONG},
+	};
+	std::map<std::string, std::string> doc_of;
+	const std::regex decl("/\\*\\*((?:[^*]|\\*(?!/))*)\\*/\\s*SD_EXPORT[^;(]*?\\b(sd_\\w+)\\s*\\(");
+	const std::regex err("-(E[A-Z]+)");
+	for (const auto &f : std::filesystem::directory_iterator(
+		     std::string(SD_SOURCE_ROOT) + "/include/shootdown")) {
+		std::ifstream in(f.path());
+		std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+		for (std::sregex_iterator it(text.begin(), text.end(), decl), end; it != end; ++it)
+			doc_of[(*it)[2].str()] = (*it)[1].str();
+	}
+	// "errors as sd_mmap() except -EEXIST": the named call's codes too,
+	// less the excepted ones, which are no code of this call.
+	const std::regex as("(?:errors as|See) (sd_\\w+)\\(\\)"), except("except -(E[A-Z]+)");
+	std::function<std::set<int>(const std::string &, int)> codes_of =
+		[&](const std::string &fn, int depth) {
+			std::set<int> codes, excepted;
+			const std::string &doc = doc_of[fn];
+			for (std::sregex_iterator e(doc.begin(), doc.end(), except), ee; e != ee; ++e)
+				excepted.insert(-code.at((*e)[1].str()));
+			for (std::sregex_iterator e(doc.begin(), doc.end(), err), ee; e != ee; ++e) {
+				auto c = code.find((*e)[1].str());
+				if (c != code.end())
+					codes.insert(-c->second);
+				else
+					ADD_FAILURE() << fn << ": its header names -" << (*e)[1]
+						      << ", which this test does not know";
+			}
+			for (std::sregex_iterator a(doc.begin(), doc.end(), as), ae; a != ae; ++a)
+				if (depth < 4 && (*a)[1].str() != fn)
+					for (int c : codes_of((*a)[1].str(), depth + 1))
+						codes.insert(c);
+			for (int c : excepted)
+				codes.erase(c);
+			return codes;
+		};
+	std::map<std::string, std::set<int>> out;
+	for (const auto &[fn, doc] : doc_of)
+		out[fn] = codes_of(fn, 0);
+	return out;
+}
+
+// Checked after every test of the binary ran (a filtered run drives only
+// part of them, so it checks nothing).
+class DocumentedCodes : public ::testing::Environment {
+	void TearDown() override
+	{
+		if (::testing::GTEST_FLAG(filter) != "*")
+			return;
+		const auto docs = documented_codes();
+		EXPECT_GT(docs.size(), 60u) << "the headers' functions were not found";
+		for (const auto &[fn, codes] : docs)
+			for (int c : codes)
+				if (!driven_pairs().count({fn, c}) && !kNotForced.count({fn, c}))
+					ADD_FAILURE() << fn << "() documents " << c << " (" << sd_strerror(c)
+						      << "): no test in test_errors.cpp drives it";
+		for (const auto &[fn, c] : driven_pairs()) {
+			auto d = docs.find(fn);
+			if (d == docs.end() || !d->second.count(c))
+				ADD_FAILURE() << fn << "() was made to return " << c << " ("
+					      << sd_strerror(c) << "), which its header does not document";
+		}
+	}
+};
+
+[[maybe_unused]] ::testing::Environment *const documented_codes_env =
+	::testing::AddGlobalTestEnvironment(new DocumentedCodes);
 
 } // namespace

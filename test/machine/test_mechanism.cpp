@@ -114,8 +114,9 @@ TEST(Mechanism, TheOverrideRunsItAndSaysWhatIsMissing)
 	{
 		Machine m(c);
 		EXPECT_NE(nullptr, m.m);
-		if (m.m)
+		if (m.m) {
 			EXPECT_EQ((unsigned)SD_MECH_TLBI_BROADCAST, mechanisms(m.m).missing);
+		}
 	}
 	unsetenv("SD_MODEL_ANY_MECHANISM");
 	expect_refused(c, "tlbi_broadcast");
@@ -213,7 +214,7 @@ void flush_shared_mm(sd_machine *m, unsigned n, int flushes)
 			sd_access(c, kBase, SD_READ, nullptr);
 		});
 	for (int i = 0; i < flushes; i++)
-		ASSERT_EQ(0, sd_mprotect(a.c, mm, kBase, SD_PAGE_SIZE, i % 2 ? RW : SD_PROT_READ));
+		ASSERT_EQ(0, sd_mprotect(a.c, mm, kBase, SD_PAGE_SIZE, i % 2 ? RW : (unsigned)SD_PROT_READ));
 	for (unsigned id = 1; id < n; id++)
 		cpus.run(id, [](sd_cpu *c) { sd_switch_mm(c, nullptr); });
 	ASSERT_EQ(0, sd_switch_mm(a.c, nullptr));
