@@ -146,9 +146,9 @@ std::vector<unsigned> default_cpus()
 	return v;
 }
 
-void usage()
+void usage(FILE *f)
 {
-	fprintf(stderr,
+	fprintf(f,
 		"shootdown-bench's own flags (the rest go to Google Benchmark):\n"
 		"  --sd_set=all|main|patches  all: every workload and variant (default);\n"
 		"                          main: the comparison run's matrix (scripts/compare);\n"
@@ -167,7 +167,10 @@ void usage()
 		"                          profile (a name as sd_profile_locate() finds it, or a\n"
 		"                          .json path) and reports model_ns, model_slowdown and\n"
 		"                          model_window_waits; \"host\" runs sd-calibrate if there\n"
-		"                          is no host profile yet, or an older release's\n"
+		"                          is no host profile yet, or an older release's. Shipped:\n"
+		"                          ampere-emag-32, thunderx2-64-vm (arm64: TLBI broadcast,\n"
+		"                          IPIs), milan-36 (x86: IPIs, INVLPGB); sd-calibrate\n"
+		"                          writes host and host-kernel\n"
 		"  --sd_model_topology=STR the modelled topology (hwloc synthetic string) instead\n"
 		"                          of the profile's, e.g. 'pack:2 core:32 pu:1'\n"
 		"  --sd_model=strict|lax   modelled time's mode (default strict, or lax if\n"
@@ -225,6 +228,10 @@ bool parse_options(int *argc, char **argv)
 			g_opt.iterations = strtoull(a + 16, &end, 10);
 			if (*end || !g_opt.iterations || g_opt.iterations > 1000000000ull)
 				return false;
+		} else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+			// Ours first; Google Benchmark then prints its own and exits.
+			usage(stdout);
+			argv[out++] = argv[i];
 		} else if (!strcmp(a, "--sd_machine")) {
 			g_opt.print_machine = true;
 		} else if (!strncmp(a, "--sd_profile=", 13)) {
@@ -404,7 +411,7 @@ int main(int argc, char **argv)
 	native::nr_pus();       // the allowed PUs, read before anything pins
 
 	if (!parse_options(&argc, argv)) {
-		usage();
+		usage(stderr);
 		return 2;
 	}
 	if (g_opt.print_machine) {
