@@ -59,7 +59,7 @@ def run_rows(bench, quick, mode, window=None):
     out, t0 = {}, time.time()
     with tempfile.TemporaryDirectory() as tmp:
         for run in modelled.RUNS:
-            path = os.path.join(tmp, run["key"] + ".json")
+            path = os.path.join(tmp, modelled.run_file(run))
             cmd = modelled.bench_cmd(bench, run, quick, path)
             cmd = [c for c in cmd if not c.startswith("--sd_model=") and
                    c != "--sd_oracle=checked"]
