@@ -622,13 +622,13 @@ def cpu_counts(args, lines):
 
 # ---- the run, section by section ----
 
-# Seconds a measured run takes on a quiet machine: each benchmark run is
-# timed for at least min_time, about twice over with Google Benchmark's
-# iteration search, plus its machine's setup. Fitted to two runs on the
-# 2-PU development VM (--quick: 158 runs in 42 s; the default, 790 runs of
-# 0.1 s, in 4 to 5 minutes); only an estimate for the start of the run.
+# Seconds a measured section takes on a quiet machine: each benchmark run
+# is timed for at least min_time, plus its machine's setup and Google
+# Benchmark's iteration search. Fitted to two quiet runs on the 2-PU
+# development VM at 48d8ac2 (--quick: 158 runs of 0.05 s in 39 s; the
+# default: 790 runs of 0.1 s in 232 s); only an estimate for the start.
 def quiet_seconds(runs, min_time):
-    return runs * (2 * min_time + 0.17)
+    return runs * (min_time + 0.2)
 
 
 def measure_load(pus):

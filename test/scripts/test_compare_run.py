@@ -59,7 +59,7 @@ class Plan(unittest.TestCase):
         out = "\n".join(compare.plan_lines(self.Args, 158, busy))
         self.assertIn("BUSY MACHINE", out)
         self.assertIn("--modelled-only", out)
-        self.assertIn("about 43 s on a quiet machine", out)
+        self.assertIn("about 40 s on a quiet machine", out)
         quiet = compare.load_verdict(0.0, [1.0], 2, 0.1)
         self.assertNotIn("BUSY", "\n".join(compare.plan_lines(self.Args, 158, quiet)))
 
