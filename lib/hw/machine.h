@@ -46,6 +46,11 @@ struct sd_machine {
 	/* enum sd_mechanism: the strategy needs them, the profile lacks them,
 	 * the creator said run anyway (SD_MACHINE_ANY_MECHANISM). */
 	unsigned mechanisms_missing;
+	/* What the modelled CPU has that changes how arm64 flushes (the
+	 * profile's "features"; the emulator's own without a profile: range
+	 * TLBIs, no KPTI), for the strategies, which read no profile. */
+	bool arch_range_tlbi;
+	bool arch_kpti;
 
 	struct sd_frame_pool frames;
 	struct sd_traps traps;

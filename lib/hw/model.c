@@ -429,8 +429,19 @@ void sd_model_cpu_offline(struct sd_cpu *c)
 /* Each event's cost from its row of SD_EVENT_LIST (event.h): ONCE and EACH
  * their parameter (EACH per unit of the argument: sd_model_event()), SCAN
  * its parameter and a scan of every entry of the machine's TLBs. */
+/* An entry from EL0 and its return, which KPTI runs through its trampoline
+ * (tramp_vectors, tramp_exit): a system call, a fault, a trapped
+ * instruction. IRQs are left out: an IPI lands as often in the kernel (a
+ * CPU spinning in a flush) as in user space, and the emulator cannot tell. */
+static bool entry_from_el0(enum sd_model_param p)
+{
+	return p == SD_MP_SYSCALL_ENTRY || p == SD_MP_PAGE_FAULT_ENTRY || p == SD_MP_TRAP_ENTRY;
+}
+
 static void fill_event_costs(struct sd_model *mod)
 {
+	const bool kpti = mod->features & SD_MODEL_FEATURE_KPTI;
+
 	memset(mod->ev_ps, 0, sizeof(mod->ev_ps));
 	for (unsigned ev = 0; ev < SD_EV_NR; ev++) {
 		const struct sd_event_desc *d = &sd_event_desc[ev];
@@ -439,6 +450,8 @@ static void fill_event_costs(struct sd_model *mod)
 			mod->ev_ps[ev] = mod->param_ps[d->param];
 		if (d->cost == SD_COST_SCAN)
 			mod->ev_ps[ev] += mod->scan_ps;
+		if (kpti && d->cost == SD_COST_ONCE && entry_from_el0(d->param))
+			mod->ev_ps[ev] += mod->param_ps[SD_MP_KPTI_TRAMPOLINE];
 	}
 }
 

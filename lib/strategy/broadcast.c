@@ -32,10 +32,25 @@ static inline struct sd_broadcast_mm *bcast_mm_of(struct sd_mm *mm)
 int sd_broadcast_machine_init(struct sd_machine *m, struct sd_broadcast *b)
 {
 	sd_spin_init(&b->dvm);
-	b->split.order = SD_TLBI_RANGE_DESCENDING;
+	/* Without FEAT_TLBIRANGE, __flush_tlb_range() loops a page at a time
+	 * up to MAX_TLBI_OPS, then flushes the ASID: the "none" split. */
+	b->split.order = m->arch_range_tlbi ? SD_TLBI_RANGE_DESCENDING : SD_TLBI_RANGE_NONE;
+	b->kpti = m->arch_kpti;
 	b->split.lpa2 = false;
 	b->split.max_tlbi_ops = SD_MAX_TLBI_OPS;
 	return sd_arm64_asid_init(&b->asid, m->cfg.asid_bits, m->nr_cpus);
+}
+
+int sd_broadcast_check_range(struct sd_machine *m, const struct sd_broadcast *b,
+			     const char *name)
+{
+	if (m->arch_range_tlbi || b->split.order == SD_TLBI_RANGE_NONE ||
+	    (m->cfg.flags & SD_MACHINE_ANY_MECHANISM))
+		return 0;
+	return sd_fail(-EOPNOTSUPP, "'%s' with range TLBIs, which profile '%s' does not have "
+		       "(features: range_tlbi absent); range=none is what its kernel does, "
+		       "SD_MACHINE_ANY_MECHANISM runs it anyway, as a what-if", name,
+		       m->model.name);
 }
 
 int sd_broadcast_option(struct sd_broadcast *b, const char *name, const struct sd_opt *o)
@@ -71,6 +86,8 @@ int sd_broadcast_machine_create(struct sd_machine *m, const char *name,
 	err = sd_broadcast_machine_init(m, b);
 	for (unsigned i = 0; !err && i < nr_opts; i++)
 		err = sd_broadcast_option(b, name, &opts[i]);
+	if (!err)
+		err = sd_broadcast_check_range(m, b, name);
 	if (err) {
 		sd_arm64_asid_fini(&b->asid);
 		free(b);
@@ -191,6 +208,7 @@ struct tlbi_issue {
 	uint16_t asid;
 	bool leaf_only;
 	bool local_only;
+	bool kpti;
 };
 
 /* One TLBI op: a single broadcast message (or a local op), whatever the
@@ -211,14 +229,19 @@ static void issue_tlbi(const struct sd_tlbi_op *op, void *arg)
 		sd_event(cpu, (enum sd_event)(SD_EV_TLBI_RANGE_S0 + op->scale), 0, 0);
 	else if (op->kind == SD_TLBI_OP_PAGE)
 		sd_event(cpu, SD_EV_TLBI_PAGE_OP, 0, 0);
-	if (!t->local_only) {
-		sd_broadcast_tlbi(cpu, &inv);
-		return;
+	/* Under KPTI every user TLBI goes out twice, the second for the
+	 * user ASID (__tlbi_user()). Our TLB tags one ASID per mm, so the
+	 * second finds nothing more; it is the same op again, paid again. */
+	for (int i = 0; i < 1 + t->kpti; i++) {
+		if (!t->local_only) {
+			sd_broadcast_tlbi(cpu, &inv);
+			continue;
+		}
+		sd_tlb_invalidate(&cpu->tlb, &inv);
+		sd_event(cpu, inv.kind == SD_TLB_INVAL_ASID ? SD_EV_LOCAL_FLUSH_ASID
+			 : op->kind == SD_TLBI_OP_PAGE ? SD_EV_LOCAL_FLUSH_ONE
+						       : SD_EV_LOCAL_FLUSH_RANGE, op->vpn, op->pages);
 	}
-	sd_tlb_invalidate(&cpu->tlb, &inv);
-	sd_event(cpu, inv.kind == SD_TLB_INVAL_ASID ? SD_EV_LOCAL_FLUSH_ASID
-		 : op->kind == SD_TLBI_OP_PAGE ? SD_EV_LOCAL_FLUSH_ONE
-					       : SD_EV_LOCAL_FLUSH_RANGE, op->vpn, op->pages);
 }
 
 void sd_broadcast_flush(struct sd_cpu *cpu, struct sd_mm *mm, uint64_t vpn, uint64_t nr,
@@ -226,7 +249,7 @@ void sd_broadcast_flush(struct sd_cpu *cpu, struct sd_mm *mm, uint64_t vpn, uint
 {
 	struct sd_broadcast *b = bcast_of(cpu->m);
 	struct tlbi_issue t = {
-		.cpu = cpu, .leaf_only = !freed_tables, .local_only = local_only,
+		.cpu = cpu, .leaf_only = !freed_tables, .local_only = local_only, .kpti = b->kpti,
 	};
 
 	if (!sd_broadcast_mm_asid(cpu, mm, &t.asid))

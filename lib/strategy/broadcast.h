@@ -29,6 +29,9 @@ struct sd_broadcast {
 	/* How ranges are encoded: range=none|ascending|descending, lpa2=0|1,
 	 * max_tlbi_ops=N. */
 	struct sd_tlbi_split_cfg split;
+	/* The kernel runs with KPTI (the profile's features): every user
+	 * TLBI is issued twice, __tlbi_user(). Read-only after creation. */
+	bool kpti;
 };
 
 /* Per-mm state: the arm64 context id (generation | ASID). */
@@ -54,6 +57,10 @@ void sd_broadcast_machine_fini(struct sd_machine *m, void *priv);
 size_t sd_broadcast_state_bytes(const struct sd_machine *m, const void *priv);
 /* Apply one of broadcast's options (range=, lpa2=, max_tlbi_ops=) to @b. */
 int sd_broadcast_option(struct sd_broadcast *b, const char *name, const struct sd_opt *o);
+/* After the options: range TLBIs asked for on a profile whose CPU has none
+ * are -EOPNOTSUPP, unless the machine allows what-ifs. */
+int sd_broadcast_check_range(struct sd_machine *m, const struct sd_broadcast *b,
+			     const char *name);
 int sd_broadcast_mm_init(struct sd_machine *m, struct sd_mm *mm, void **mm_priv);
 void sd_broadcast_mm_fini(struct sd_machine *m, struct sd_mm *mm, void *mm_priv);
 void sd_broadcast_switch(struct sd_cpu *cpu, struct sd_mm *prev, struct sd_mm *next);

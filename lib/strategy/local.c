@@ -98,6 +98,8 @@ static int local_machine_init(struct sd_machine *m, const struct sd_opt *opts,
 	/* Options are broadcast's, for the fallback: range=, lpa2=, max_tlbi_ops=. */
 	for (unsigned i = 0; !err && i < nr_opts; i++)
 		err = sd_broadcast_option(&l->b, "local", &opts[i]);
+	if (!err)
+		err = sd_broadcast_check_range(m, &l->b, "local");
 	if (err) {
 		sd_arm64_asid_fini(&l->b.asid);
 		free(l->percpu);

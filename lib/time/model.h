@@ -85,6 +85,12 @@ struct sd_model_place {
 };
 
 /* The machine-wide model (in struct sd_machine). */
+/* The bits of sd_model.features (SD_MODEL_FEATURE_LIST's order). */
+enum {
+	SD_MODEL_FEATURE_RANGE_TLBI = 1u << 0,
+	SD_MODEL_FEATURE_KPTI = 1u << 1,
+};
+
 struct sd_model {
 	bool on;
 	char name[64];
@@ -101,6 +107,7 @@ struct sd_model {
 	 * between creation and a run. */
 	uint64_t seq_quantum_ps;
 	unsigned mechanisms;           /* enum sd_mechanism: the profile's "mechanisms" */
+	unsigned features;             /* SD_MODEL_FEATURE_LIST bits present */
 	double param_ns[SD_MP_NR];
 	double dist_ns[SD_MDP_NR][SD_DIST_NR];
 	uint64_t param_ps[SD_MP_NR];

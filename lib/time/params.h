@@ -66,7 +66,8 @@
 	X(LRU_PAGE,          "lru_page",          "one folio added to or removed from an LRU list under the lruvec lock (lruvec_add_folio() or lruvec_del_folio(): the list links, the LRU size counters, the folio's LRU flag), apart from the lines shared with the lock's last holder, which are charged as line transfers (optional, 0 when left out)") \
 	X(PIPE_MESSAGE,      "pipe_message",      "a workload's message through a pipe: the write and read system calls' bodies and the copy, apart from their entries and exits, any wakeup and any context switch; charged by workloads that pass messages (hackbench's shape), not by the library (optional, 0 when left out)") \
 	X(VCPU_PREEMPT_INTERVAL, "vcpu_preempt_interval", "a virtual machine's vCPUs: modelled time between two host preemptions of a vCPU, the same instants on every vCPU (0: not a virtual machine; optional, 0 when left out)") \
-	X(VCPU_PREEMPT,      "vcpu_preempt",      "a virtual machine's vCPUs: how long the host keeps a vCPU off its physical CPU at each preemption, a lock it holds held on (optional, 0 when left out)")
+	X(VCPU_PREEMPT,      "vcpu_preempt",      "a virtual machine's vCPUs: how long the host keeps a vCPU off its physical CPU at each preemption, a lock it holds held on (optional, 0 when left out)") \
+	X(KPTI_TRAMPOLINE,   "kpti_trampoline",   "arm64 KPTI: the trampoline's work on one entry to the kernel from EL0 and the return (tramp_vectors and tramp_exit switching TTBR1 and the ASID, with their ISBs), added to every system call, page fault and trapped instruction when the profile's features say kpti (optional, 0 when left out)")
 
 /* X(enum suffix, JSON key, what one charge is), each a table by distance
  * class (enum sd_model_distance: core, llc, package, system). */
@@ -80,6 +81,13 @@
 	X(0, "ipi",            "interrupts between CPUs: x86 APIC IPIs, arm64 GIC SGIs (ipi_*, irq_*)") \
 	X(1, "tlbi_broadcast", "arm64 broadcast TLBI ...IS over DVM, completed by DSB (tlbi_*, dvm_*, dsb)") \
 	X(2, "invlpgb",        "AMD INVLPGB broadcasts, completed by TLBSYNC (invlpgb_*, tlbsync)")
+
+/* X(bit, JSON key, what it is): the CPU "features" a profile states (each
+ * {"present": true|false, "source": ...}); a profile with tlbi_broadcast
+ * must state both, since the arm64 kernel's flushes depend on them. */
+#define SD_MODEL_FEATURE_LIST(X)                                                 \
+	X(0, "range_tlbi", "FEAT_TLBIRANGE (ARMv8.4): range TLBIs; without it __flush_tlb_range() issues a TLBI a page up to MAX_TLBI_OPS, then one for the ASID") \
+	X(1, "kpti",       "the kernel unmapped at EL0 (KPTI, arm64_kernel_unmapped_at_el0()): every user TLBI issued twice (__tlbi_user(), for the user ASID too) and the trampoline on each entry and exit (kpti_trampoline)")
 
 /* The distance classes' JSON keys, in enum sd_model_distance order. */
 #define SD_MODEL_DIST_KEYS { "core", "llc", "package", "system" }

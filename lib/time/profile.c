@@ -214,7 +214,7 @@ static bool param_optional(int i)
 {
 	return i == SD_MP_VCPU_PREEMPT_INTERVAL || i == SD_MP_VCPU_PREEMPT ||
 	       i == SD_MP_PIPE_MESSAGE || i == SD_MP_LRU_PAGE || i == SD_MP_TLBI_RECV ||
-	       i == SD_MP_INVLPGB_RECV;
+	       i == SD_MP_INVLPGB_RECV || i == SD_MP_KPTI_TRAMPOLINE;
 }
 
 /*
@@ -341,6 +341,70 @@ static int read_mechanisms(struct json_object *root, unsigned *mechanisms)
 	return 0;
 }
 
+static const char *const feature_key[] = {
+#define SD_FEATURE_KEY(bit, key, what) key,
+	SD_MODEL_FEATURE_LIST(SD_FEATURE_KEY)
+#undef SD_FEATURE_KEY
+};
+#define NR_FEATURES (sizeof(feature_key) / sizeof(feature_key[0]))
+_Static_assert(SD_MODEL_FEATURE_RANGE_TLBI == 1u << 0 && SD_MODEL_FEATURE_KPTI == 1u << 1 &&
+	       NR_FEATURES == 2, "SD_MODEL_FEATURE_LIST and the feature bits agree");
+
+/* One feature: {"present": true|false, "source": "..."}; sets its bit. */
+static int read_feature(const char *key, struct json_object *val, unsigned bit,
+			unsigned *features)
+{
+	struct json_object *present, *source;
+
+	if (!json_object_is_type(val, json_type_object) ||
+	    !json_object_object_get_ex(val, "present", &present) ||
+	    !json_object_is_type(present, json_type_boolean) ||
+	    !json_object_object_get_ex(val, "source", &source) ||
+	    !json_object_is_type(source, json_type_string) || !*json_object_get_string(source) ||
+	    json_object_object_length(val) != 2)
+		return sd_fail(-EINVAL, "profile: feature '%s' wants {\"present\": true or false, "
+			       "\"source\": \"...\"} and nothing else", key);
+	if (json_object_get_boolean(present))
+		*features |= bit;
+	return 0;
+}
+
+/*
+ * "features": what the CPU has that changes the kernel's flushes. Optional,
+ * but a machine with TLBI broadcasts must state every one: an arm64 part
+ * without range TLBIs, or one the kernel runs with KPTI, flushes otherwise
+ * than the default would have it (guide, "Modelled time").
+ */
+static int read_features(struct json_object *root, unsigned mechanisms, unsigned *features)
+{
+	struct json_object *obj;
+	unsigned stated = 0;
+	int err;
+
+	*features = 0;
+	if (json_object_object_get_ex(root, "features", &obj)) {
+		if (!json_object_is_type(obj, json_type_object))
+			return sd_fail(-EINVAL, "profile: \"features\" is not an object");
+		json_object_object_foreach(obj, key, val) {
+			size_t i = 0;
+
+			while (i < NR_FEATURES && strcmp(key, feature_key[i]))
+				i++;
+			if (i == NR_FEATURES)
+				return sd_fail(-EINVAL, "profile: unknown feature '%s' (known: "
+					       "range_tlbi, kpti)", key);
+			if ((err = read_feature(key, val, 1u << i, features)))
+				return err;
+			stated |= 1u << i;
+		}
+	}
+	if ((mechanisms & SD_MECH_TLBI_BROADCAST) && stated != (1u << NR_FEATURES) - 1)
+		return sd_fail(-EINVAL, "profile: a machine with tlbi_broadcast must state its "
+			       "\"features\": range_tlbi and kpti, each {\"present\": ..., "
+			       "\"source\": ...}");
+	return 0;
+}
+
 static int read_topology(struct json_object *root, char *synthetic, size_t len)
 {
 	struct json_object *topo, *src;
@@ -458,7 +522,7 @@ static int read_profile(const char *path, struct sd_model *mod, char *synthetic,
 		(void)val;
 		if (strcmp(key, "format") && strcmp(key, "name") && strcmp(key, "description") &&
 		    strcmp(key, "topology") && strcmp(key, "costs") && strcmp(key, "notes") &&
-		    strcmp(key, "mechanisms")) {
+		    strcmp(key, "mechanisms") && strcmp(key, "features")) {
 			sd_fail(err, "profile '%s': unknown field '%s'", path, key);
 			goto out;
 		}
@@ -472,7 +536,8 @@ static int read_profile(const char *path, struct sd_model *mod, char *synthetic,
 	}
 	if ((err = read_string(root, "name", mod->name, sizeof(mod->name), true)) ||
 	    (err = read_topology(root, synthetic, len)) ||
-	    (err = read_mechanisms(root, &mod->mechanisms)))
+	    (err = read_mechanisms(root, &mod->mechanisms)) ||
+	    (err = read_features(root, mod->mechanisms, &mod->features)))
 		goto out;
 	if (!json_object_object_get_ex(root, "costs", &costs)) {
 		err = sd_fail(-EINVAL, "profile '%s': no \"costs\"", path);

@@ -36,15 +36,25 @@ inline const char *const kDists[] = SD_MODEL_DIST_KEYS;
 inline const std::string kAllMechanisms =
 	"\"ipi\": \"test\", \"tlbi_broadcast\": \"test\", \"invlpgb\": \"test\"";
 
+// The text inside a test profile's "features": range TLBIs and KPTI as
+// given (the default: the emulator's own, range TLBIs and no KPTI).
+inline std::string features_text(bool range_tlbi, bool kpti)
+{
+	return std::string("\"range_tlbi\": {\"present\": ") + (range_tlbi ? "true" : "false") +
+	       ", \"source\": \"test\"}, \"kpti\": {\"present\": " + (kpti ? "true" : "false") +
+	       ", \"source\": \"test\"}";
+}
+
 // A profile: every cost 0 unless @costs names it ("line_transfer.llc" for
 // a distance class). @drop leaves one key out ("mechanisms" too); @extra
 // adds raw JSON text inside "costs"; @mechanisms is the text inside
-// "mechanisms".
+// "mechanisms"; @features the text inside "features".
 struct Profile {
 	std::string path;
 	Profile(const std::string &topology, const std::map<std::string, double> &costs,
 		const std::string &drop = "", const std::string &extra = "",
-		const std::string &mechanisms = kAllMechanisms)
+		const std::string &mechanisms = kAllMechanisms,
+		const std::string &features = features_text(true, false))
 	{
 		char tmpl[] = "/tmp/sd-test-profile-XXXXXX";
 		int fd = mkstemp(tmpl);
@@ -57,6 +67,8 @@ struct Profile {
 		  << " \"topology\": {\"synthetic\": \"" << topology << "\", \"source\": \"test\"},\n";
 		if (drop != "mechanisms")
 			f << " \"mechanisms\": {" << mechanisms << "},\n";
+		if (drop != "features")
+			f << " \"features\": {" << features << "},\n";
 		f << " \"costs\": {\n";
 		bool first = true;
 		auto sep = [&]() { f << (first ? "  " : ", \n  "); first = false; };

@@ -916,6 +916,63 @@ TEST(ModelProfile, BadFilesAreRefusedWithTheFieldNamed)
 // ever), /dev/zero (read until memory ran out), a file over the size cap,
 // and a synthetic topology of a billion PUs (hwloc built every object);
 // a JSON error names its line and column.
+// An arm64 machine states what changes its kernel's flushes (range TLBIs,
+// KPTI); a malformed or unknown feature is refused; an x86-only one may
+// say nothing.
+TEST(ModelProfile, ArmFeaturesAreStatedWithSources)
+{
+	struct Case {
+		const char *drop;
+		std::string features, says;
+	} bad[] = {
+		{"features", "", "must state"},
+		{"", "\"kpti\": {\"present\": false, \"source\": \"x\"}", "must state"},
+		{"", sdtest::features_text(true, false) + ", \"sve\": {\"present\": true, "
+		     "\"source\": \"x\"}", "unknown feature 'sve'"},
+		{"", "\"range_tlbi\": {\"present\": 1, \"source\": \"x\"}, "
+		     "\"kpti\": {\"present\": false, \"source\": \"x\"}", "wants"},
+		{"", "\"range_tlbi\": {\"present\": true, \"source\": \"\"}, "
+		     "\"kpti\": {\"present\": false, \"source\": \"x\"}", "wants"},
+	};
+	for (const Case &k : bad) {
+		Profile p("pack:1 core:2 pu:1", {}, k.drop, "", sdtest::kAllMechanisms, k.features);
+		sd_machine_config c = modelled(2, "broadcast", p);
+		sd_machine *m = nullptr;
+		EXPECT_EQ(-EINVAL, sd_machine_create(&c, &m)) << k.says;
+		EXPECT_NE(nullptr, std::strstr(sd_last_error(), k.says.c_str())) << sd_last_error();
+		if (m)
+			sd_machine_destroy(m);
+	}
+	Profile x86("pack:1 core:2 pu:1", {}, "features", "", "\"ipi\": \"test\"");
+	Machine ok(modelled(2, "ipi", x86));
+	EXPECT_NE(nullptr, ok.m) << "an x86-only profile needs no features";
+}
+
+// KPTI's trampoline is paid on every entry from EL0: an mmap (a system
+// call that flushes nothing) costs kpti_trampoline more, and only then.
+TEST(ModelProfile, KptiTrampolineOnEveryEntryFromEl0)
+{
+	const std::map<std::string, double> costs = {
+		{"syscall_entry", 10}, {"syscall_exit", 10}, {"kpti_trampoline", 7}};
+	auto mmap_ns = [&](bool kpti) {
+		Profile p("pack:1 core:2 pu:1", costs, "", "", sdtest::kAllMechanisms,
+			  sdtest::features_text(true, kpti));
+		Machine mach(modelled(1, "broadcast", p));
+		uint64_t ns = 0;
+		if (!mach.m)
+			return ns;
+		sdtest::Attached a(mach.m, 0);
+		sd_mm *mm = nullptr;
+		EXPECT_EQ(0, sd_mm_create(mach.m, &mm));
+		uint64_t t0 = sd_cpu_clock_ns(a.c);
+		EXPECT_EQ(0, sd_mmap(a.c, mm, 0x10000000, 4096, SD_PROT_READ));
+		ns = sd_cpu_clock_ns(a.c) - t0;
+		EXPECT_EQ(0, sd_mm_destroy(mm));
+		return ns;
+	};
+	EXPECT_EQ(mmap_ns(false) + 7, mmap_ns(true));
+}
+
 TEST(ModelProfile, InputsAreCheckedBeforeTheyAreRead)
 {
 	sdtest::Watchdog w("a profile input read or built", 60);

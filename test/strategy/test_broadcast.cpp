@@ -9,7 +9,9 @@
 // range ops are off); bad options are refused before anything is built.
 #include "common.hpp"
 #include "internal.hpp"
+#include "hw/profile.hpp"
 
+#include <cstring>
 #include <vector>
 
 extern "C" {
@@ -100,10 +102,11 @@ TEST(Broadcast, FlushReachesEveryTlbEvenWhereTheMmDoesNotRun)
 	EXPECT_EQ(0, sd_mm_destroy(n));
 }
 
-// One flush of @pages pages of a running mm, under @spec: its TLBI counts.
-Tlbi one_flush(const char *spec, uint64_t pages)
+// One flush of @pages pages of a running mm on a machine made from @c: its
+// TLBI counts.
+Tlbi one_flush_on(const sd_machine_config &c, uint64_t pages)
 {
-	Machine mc(config(2, spec));
+	Machine mc(c);
 	Tlbi d{};
 	if (!mc.m)
 		return d;
@@ -123,6 +126,12 @@ Tlbi one_flush(const char *spec, uint64_t pages)
 	EXPECT_EQ(0, sd_switch_mm(a.c, nullptr));
 	EXPECT_EQ(0, sd_mm_destroy(m));
 	return d;
+}
+
+// The same under @spec, unmodelled.
+Tlbi one_flush(const char *spec, uint64_t pages)
+{
+	return one_flush_on(config(2, spec), pages);
 }
 
 class BroadcastRange : public ::testing::TestWithParam<uint64_t> {};
@@ -159,6 +168,59 @@ TEST_P(BroadcastRange, WithoutRangeOpsPerPageThenTheWholeAsid)
 
 INSTANTIATE_TEST_SUITE_P(Pages, BroadcastRange,
 			 ::testing::Values(1, 2, 3, 31, 32, 33, 64, 65, 511, 512, 513, 1000, 4097));
+
+// A profile's CPU features change the kernel's flushes: no FEAT_TLBIRANGE
+// means the pre-range loop (a TLBI a page up to MAX_TLBI_OPS, then the
+// ASID), and asking for range ops there is refused unless a what-if; KPTI
+// issues every user TLBI twice (__tlbi_user()).
+sd_machine_config on_profile(const sdtest::Profile &p, const char *spec)
+{
+	sd_machine_config c = config(2, spec);
+	c.profile = p.path.c_str();
+	c.model_topology = "pack:1 core:2 pu:1";
+	return c;
+}
+
+TEST(BroadcastFeatures, WithoutRangeTlbiTheKernelLoopsAPageAtATime)
+{
+	sdtest::Profile p("pack:1 core:2 pu:1", {}, "", "", sdtest::kAllMechanisms,
+			  sdtest::features_text(false, false));
+	for (const char *spec : {"broadcast", "local"}) {
+		Tlbi d = one_flush_on(on_profile(p, spec), 33);
+		EXPECT_EQ(33u, d.page_ops) << spec;
+		EXPECT_EQ(0u, d.range_ops) << spec;
+		d = one_flush_on(on_profile(p, spec), 512);
+		EXPECT_EQ(0u, d.page_ops + d.range_ops) << spec << ": MAX_TLBI_OPS pages, the ASID";
+		if (!std::strcmp(spec, "broadcast")) {
+			EXPECT_EQ(1u, d.asid_ops);
+		}
+	}
+	for (const char *spec : {"broadcast:range=descending", "local:range=ascending"}) {
+		sd_machine_config c = on_profile(p, spec);
+		sd_machine *m = nullptr;
+		EXPECT_EQ(-EOPNOTSUPP, sd_machine_create(&c, &m)) << spec;
+		EXPECT_EQ(nullptr, m);
+		EXPECT_NE(nullptr, std::strstr(sd_last_error(), "range")) << sd_last_error();
+		c.flags |= SD_MACHINE_ANY_MECHANISM;
+		Tlbi d = one_flush_on(c, 33);
+		EXPECT_GT(d.range_ops, 0u) << spec << ": the what-if runs range ops";
+	}
+}
+
+TEST(BroadcastFeatures, KptiIssuesEveryUserTlbiTwice)
+{
+	sdtest::Profile plain("pack:1 core:2 pu:1", {}, "", "", sdtest::kAllMechanisms,
+			      sdtest::features_text(true, false));
+	sdtest::Profile kpti("pack:1 core:2 pu:1", {}, "", "", sdtest::kAllMechanisms,
+			     sdtest::features_text(true, true));
+	for (uint64_t pages : {1, 33}) {
+		Tlbi once = one_flush_on(on_profile(plain, "broadcast"), pages);
+		Tlbi twice = one_flush_on(on_profile(kpti, "broadcast"), pages);
+		EXPECT_EQ(2 * once.ops, twice.ops) << pages << " pages: messages";
+		EXPECT_EQ(2 * once.remote, twice.remote) << pages << " pages: targets' work";
+		EXPECT_EQ(once.page_ops, twice.page_ops) << "the same ops, each sent twice";
+	}
+}
 
 TEST(Broadcast, BadOptionsAreRefusedAndNothingIsCreated)
 {

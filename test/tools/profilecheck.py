@@ -65,6 +65,13 @@ def check_profile(path, name, params, dparams, dists):
             fail("%s: unknown mechanism %s" % (path, k))
         if not isinstance(src, str) or not src.strip():
             fail("%s: mechanism %s has no source" % (path, k))
+    feats = p.get("features", {})
+    for k, f in feats.items():
+        if k not in ("range_tlbi", "kpti") or not isinstance(f, dict) or \
+                not isinstance(f.get("present"), bool) or not str(f.get("source", "")).strip():
+            fail("%s: feature %s wants present (true/false) and a source" % (path, k))
+    if "tlbi_broadcast" in mech and set(feats) != {"range_tlbi", "kpti"}:
+        fail("%s: a machine with tlbi_broadcast must state range_tlbi and kpti" % path)
     costs = p.get("costs")
     if not isinstance(costs, dict):
         fail("%s: no costs object" % path)

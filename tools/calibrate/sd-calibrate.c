@@ -2214,6 +2214,15 @@ static void no_vcpu_preemption(struct profile *p)
 	set(p, P_VCPU_PREEMPT, 0, "%s", why);
 }
 
+/* KPTI's trampoline is an arm64 kernel's cost; neither profile states the
+ * kpti feature, so it is never charged. */
+static void no_kpti(struct profile *p)
+{
+	set(p, P_KPTI_TRAMPOLINE, 0, "not applicable: 0, and the profile states no kpti feature "
+	    "(the emulator has no kernel to isolate; this host's kernel's entry costs, KPTI or "
+	    "not, are in syscall_entry and page_fault_entry as measured)");
+}
+
 static void fill_unmeasured(struct profile *p, const char *only)
 {
 	for (int k = 0; k < P_NR; k++)
@@ -2245,6 +2254,15 @@ static int keep_old(const char *path)
 	return 0;
 }
 
+static json_object *feature_json(bool present, const char *source)
+{
+	json_object *f = json_object_new_object();
+
+	json_object_object_add(f, "present", json_object_new_boolean(present));
+	json_object_object_add(f, "source", json_object_new_string(source));
+	return f;
+}
+
 static int write_profile(const struct profile *p, const char *dir, const char *desc,
 			 const char *synthetic)
 {
@@ -2266,6 +2284,16 @@ static int write_profile(const struct profile *p, const char *dir, const char *d
 			json_object_object_add(mech, mech_key[k],
 					       json_object_new_string(p->mech_source[k]));
 	json_object_object_add(root, "mechanisms", mech);
+	if (p->mech_source[1]) {
+		/* A profile with TLBI broadcasts states its CPU features: the
+		 * emulator's broadcast has range ops and no KPTI. */
+		json_object *feat = json_object_new_object();
+		json_object_object_add(feat, "range_tlbi", feature_json(true,
+			"emulated: libshootdown's broadcast encodes range ops (lib/arch/tlbi_range.c)"));
+		json_object_object_add(feat, "kpti", feature_json(false,
+			"emulated: the emulator has no kernel mapping to isolate"));
+		json_object_object_add(root, "features", feat);
+	}
 	for (int k = 0; k < P_NR; k++)
 		json_object_object_add(costs, param_key[k], cost_json(&p->c[k]));
 	for (int k = 0; k < D_NR; k++) {
@@ -2597,6 +2625,8 @@ int main(int argc, char **argv)
 
 	no_vcpu_preemption(&host);
 	no_vcpu_preemption(&kern);
+	no_kpti(&host);
+	no_kpti(&kern);
 	set(&kern, P_LRU_PAGE, 0, "not measured: the LRU's per-folio work runs inside the "
 	    "kernel's page freeing with nothing a user-space timer can isolate; 0 (the LRU "
 	    "lock's handoffs and line transfers are still charged)");
