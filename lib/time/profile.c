@@ -325,11 +325,9 @@ static int read_mechanisms(struct json_object *root, unsigned *mechanisms)
 	if (!json_object_is_type(obj, json_type_object))
 		return sd_fail(-EINVAL, "profile: \"mechanisms\" is not an object");
 	json_object_object_foreach(obj, key, val) {
-		size_t i = 0;
+		int i = find_key(mechanism_key, nr, key);
 
-		while (i < nr && strcmp(key, mechanism_key[i]))
-			i++;
-		if (i == nr)
+		if (i < 0)
 			return sd_fail(-EINVAL, "profile: unknown mechanism '%s' (known: ipi, "
 				       "tlbi_broadcast, invlpgb)", key);
 		if (!json_object_is_type(val, json_type_string) ||
@@ -386,11 +384,9 @@ static int read_features(struct json_object *root, unsigned mechanisms, unsigned
 		if (!json_object_is_type(obj, json_type_object))
 			return sd_fail(-EINVAL, "profile: \"features\" is not an object");
 		json_object_object_foreach(obj, key, val) {
-			size_t i = 0;
+			int i = find_key(feature_key, NR_FEATURES, key);
 
-			while (i < NR_FEATURES && strcmp(key, feature_key[i]))
-				i++;
-			if (i == NR_FEATURES)
+			if (i < 0)
 				return sd_fail(-EINVAL, "profile: unknown feature '%s' (known: "
 					       "range_tlbi, kpti)", key);
 			if ((err = read_feature(key, val, 1u << i, features)))

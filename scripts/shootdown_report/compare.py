@@ -646,16 +646,15 @@ def plan_lines(args, runs, load):
            "(1-minute load average %.2f)"
            % ("?" if load["others_busy_pus"] is None else "%.2f" % load["others_busy_pus"],
               100 * load["cpu_share"][0], load["load1_before"])]
+    quiet = quiet_seconds(runs, args.min_time)
     if runs:
-        quiet = quiet_seconds(runs, args.min_time)
         out.append("measured section: %d runs, about %.0f s on a quiet machine" % (runs, quiet))
     if load["loaded"]:
+        slow = ", %.0f s or more," % (quiet / max(load["cpu_share"][0], 0.05)) if runs else ""
         out.append("BUSY MACHINE (%s): the measured section will be slow%s and disturbed "
                    "(times spread, limits withheld, its PNGs stamped). The modelled section "
                    "does not depend on load: `scripts/compare --modelled-only` runs it alone "
-                   "(about a minute)." % (load["why"], ", %.0f s or more," % (
-                       quiet_seconds(runs, args.min_time) / max(load["cpu_share"][0], 0.05))
-                       if runs else ""))
+                   "(about a minute)." % (load["why"], slow))
     return out
 
 
