@@ -180,8 +180,10 @@ SD_EXPORT int sd_tlb_probe(const struct sd_cpu *cpu, uint64_t va, uint64_t *pfn)
  * @va is not mapped or outside the VA space; -EACCES if the mapping forbids
  * @kind; -ESRCH if no address space is loaded or the CPU is idle; -ENOMEM if
  * no frame is left; -EPERM if the caller is not attached as @cpu; -EINVAL
- * for an unknown @kind.
- * Attached thread, interrupts on or off.
+ * for an unknown @kind; -EDEADLK for a page that is not present with
+ * interrupts off: a fault is taken with interrupts on only (it may wait for
+ * the mmap_lock, whose holder may be waiting for this CPU's IPI).
+ * Attached thread, interrupts on or off (a hit needs no fault).
  */
 SD_EXPORT int sd_access(struct sd_cpu *cpu, uint64_t va, enum sd_access_kind kind,
 			uint64_t *pfn);

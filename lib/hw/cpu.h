@@ -115,10 +115,13 @@ static inline void sd_cpu_model_sync(struct sd_cpu *c)
 /* Modelled time: a synchronisation that fell inside a lock or interrupt
  * section (sd_model_sync()) happens at the section's end, once no real
  * lock is held either: called after the real unlock, never before, or a
- * CPU would wait at the window for one that waits for its lock. */
+ * CPU would wait at the window for one that waits for its lock. Strict
+ * mode syncs inside the mmap_lock (seq_sync()), so only lax mode waits
+ * for its release. */
 static inline void sd_model_resync(struct sd_cpu *c)
 {
-	if (unlikely(c->model.sync_deferred) && !c->model.locks_held && !c->irq_depth)
+	if (unlikely(c->model.sync_deferred) && !c->model.locks_held && !c->irq_depth &&
+	    (c->model.seq || !c->model.rwsems_held))
 		sd_cpu_model_sync(c);
 }
 

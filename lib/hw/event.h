@@ -125,6 +125,7 @@
 	/* arg enum sd_lock_kind, aux the struct sd_model_lock (0: the kind's) */                        \
 	X(LOCK_ACQUIRE,       NONE,               UNTRACED, ONE, OUT)                                    \
 	X(LOCK_RELEASE,       NONE,               UNTRACED, ONE, OUT)                                    \
+	X(LOCK_DOWNGRADE,     NONE,               UNTRACED, ONE, OUT) /* SD_LOCK_MM to MM_READ */        \
 	X(LINE_READ,          NONE,               UNTRACED, ONE, OUT) /* aux struct sd_model_line */     \
 	X(LINE_WRITE,         NONE,               UNTRACED, ONE, OUT) /* aux struct sd_model_line */     \
 	X(WORK,               NONE,               UNTRACED, ONE, OUT) /* arg ns: sd_cpu_work() */        \

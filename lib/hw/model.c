@@ -178,7 +178,7 @@ static void charge_rwsem(struct sd_cpu *c, uint64_t kind, struct sd_model_rwsem 
 					     max_u64(c->model.clock_ps, c->model.read_start_ps),
 					     c->id);
 		sd_spin_unlock(&rw->lock);
-		c->model.locks_held--;
+		c->model.rwsems_held--;
 		return;
 	}
 	/* The RMW that takes the lock comes once it is free (a waiter's
@@ -195,7 +195,22 @@ static void charge_rwsem(struct sd_cpu *c, uint64_t kind, struct sd_model_rwsem 
 		charge_count(c, rw);
 	sd_spin_unlock(&rw->lock);
 	c->model.clock_ps += mod->param_ps[SD_MP_LOCK_ACQUIRE];
-	c->model.locks_held++;
+	c->model.rwsems_held++;
+}
+
+/*
+ * mmap_write_downgrade(): one RMW of the count (atomic_long_add_return_release()),
+ * which ends the write hold and starts a read hold at once; readers that
+ * wait for the writer's end may start from here.
+ */
+static void charge_rwsem_downgrade(struct sd_cpu *c, struct sd_model_rwsem *rw)
+{
+	sd_spin_lock(&rw->lock);
+	charge_count(c, rw);
+	sd_model_lock_record(&rw->writers, rw->writers.cur_start_ps,
+			     max_u64(c->model.clock_ps, rw->writers.cur_start_ps), c->id);
+	c->model.read_start_ps = c->model.clock_ps;
+	sd_spin_unlock(&rw->lock);
 }
 
 static void charge_lock(struct sd_cpu *c, uint64_t kind, uint64_t aux, bool acquire)
@@ -295,6 +310,9 @@ void sd_model_event(struct sd_cpu *c, enum sd_event ev, uint64_t arg, uint64_t a
 	case SD_EV_LOCK_ACQUIRE:
 	case SD_EV_LOCK_RELEASE:
 		charge_lock(c, arg, aux, ev == SD_EV_LOCK_ACQUIRE);
+		break;
+	case SD_EV_LOCK_DOWNGRADE:
+		charge_rwsem_downgrade(c, (struct sd_model_rwsem *)(uintptr_t)aux);
 		break;
 	case SD_EV_LINE_READ:
 	case SD_EV_LINE_WRITE:
@@ -410,6 +428,7 @@ void sd_model_cpu_online(struct sd_cpu *c)
 		return;
 	c->model.ipi_posts = 0;
 	c->model.locks_held = 0;
+	c->model.rwsems_held = 0;
 	c->model.sync_deferred = false;
 	c->model.irq_batch = 0;
 	c->model.seq = c->m->model.seq.on;

@@ -50,20 +50,7 @@ int sd_mm_create(struct sd_machine *m, struct sd_mm **out)
 		free(mm);
 		return err;
 	}
-	/* rw_semaphore: a reader that comes while a writer waits queues
-	 * behind it, so mprotect() is not starved by a stream of faults. */
-	pthread_rwlockattr_t attr;
-	pthread_rwlockattr_init(&attr);
-	pthread_rwlockattr_setkind_np(&attr, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
-	err = pthread_rwlock_init(&mm->mmap_lock, &attr);
-	pthread_rwlockattr_destroy(&attr);
-	if (err) {
-		m->ops->mm_fini(m, mm, mm->strategy);
-		sd_oracle_floor_fini(&mm->floor);
-		sd_pt_free(mm->pgd);
-		free(mm);
-		return sd_fail(-err, "sd_mm_create: pthread_rwlock_init failed");
-	}
+	sd_rwsem_init(&mm->mmap_lock);
 	mm->mmap_model = (struct sd_model_rwsem)SD_MODEL_RWSEM_INIT;
 	atomic_init(&mm->batch_pending, 0);
 	atomic_init(&mm->flush_pending, 0);
@@ -242,7 +229,6 @@ int sd_mm_destroy(struct sd_mm *mm)
 		sd_event(self, SD_EV_MM_DESTROY, 0, 0);
 	}
 	sd_oracle_floor_fini(&mm->floor);
-	pthread_rwlock_destroy(&mm->mmap_lock);
 	free(mm);
 	atomic_fetch_sub(&m->nr_mms, 1);
 	return 0;
@@ -470,13 +456,21 @@ static void flush_change(struct sd_cpu *c, struct sd_mm *mm, uint64_t vpn, uint6
 }
 
 /*
- * tlb_finish_mmu(): flush if we changed a present PTE, freed tables, owe a
- * batched flush, or raced a change whose flush is in flight (nested: we may
- * have found its work done and changed nothing, yet the translations it made
- * stale can still be cached). Then the per-call floors, then the frees.
+ * tlb_finish_mmu()'s flush, under the mmap_lock as the kernel holds it
+ * (mprotect and munmap for write, madvise(DONTNEED) for read): a writer
+ * that comes meanwhile waits for the flush, as it waits in the kernel.
+ * Flush if we changed a present PTE, freed tables, owe a batched flush, or
+ * raced a change whose flush is in flight (nested: we may have found its
+ * work done and changed nothing, yet the translations it made stale can
+ * still be cached). Then the per-call floors.
+ *
+ * Safe because no CPU waits for the mmap_lock with interrupts off (a
+ * first touch with them off is refused, populate()): every CPU this flush
+ * waits for answers its IPI, blocked on the lock or not (the signal runs
+ * in the wait; strict mode's wait hook runs it, seq_wait_hook()).
  */
-static void finish_change(struct sd_cpu *c, struct sd_mm *mm, uint64_t vpn, uint64_t nr,
-			  uint32_t version, struct gather *g, struct sd_pt_freelist *fl)
+static void finish_flush(struct sd_cpu *c, struct sd_mm *mm, uint64_t vpn, uint64_t nr,
+			 uint32_t version, struct gather *g, struct sd_pt_freelist *fl)
 {
 	bool freed_tables = fl && fl->n;
 
@@ -487,6 +481,16 @@ static void finish_change(struct sd_cpu *c, struct sd_mm *mm, uint64_t vpn, uint
 	if (g->checked)
 		sd_oracle_floor_raise_known(&mm->floor, vpn, nr, version);
 	flush_pending_dec(mm);
+}
+
+/*
+ * The rest of tlb_finish_mmu(), after the lock: the frames and the tables.
+ * The kernel frees them before it drops the lock; here they go after, so
+ * that the table free's fallback (a grace period waited for in place, when
+ * no callback can be allocated) never waits with the lock held.
+ */
+static void finish_free(struct sd_cpu *c, struct gather *g, struct sd_pt_freelist *fl)
+{
 	sd_mm_free_frames(c, g->frames.v, g->frames.n);
 	free(g->frames.v);
 	if (fl) {
@@ -499,13 +503,36 @@ static void finish_change(struct sd_cpu *c, struct sd_mm *mm, uint64_t vpn, uint
 }
 
 /*
- * In the kernel, munmap holds mmap_lock for write until its flush is done,
- * so an mmap of the same range cannot return while the old translations
- * live. Our changes drop the lock before flushing; an mmap that finds a
- * change still flushing (@unmap_in_flight, read under the lock after its
- * PTE stores) flushes its own range instead of waiting: waiting for the
- * other flush could deadlock against a CPU that has interrupts off and
- * waits for us, while our own flush answers IPIs like any other.
+ * The end of a change, entered with the mmap_lock held as @kind: the flush
+ * under it for the built-in strategies, whose waits for other CPUs are IPIs
+ * a CPU blocked on the lock still answers. A user strategy's flush runs
+ * after the unlock, as before: it may wait for other CPUs to reach points
+ * of the program's own (a runtime's safepoint handshake), which a CPU
+ * blocked on the lock would never reach.
+ */
+static void finish_change_locked(struct sd_cpu *c, struct sd_mm *mm, enum sd_lock_kind kind,
+				 uint64_t vpn, uint64_t nr, uint32_t version, struct gather *g,
+				 struct sd_pt_freelist *fl)
+{
+	const bool under_lock = !c->m->ops->user;
+
+	if (under_lock)
+		finish_flush(c, mm, vpn, nr, version, g, fl);
+	sd_mmap_unlock(c, mm, kind);
+	if (!under_lock)
+		finish_flush(c, mm, vpn, nr, version, g, fl);
+	finish_free(c, g, fl);
+}
+
+/*
+ * In the kernel, munmap holds the mmap_lock until its flush is done, so an
+ * mmap of the same range cannot return while the old translations live.
+ * The built-in strategies flush under the lock too (finish_change_locked());
+ * a user strategy's flush runs after it, so an mmap that finds a change
+ * still flushing (@unmap_in_flight, read under the lock after its PTE
+ * stores) flushes its own range instead of waiting: waiting for the other
+ * flush could deadlock against a CPU that has interrupts off and waits for
+ * us, while our own flush answers IPIs like any other.
  */
 static void finish_mmap(struct sd_cpu *c, struct sd_mm *mm, uint64_t vpn, uint64_t nr,
 			uint32_t version, bool unmap_in_flight)
@@ -627,8 +654,15 @@ static int do_munmap(struct sd_cpu *c, struct sd_mm *mm, uint64_t va, uint64_t l
 		atomic_fetch_add_explicit(&mm->table_gen, 1, memory_order_release);
 	g.nested = flush_nested(mm);
 	sd_event(c, SD_EV_PTE_UPDATE, g.ptes, 0);
-	sd_mmap_unlock(c, mm, SD_LOCK_MM);
-	finish_change(c, mm, vpn, nr, version, &g, &fl);
+	/* The kernel downgrades to a read hold once the VMAs are detached
+	 * and zaps, frees tables and flushes under it (do_vmi_align_munmap()'s
+	 * mmap_write_downgrade(); "mm: mmap: zap pages with read mmap_sem in
+	 * munmap", 4.20). We downgrade after the zap and the table unlinks,
+	 * which rely on the write hold here (pgtable.h), so faults and
+	 * madvise of other ranges wait for the zap but not for the flush; a
+	 * writer (an mmap of this range) still waits for the flush. */
+	sd_mmap_downgrade(c, mm);
+	finish_change_locked(c, mm, SD_LOCK_MM_READ, vpn, nr, version, &g, &fl);
 	return 0;
 }
 
@@ -688,8 +722,8 @@ static int do_madvise_dontneed(struct sd_cpu *c, struct sd_mm *mm, uint64_t va, 
 	sd_mm_zap_present(c, mm, vpn, nr, version, &g.owed, gather_zapped, &g);
 	g.nested = flush_nested(mm);
 	sd_event(c, SD_EV_PTE_UPDATE, g.ptes, 0);
-	sd_mmap_unlock(c, mm, SD_LOCK_MM_READ);
-	finish_change(c, mm, vpn, nr, version, &g, NULL);
+	/* zap_page_range_single()'s tlb_finish_mmu(): under the read hold. */
+	finish_change_locked(c, mm, SD_LOCK_MM_READ, vpn, nr, version, &g, NULL);
 	return 0;
 }
 
@@ -744,8 +778,8 @@ static int do_mprotect(struct sd_cpu *c, struct sd_mm *mm, uint64_t va, uint64_t
 	edit_leaves(c, mm, vpn, nr, &g.owed, protect_leaf, &pr);
 	g.nested = flush_nested(mm);
 	sd_event(c, SD_EV_PTE_UPDATE, g.ptes, 0);
-	sd_mmap_unlock(c, mm, SD_LOCK_MM);
-	finish_change(c, mm, vpn, nr, version, &g, NULL);
+	/* change_protection()'s flush: under the write hold. */
+	finish_change_locked(c, mm, SD_LOCK_MM, vpn, nr, version, &g, NULL);
 	return 0;
 }
 
@@ -843,6 +877,14 @@ static int populate(struct sd_cpu *c, struct sd_mm *mm, uint64_t vpn)
 	uint64_t pfn;
 	bool used = false;
 
+	/* The kernel takes no fault with interrupts off (a uaccess there is
+	 * a fixup, faulthandler_disabled()); here it would wait for the
+	 * mmap_lock, whose holder may be flushing and waiting for this CPU's
+	 * IPI (finish_flush()). */
+	if (c->irq_depth)
+		return sd_fail(-EDEADLK, "sd_access: page 0x%llx is not present and interrupts are "
+			       "off: a fault is not taken with interrupts off (touch it with them on)",
+			       (unsigned long long)(vpn << SD_PAGE_SHIFT));
 	if (sd_frame_alloc(&c->m->frames, &c->frames, &pfn))
 		return sd_fail(-ENOMEM, "sd_access: out of frames");
 	sd_mmap_lock(c, mm, SD_LOCK_MM_VMA);

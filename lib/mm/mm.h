@@ -7,7 +7,6 @@
 #error "mm/mm.h is in a higher layer than the file including it (core/layer.h)"
 #endif
 
-#include <pthread.h>
 
 #include <shootdown/mm.h>
 
@@ -15,6 +14,7 @@
 
 #include "../core/backoff.h"
 #include "../core/compiler.h"
+#include "../core/rwsem.h"
 #include "../hw/event.h"
 #include "../hw/oracle.h"
 #include "pgtable.h"
@@ -43,11 +43,12 @@ struct sd_mm {
 	 * and unlink page tables; for read by faults, madvise(DONTNEED) and
 	 * reclaim, which edit PTEs under the leaf tables' split locks
 	 * (sd_pt.ptl). Writers are preferred, as the kernel's rwsem queues
-	 * readers behind a waiting writer. Flushes run after it is dropped,
-	 * so flushes of one mm overlap as they do in the kernel after
-	 * madvise() drops its read hold.
+	 * readers behind a waiting writer. The built-in strategies flush
+	 * under it as the kernel does: madvise(DONTNEED) under its read hold,
+	 * mprotect under the write hold, munmap under the read hold it
+	 * downgrades to (mm.c, finish_change_locked()).
 	 */
-	pthread_rwlock_t mmap_lock;
+	struct sd_rwsem mmap_lock;
 	struct sd_model_rwsem mmap_model;  /* @mmap_lock in modelled time */
 	void *strategy;                /* the strategy's per-mm state */
 	struct sd_oracle_floor floor;  /* checked mode only */
@@ -96,43 +97,24 @@ void sd_mm_free_frames(struct sd_cpu *c, const uint64_t *pfns, size_t n);
  */
 /*
  * @kind says how: SD_LOCK_MM for write (mmap, munmap, mprotect);
- * SD_LOCK_MM_READ for read (madvise); SD_LOCK_MM_VMA for read, charged as
+ * SD_LOCK_MM_READ for read (madvise, munmap after its downgrade);
+ * SD_LOCK_MM_VMA for read, charged as
  * the per-VMA lock of a fault or the rmap walk of a reclaim, which the
  * kernel does without the mmap_lock's count.
  */
-static inline bool sd_mmap_trylock(struct sd_mm *mm, bool write)
-{
-	return !(write ? pthread_rwlock_trywrlock(&mm->mmap_lock)
-		       : pthread_rwlock_tryrdlock(&mm->mmap_lock));
-}
-
-/*
- * The wait. Strict modelled time runs one CPU at a time: the lock's owner
- * is parked at a sync point, and a waiter blocked in the host would leave
- * it no turn to release (only the sequencer's watchdog would, after 2 ms,
- * a stall). So it polls through the wait hook (core/backoff.h), which
- * parks it until the next release (sd_mmap_unlock()'s sd_wait_released(),
- * at the releaser's modelled time), and blocks only when no other CPU can
- * run (the owner is a thread away from the machine).
- */
-static inline void sd_mmap_lock_slow(struct sd_mm *mm, bool write)
-{
-	while (sd_wait_hook && sd_wait_hook())
-		if (sd_mmap_trylock(mm, write))
-			return;
-	if (write)
-		pthread_rwlock_wrlock(&mm->mmap_lock);
-	else
-		pthread_rwlock_rdlock(&mm->mmap_lock);
-}
-
 static inline void sd_mmap_lock(struct sd_cpu *c, struct sd_mm *mm, enum sd_lock_kind kind)
 {
 	const bool write = kind == SD_LOCK_MM;
 
-	if (!sd_mmap_trylock(mm, write)) {
+	if (!(write ? sd_rwsem_trylock_write(&mm->mmap_lock) : sd_rwsem_trylock_read(&mm->mmap_lock))) {
 		sd_event(c, SD_EV_LOCK_WAIT_BEGIN, kind, 0);
-		sd_mmap_lock_slow(mm, write);
+		/* Strict modelled time runs one CPU at a time: the lock's
+		 * owner is parked at a sync point, so the wait polls through
+		 * the wait hook (core/backoff.h), which parks it until the next
+		 * release (at the releaser's modelled time) and lets the owner
+		 * run. A signal interrupts the host-side park, so the IPIs of a
+		 * holder that flushes under the lock are answered meanwhile. */
+		sd_rwsem_lock_slow(&mm->mmap_lock, write);
 		sd_event(c, SD_EV_LOCK_WAIT_END, kind, 0);
 	}
 	sd_event(c, SD_EV_LOCK_ACQUIRE, kind, (uint64_t)(uintptr_t)&mm->mmap_model);
@@ -142,9 +124,19 @@ static inline void sd_mmap_lock(struct sd_cpu *c, struct sd_mm *mm, enum sd_lock
 static inline void sd_mmap_unlock(struct sd_cpu *c, struct sd_mm *mm, enum sd_lock_kind kind)
 {
 	sd_event(c, SD_EV_LOCK_RELEASE, kind, (uint64_t)(uintptr_t)&mm->mmap_model);
-	pthread_rwlock_unlock(&mm->mmap_lock);
-	sd_wait_released();     /* partner of sd_mmap_lock_slow()'s poll */
+	if (kind == SD_LOCK_MM)
+		sd_rwsem_up_write(&mm->mmap_lock);
+	else
+		sd_rwsem_up_read(&mm->mmap_lock);
 	sd_event_unlocked(c);
+}
+
+/* mmap_write_downgrade(): the write hold becomes a read hold (release it
+ * as SD_LOCK_MM_READ), with no gap a writer could take. */
+static inline void sd_mmap_downgrade(struct sd_cpu *c, struct sd_mm *mm)
+{
+	sd_event(c, SD_EV_LOCK_DOWNGRADE, SD_LOCK_MM, (uint64_t)(uintptr_t)&mm->mmap_model);
+	sd_rwsem_downgrade(&mm->mmap_lock);
 }
 
 /* pte_offset_map_lock() / pte_unmap_unlock() on a leaf table. */

@@ -61,7 +61,8 @@ struct sd_cpu_model {
 	uint64_t dvm_done_ps;          /* this CPU's broadcasts all done (DSB) */
 	uint64_t invlpgb_done_ps;      /* this CPU's INVLPGBs all done (TLBSYNC) */
 	unsigned ipi_posts;            /* IPIs posted since the last wait */
-	unsigned locks_held;           /* modelled locks held: no window wait */
+	unsigned locks_held;           /* modelled spinlocks held: no IPIs, no hand-off */
+	unsigned rwsems_held;          /* modelled mmap_lock holds (a sleeping lock) */
 	uint64_t read_start_ps;        /* the start of this CPU's mmap_lock read hold */
 	bool sync_deferred;            /* a sync fell in a section: retry at its end */
 	unsigned irq_batch;            /* inside ipi_run_batch(): entry charged */

@@ -338,8 +338,10 @@ static void lax_sync(struct sd_cpu_model *c)
 	}
 	/* Only a running CPU with interrupts on and no modelled lock may
 	 * wait: with interrupts off it could hold up a CPU that waits for
-	 * its ack, and a lock holder one that waits for the lock. */
-	if (state != SD_MODEL_RUNNING || *c->irq_depth || c->locks_held) {
+	 * its ack, and a lock holder one that waits for the lock. The
+	 * mmap_lock counts here too: in lax mode its waiters block in the
+	 * host's rwlock, where their clocks stand still. */
+	if (state != SD_MODEL_RUNNING || *c->irq_depth || c->locks_held || c->rwsems_held) {
 		/* Retry where the section ends (sd_model_resync()):
 		 * a CPU whose syncs all fell inside its sections would never
 		 * wait at all (a locked trap loop whose steps outside the lock
@@ -408,10 +410,14 @@ static bool seq_sync(struct sd_cpu_model *c)
 	 * in. A preemption the stall crosses is met at the next sync. */
 	if (recv_pay(c))
 		publish(c);
-	/* With interrupts off or a modelled lock held the CPU neither runs
-	 * IPIs nor gives the token away: a CPU parked holding a lock would
-	 * leave its next acquirer polling. The section's end syncs again
-	 * (sd_model_resync()). */
+	/* With interrupts off or a modelled spinlock held the CPU neither
+	 * runs IPIs nor gives the token away: a CPU parked holding a lock
+	 * would leave its next acquirer polling. The section's end syncs
+	 * again (sd_model_resync()). Not the mmap_lock: the kernel holds
+	 * that rwsem with interrupts on and may sleep in it, so its holder
+	 * runs the IPIs that reach it (a flush under the read hold answers
+	 * the others', as in zap_page_range_single()) and its waiters park
+	 * in the wait hook until its release (sd_mmap_lock_slow()). */
 	if (*c->irq_depth || c->locks_held || c->irq_batch) {
 		if (!c->irq_batch)
 			c->sync_deferred = true;

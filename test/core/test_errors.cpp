@@ -1437,6 +1437,15 @@ TEST(Errors, CpuCallsOfAnAttachedCpu)
 	check_error(sd_cpu_poll(c), -EDEADLK, {"interrupts"});
 	prime_last_error();
 	check_error(sd_trap(c, SD_ID_AA64ISAR0_EL1(0)), -EINVAL, {"interrupts"});
+	ASSERT_EQ(0, sd_irq_enable(c));
+	ASSERT_EQ(0, sd_mmap(c, mm, 0x70000000, P, SD_PROT_READ | SD_PROT_WRITE));
+	sd_irq_disable(c);
+	prime_last_error();
+	check_error(sd_access(c, 0x70000000, SD_READ, nullptr), -EDEADLK, {"interrupts"});
+	EXPECT_EQ(0, sd_irq_enable(c));
+	EXPECT_EQ(0, sd_access(c, 0x70000000, SD_READ, nullptr)) << "with them on it is taken";
+	sd_irq_disable(c);
+	EXPECT_EQ(0, sd_access(c, 0x70000000, SD_READ, nullptr)) << "a hit needs no fault";
 	EXPECT_EQ(0, sd_irq_enable(c));
 	prime_last_error();
 	check_error(sd_irq_enable(c), -EINVAL, {"on", "enable"});

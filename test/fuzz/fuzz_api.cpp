@@ -297,7 +297,7 @@ struct Cpu {
 			// Interrupts off around accesses: allowed, and IPIs wait.
 			sd_irq_disable(c);
 			for (unsigned i = 0; i < 4; i++)
-				call("sd_access(irqs off)", {0, -EFAULT, -EACCES, -ESRCH, -ENOMEM},
+				call("sd_access(irqs off)", {0, -EFAULT, -EACCES, -ESRCH, -ENOMEM, -EDEADLK},
 				     "an access code", [&] { return sd_access(c, page(), SD_READ, nullptr); });
 			sd_irq_enable(c);
 			break;

@@ -63,6 +63,8 @@ struct Race {
 	sd_tlbbatch *batch = nullptr;
 	std::atomic<unsigned> filled{0};
 	std::atomic<bool> cpu0_held{false};     // CPU 0 is at its flush, held
+	std::atomic<bool> cpu0_released{false}; // ...and let go
+	bool second_waited = false;             // CPU 1's call returned only after it
 	std::atomic<bool> second_returned{false};
 	std::atomic<unsigned> checked{0};       // CPUs 1 and 2 made their access
 	std::atomic<unsigned> finished{0};
@@ -70,6 +72,28 @@ struct Race {
 };
 
 Race *g_race;
+
+// The calls that take the mmap_lock for write: a second one waits for the
+// first call's flush, which runs under the lock the kernel holds for it
+// (madvise: read; munmap, mprotect: write), so it cannot race it at all.
+bool writes(Second s)
+{
+	return s == Second::Munmap || s == Second::MprotectRead || s == Second::MmapAfterMunmap;
+}
+
+// Whether the first call's flush keeps a writer out: the built-in
+// strategies flush under the lock; a user strategy's flush runs after it
+// (mm.c, finish_change_locked()).
+bool flushes_under_lock(const char *strategy)
+{
+	return std::string(strategy) != "nested_guide";
+}
+
+bool g_under_lock;
+
+// How long CPU 0 stays held when CPU 1's call cannot get past it: long
+// enough that a call not waiting for the lock would have returned.
+constexpr auto kHeldForWriter = std::chrono::milliseconds(30);
 
 // Where CPU 0's first call is held: before its flush; a reclaim, whose
 // flush is its batch's, once its zap is done and its split locks dropped
@@ -88,8 +112,12 @@ void hold_first_flush(enum sd_order_point point, unsigned cpu)
 	if (!r || point != held_at(r->second) || cpu != 0 || r->cpu0_held.load())
 		return;
 	r->cpu0_held.store(true);
-	while (r->checked.load() < 2)
+	const auto t0 = std::chrono::steady_clock::now();
+	while (r->checked.load() < 2 &&
+	       !(g_under_lock && writes(r->second) &&
+		 std::chrono::steady_clock::now() - t0 > kHeldForWriter))
 		std::this_thread::sleep_for(std::chrono::microseconds(50));
+	r->cpu0_released.store(true);
 }
 
 // Waits let IPIs in: nanosleep is where TSan delivers signals.
@@ -150,6 +178,7 @@ void race_body(sd_cpu *c, void *p)
 	} else if (id == 1) {
 		wait_for(c, [&] { return r->cpu0_held.load(); });
 		second_call(c, r);
+		r->second_waited = r->cpu0_released.load();
 		r->second_returned.store(true);
 		r->write1 = sd_access(c, kVa, SD_WRITE, nullptr);
 		r->checked.fetch_add(1);
@@ -202,6 +231,7 @@ TEST_P(NestedFlush, SecondCallReturnsOnlyOnceTheOldTranslationIsGone)
 	}
 	ASSERT_EQ(0, sd_tlbbatch_create(m.m, &r.batch));
 	g_race = &r;
+	g_under_lock = flushes_under_lock(strategy);
 	sd_order_set_hook(hold_first_flush);
 	{
 		sdtest::Watchdog w(what + ": CPU 0 held before its flush until CPUs 1 and 2 "
@@ -211,6 +241,11 @@ TEST_P(NestedFlush, SecondCallReturnsOnlyOnceTheOldTranslationIsGone)
 	sd_order_set_hook(nullptr);
 	g_race = nullptr;
 	EXPECT_TRUE(r.cpu0_held.load()) << what << ": the first call never reached its flush";
+	if (writes(second) && flushes_under_lock(strategy)) {
+		EXPECT_TRUE(r.second_waited)
+			<< what << ": a writer returned while the first call had not flushed: "
+				   "that flush ran outside the mmap_lock";
+	}
 	EXPECT_EQ(expected_write(second), r.write1)
 		<< what << ": CPU 1's own write after its call returned";
 	EXPECT_EQ(expected_write(second), r.write2)
@@ -291,8 +326,13 @@ void irqoff_body(sd_cpu *c, void *p)
 	if (id == 2) {
 		sd_irq_disable(c);
 		r->irqs_off.store(true);
-		// Interrupts off on purpose: CPU 0's flush waits for us.
-		while (!r->second_returned.load() && !r->cpu1_flushing.load())
+		// Interrupts off on purpose: CPU 0's flush waits for us. A writer
+		// second call waits for that flush on the mmap_lock, so neither
+		// comes: then, after a while, we let the flush through.
+		const auto t0 = std::chrono::steady_clock::now();
+		while (!r->second_returned.load() && !r->cpu1_flushing.load() &&
+		       !(writes(r->second) &&
+			 std::chrono::steady_clock::now() - t0 > kHeldForWriter))
 			std::this_thread::sleep_for(std::chrono::microseconds(50));
 		if (r->second_returned.load())
 			r->write_irqs_off = sd_access(c, kVa, SD_WRITE, nullptr);

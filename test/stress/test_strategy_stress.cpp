@@ -188,8 +188,15 @@ struct Cpu {
 		range(va, len);
 		va += pick((unsigned)(len / P)) * P + pick(4096);
 		bool write = pick(5) < 2;
-		check(sd_access(c, va, write ? SD_WRITE : SD_READ, nullptr), {0, -EFAULT, -EACCES},
-		      "sd_access", va);
+		// With interrupts off a page that is not present is not
+		// faulted in (-EDEADLK): the fault could wait for the
+		// mmap_lock of a holder waiting for this CPU's IPI.
+		if (sd_irqs_disabled(c))
+			check(sd_access(c, va, write ? SD_WRITE : SD_READ, nullptr),
+			      {0, -EFAULT, -EACCES, -EDEADLK}, "sd_access (interrupts off)", va);
+		else
+			check(sd_access(c, va, write ? SD_WRITE : SD_READ, nullptr),
+			      {0, -EFAULT, -EACCES}, "sd_access", va);
 		w.n.accesses.fetch_add(1, std::memory_order_relaxed);
 	}
 

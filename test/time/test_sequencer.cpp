@@ -17,6 +17,7 @@
 
 extern "C" {
 #include "hw/machine.h"
+#include "mm/mm.h"
 #include "time/sequencer.h"
 }
 #include "hw/line_hammer.h"
@@ -229,13 +230,17 @@ TEST(Strict, SaturatedLineLimitsThroughput)
 // An IPI to a CPU inside a second of modelled work is handled when it
 // arrives, not after the work: the sender's wait is the IPI's round trip,
 // and the target's work ends a handler later than it would have alone.
+// An IPI's costs, distinct so that each sum says which were charged: send,
+// delivery, the handler's entry, body and exit, a line transfer.
+constexpr double S = 50, D = 500, E = 100, H = 10, Q = 70, T = 30;
+const std::map<std::string, double> kIpiCosts = {
+	{"ipi_send", S}, {"ipi_delivery", D}, {"irq_entry", E},
+	{"ipi_handler", H}, {"irq_exit", Q}, {"line_transfer.llc", T}};
+
 TEST(Strict, WorkIsInterruptedByAnIpi)
 {
-	constexpr double S = 50, D = 500, E = 100, H = 10, Q = 70, T = 30;
 	constexpr uint64_t kWork = 1000000000;      // 1 s
-	Profile p("pack:1 core:2 pu:1", {{"ipi_send", S}, {"ipi_delivery", D}, {"irq_entry", E},
-					 {"ipi_handler", H}, {"irq_exit", Q},
-					 {"line_transfer.llc", T}});
+	Profile p("pack:1 core:2 pu:1", kIpiCosts);
 	Machine mach(strict(2, "ipi", p));
 	ASSERT_NE(nullptr, mach.m) << sd_last_error();
 	struct Arg {
@@ -256,6 +261,58 @@ TEST(Strict, WorkIsInterruptedByAnIpi)
 	// the queue head the sender wrote), seen T later by the sender.
 	EXPECT_EQ((uint64_t)(S + D + E + H + T + T), a.sender);
 	EXPECT_EQ(kWork + (uint64_t)(E + H + T + Q), a.target);
+}
+
+// The mmap_lock is a sleeping lock the kernel holds with interrupts on: an
+// IPI that reaches its holder runs at its arrival, as it does in the
+// kernel (a flush under the read hold answers the others'). A spinlock
+// (here the trap-dispatch lock, taken with interrupts off in the kernel)
+// holds it back to the section's end. CPU 1 works kWork inside the lock;
+// CPU 0's IPI is sent at S. Counting the mmap_lock with the spinlocks in
+// seq_sync() moves the first answer to the second.
+TEST(Strict, MmapLockHolderRunsIpisASpinlockHolderDefersThem)
+{
+	constexpr uint64_t kWork = 1000000;          // 1 ms
+	Profile p("pack:1 core:2 pu:1", kIpiCosts);
+	for (const bool rwsem : {true, false}) {
+		SCOPED_TRACE(rwsem ? "mmap_lock (read)" : "a spinlock");
+		Machine mach(strict(2, "ipi", p));
+		ASSERT_NE(nullptr, mach.m) << sd_last_error();
+		struct Arg {
+			bool rwsem;
+			sd_mm *mm = nullptr;
+			sd_spinlock spin;
+			uint64_t sender = 0;
+		} a;
+		a.rwsem = rwsem;
+		sd_spin_init(&a.spin);
+		ASSERT_EQ(0, sd_mm_create(mach.m, &a.mm));
+		Watchdog w("Strict lock holder and IPI: a run stuck", 60);
+		ASSERT_EQ(0, sd_machine_run(mach.m, [](sd_cpu *c, void *v) {
+			auto *a = static_cast<Arg *>(v);
+			if (sd_cpu_id(c) == 0) {
+				EXPECT_EQ(0, sd_smp_call_single(c, 1, [](sd_cpu *, void *) {},
+								nullptr));
+				a->sender = sd_cpu_clock_ns(c);
+				return;
+			}
+			if (a->rwsem)
+				sd_mmap_lock(c, a->mm, SD_LOCK_MM_READ);
+			else
+				sd_event_spin_lock(c, &a->spin, SD_LOCK_TRAP);
+			EXPECT_EQ(0, sd_cpu_work(c, kWork));
+			if (a->rwsem)
+				sd_mmap_unlock(c, a->mm, SD_LOCK_MM_READ);
+			else
+				sd_event_spin_unlock(c, &a->spin, SD_LOCK_TRAP);
+		}, &a)) << sd_last_error();
+		EXPECT_EQ(0, sd_mm_destroy(a.mm));
+		if (rwsem)
+			EXPECT_EQ((uint64_t)(S + D + E + H + T + T), a.sender)
+				<< "the IPI waited for the mmap_lock's release";
+		else
+			EXPECT_GT(a.sender, kWork) << "the IPI ran inside the spinlock's section";
+	}
 }
 
 // A wait in the program's own code through sd_cpu_poll(): CPU 0 polls a
