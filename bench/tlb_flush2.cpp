@@ -39,15 +39,17 @@ namespace {
 // will-it-scale tlb_flush2, threads mode: the CPUs are threads of one mm,
 // each with a private 1 MiB region (in a leaf table of its own). A loop:
 // write a page, madvise(DONTNEED) it (a flush), read it again (will-it-scale
-// asserts it reads 0: a fresh page). After each pass over the 256 pages the
+// asserts it reads 0: the read maps the shared zero page, no frame). After
+// each pass over the 256 pages the
 // region is unmapped (a full flush that frees its table) and mapped again,
 // as will-it-scale does. Time per iteration: one loop, as each thread sees
 // it; loops_per_s is the total over all threads. Processes mode is the same
 // loop with every CPU in its own mm.
 //
-// Every loop frees two pages (the madvise's now, the re-faulted one at the
-// munmap of its pass): with SD_LRU_GLOBAL (a machine setting, whatever the
-// strategy) each free takes the machine-wide LRU lock, as release_pages()
+// Every loop frees one page, the madvise's (the zero page the read maps is
+// on no LRU, and its munmap frees nothing): with SD_LRU_GLOBAL (a machine
+// setting, whatever the strategy) each free takes the machine-wide LRU lock,
+// as release_pages()
 // takes the lruvec lock in vanilla; SD_LRU_PERCPU is the INVLPGB series'
 // lru_add_drain removal.
 // Besides that lock and the flush, the threads of one mm share its lock
@@ -196,9 +198,9 @@ void BM_tlb_flush2(State &st, const char *strategy, unsigned lru, unsigned cpus,
 	st.counters["cpu_ns_per_loop"] = loops > 0 ? (double)arg.thread_cpu_ns.load() / loops : 0;
 	st.counters["flushes_per_loop"] = loops > 0 ? (double)flushes / loops : 0;
 	st.counters["remote_invalidations_per_flush"] = ratio(d.counter[SD_STAT_REMOTE_INVAL], flushes);
-	// The machine-wide LRU lock: pages freed under it per loop, 0 with
-	// SD_LRU_PERCPU, else 2: the madvise's, and the page the loop's read
-	// faulted back in, which the munmap ending its pass frees.
+	// The machine-wide LRU lock: folios added or removed under it per
+	// loop, 0 with SD_LRU_PERCPU, else 2: the write fault's page added and
+	// the madvise's removed (the read maps the zero page, on no LRU).
 	st.counters["lru_lock_pages_per_loop"] =
 		loops > 0 ? (double)d.counter[SD_STAT_LRU_LOCK_PAGES] / loops : 0;
 	st.counters["warmup_batches"] = (double)warm.batches;

@@ -224,4 +224,26 @@ inline uint64_t total(sd_machine *m, sd_stat id)
 	return s.counter[id];
 }
 
+// A user strategy written exactly as docs/guide.md shows (broadcast into
+// every TLB), registered as @name for the scope.
+inline void guide_broadcast_flush(sd_cpu *cpu, sd_mm *mm, uint64_t va, uint64_t len, unsigned,
+				  void *)
+{
+	EXPECT_EQ(0, sd_tlb_invalidate_broadcast(cpu, mm, va, len));
+}
+
+struct GuideStrategy {
+	std::string name;
+	explicit GuideStrategy(const char *n) : name(n)
+	{
+		sd_strategy s = SD_STRATEGY_INIT;
+		s.name = name.c_str();
+		s.flush = guide_broadcast_flush;
+		EXPECT_EQ(0, sd_strategy_register(&s)) << sd_last_error();
+	}
+	~GuideStrategy() { EXPECT_EQ(0, sd_strategy_unregister(name.c_str())); }
+	GuideStrategy(const GuideStrategy &) = delete;
+	GuideStrategy &operator=(const GuideStrategy &) = delete;
+};
+
 } // namespace sdtest

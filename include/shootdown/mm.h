@@ -172,17 +172,25 @@ SD_EXPORT int sd_tlb_probe(const struct sd_cpu *cpu, uint64_t va, uint64_t *pfn)
  *
  * Looks the page up in the CPU's TLB with its current ASID; on a miss walks
  * the page table locklessly (RCU read side, interrupts off), populating the
- * page on first touch, and fills the TLB. In checked mode the oracle counts
- * any hit on a translation older than the PTE state seen by a mapping change
- * of the page that returned before this access started.
+ * page on first touch, and fills the TLB. As Linux does for private
+ * anonymous memory, a read of a page never written (or emptied by
+ * sd_madvise_dontneed()) maps the shared zero page, frame 0, write-protected
+ * and taking no frame; the first write to it then breaks copy-on-write: a
+ * frame of its own, the old translation flushed from every TLB of the mm
+ * before the write returns (page_faults and wp_faults count it). In checked
+ * mode the oracle counts any hit on a translation older than the PTE state
+ * seen by a mapping change of the page that returned before this access
+ * started.
  *
- * Return: 0 and the frame number in *@pfn (if @pfn is not NULL); -EFAULT if
+ * Return: 0 and the frame number in *@pfn (if @pfn is not NULL; 0 for the
+ * zero page, 1 and up for a frame of the machine's pool); -EFAULT if
  * @va is not mapped or outside the VA space; -EACCES if the mapping forbids
  * @kind; -ESRCH if no address space is loaded or the CPU is idle; -ENOMEM if
  * no frame is left; -EPERM if the caller is not attached as @cpu; -EINVAL
- * for an unknown @kind; -EDEADLK for a page that is not present with
- * interrupts off: a fault is taken with interrupts on only (it may wait for
- * the mmap_lock, whose holder may be waiting for this CPU's IPI).
+ * for an unknown @kind; -EDEADLK for a fault with interrupts off (a page
+ * that is not present, or a write to the zero page): a fault is taken with
+ * interrupts on only (it may wait for the mmap_lock or a page table's lock,
+ * whose holder may be waiting for this CPU's IPI).
  * Attached thread, interrupts on or off (a hit needs no fault).
  */
 SD_EXPORT int sd_access(struct sd_cpu *cpu, uint64_t va, enum sd_access_kind kind,

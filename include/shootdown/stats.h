@@ -54,7 +54,7 @@ SD_BEGIN_DECLS
 	X(WALK_CACHE_HIT, "walk_cache_hits")    /* walks that skipped levels */ \
 	X(TLB_FILL, "tlb_fills")                                                \
 	X(TLB_FILL_RACED, "tlb_fills_raced")    /* fills dropped: invalidated meanwhile */ \
-	X(PAGE_FAULT, "page_faults")            /* first-touch populations */   \
+	X(PAGE_FAULT, "page_faults")            /* populations and copy-on-write breaks */ \
 	X(FLUSH, "flushes")                     /* strategy flushes initiated */\
 	X(LOCAL_FLUSH_ALL, "nr_tlb_local_flush_all")                            \
 	X(LOCAL_FLUSH_ASID, "nr_tlb_local_flush_asid")                          \
@@ -105,7 +105,9 @@ SD_BEGIN_DECLS
 	X(LOCK_WAIT, "lock_waits")              /* contended DVM, LRU, global ASID locks */ \
 	X(TRACE_DROPPED, "trace_records_dropped") /* trace ring full (guide: Tracing) */ \
 	X(MODEL_NS, "model_ns")                 /* modelled time: the CPU's clock, ns (model.h) */ \
-	X(MODEL_WINDOW_WAITS, "model_window_waits") /* modelled time: waits a window ahead */
+	X(MODEL_WINDOW_WAITS, "model_window_waits") /* modelled time: waits a window ahead */ \
+	X(ZERO_PAGE_FAULT, "zero_page_faults")  /* read faults that mapped the zero page */ \
+	X(WP_FAULT, "wp_faults")                /* copy-on-write breaks (do_wp_page) */
 
 /** Counter ids. */
 enum sd_stat {

@@ -48,6 +48,9 @@ enum sd_order_point {
 	SD_ORDER_TRACE_CLAIMED,  /* trace ring: a slot claimed, not yet filled
 				  * (test_trace records from here, as the
 				  * CPU's own IPI handler may) */
+	SD_ORDER_WP_LOCKED,      /* copy-on-write break: the split lock taken,
+				  * the write-protected PTE not yet read again
+				  * (wp_fault()) */
 	SD_ORDER_NR_POINTS,
 };
 

@@ -53,6 +53,12 @@
 	X(TLB_FILL,           TLB_FILL,           INSTANT,  ONE, ONCE(TLB_FILL)) /* arg vpn */           \
 	X(TLB_FILL_RACED,     TLB_FILL_RACED,     INSTANT,  ONE, ONCE(TLB_FILL)) /* arg vpn */           \
 	X(PAGE_FAULT,         PAGE_FAULT,         INSTANT,  ONE, ONCE(PAGE_FAULT_ENTRY)) /* arg vpn */   \
+	/* a read fault that mapped the shared zero page (no frame) */                                   \
+	X(ZERO_PAGE_FAULT,    ZERO_PAGE_FAULT,    INSTANT,  ONE, FREE) /* arg vpn */                     \
+	/* a write-protect fault: a copy-on-write break of a read-only PTE */                            \
+	X(WP_FAULT,           WP_FAULT,           INSTANT,  ONE, FREE) /* arg vpn */                     \
+	/* a new anonymous page: page_alloc + page_zero + memcg_charge */                                \
+	X(ANON_PAGE,          NONE,               UNTRACED, ONE, OUT)                                    \
 	X(VIOLATION,          VIOLATION,          INSTANT,  ONE, FREE) /* arg vpn */                     \
 	/* arg vpn, aux sd_flush_aux(reason, pages) */                                                   \
 	X(FLUSH_BEGIN,        NONE,               BEGIN,    ONE, FREE)                                   \

@@ -20,11 +20,18 @@
  *
  * VMA marks a page inside a mapping; PRESENT that it is populated. A VMA page
  * that is not PRESENT is populated on first access and is never cached.
+ * READ and WRITE are the mapping's protection. WRPROTECT maps a page
+ * read-only inside a mapping that allows writes: a write takes a
+ * write-protect fault (the kernel's do_wp_page()), which gives the page a
+ * frame of its own. A PRESENT PTE with frame 0 maps the shared zero page
+ * (the kernel's ZERO_PAGE): what a read fault of an anonymous page maps
+ * (do_anonymous_page()), always WRPROTECT, never freed, on no LRU.
  */
 #define SD_PTE_PRESENT (UINT64_C(1) << 0)
 #define SD_PTE_READ (UINT64_C(1) << 1)
 #define SD_PTE_WRITE (UINT64_C(1) << 2)
 #define SD_PTE_VMA (UINT64_C(1) << 3)
+#define SD_PTE_WRPROTECT (UINT64_C(1) << 4)
 #define SD_PTE_PROT_SHIFT 1
 #define SD_PTE_PROT_MASK (SD_PTE_READ | SD_PTE_WRITE)
 #define SD_PTE_PFN_SHIFT 8
@@ -46,6 +53,12 @@ static inline uint32_t sd_pte_version(uint64_t pte)
 static inline uint64_t sd_pte_make(uint64_t pfn, uint64_t flags, uint32_t version)
 {
 	return ((uint64_t)version << SD_PTE_VERSION_SHIFT) | (pfn << SD_PTE_PFN_SHIFT) | flags;
+}
+
+/* The shared zero page: present, frame 0 (no frame of the pool's). */
+static inline bool sd_pte_is_zero_page(uint64_t pte)
+{
+	return (pte & SD_PTE_PRESENT) && sd_pte_pfn(pte) == 0;
 }
 
 static inline uint64_t sd_pte_flags_from_prot(unsigned prot)

@@ -80,7 +80,8 @@ static void free_frame_of(uint64_t pte, void *arg)
 {
 	struct teardown *td = arg;
 
-	if (pte & SD_PTE_PRESENT) {
+	/* The zero page is no frame of the pool's. */
+	if ((pte & SD_PTE_PRESENT) && !sd_pte_is_zero_page(pte)) {
 		sd_frame_free(&td->m->frames, NULL, sd_pte_pfn(pte));
 		td->frames++;
 	}
@@ -673,6 +674,8 @@ static int do_munmap(struct sd_cpu *c, struct sd_mm *mm, uint64_t va, uint64_t l
  */
 struct zap {
 	uint32_t version;
+	/* NULL: zap the zero page's PTEs too; else leave them, and say so. */
+	void (*kept_zero)(void *arg, uint64_t vpn);
 	void (*zapped)(void *arg, uint64_t vpn, uint64_t pfn);
 	void *arg;
 };
@@ -685,6 +688,10 @@ static void zap_leaf(void *arg, struct sd_pt *leaf, uint64_t vpn, uint64_t end)
 		uint64_t old = atomic_load_explicit(pte_slot(leaf, v), memory_order_relaxed);
 		if (!(old & SD_PTE_PRESENT))
 			continue;
+		if (z->kept_zero && sd_pte_is_zero_page(old)) {
+			z->kept_zero(z->arg, v);
+			continue;
+		}
 		atomic_store_explicit(pte_slot(leaf, v),
 				      sd_pte_make(0, old & (SD_PTE_VMA | SD_PTE_PROT_MASK), z->version),
 				      memory_order_release);
@@ -693,10 +700,10 @@ static void zap_leaf(void *arg, struct sd_pt *leaf, uint64_t vpn, uint64_t end)
 }
 
 void sd_mm_zap_present(struct sd_cpu *c, struct sd_mm *mm, uint64_t vpn, uint64_t nr,
-		       uint32_t version, bool *owed,
+		       uint32_t version, bool *owed, void (*kept_zero)(void *arg, uint64_t vpn),
 		       void (*zapped)(void *arg, uint64_t vpn, uint64_t pfn), void *arg)
 {
-	struct zap z = { .version = version, .zapped = zapped, .arg = arg };
+	struct zap z = { .version = version, .kept_zero = kept_zero, .zapped = zapped, .arg = arg };
 
 	edit_leaves(c, mm, vpn, nr, owed, zap_leaf, &z);
 }
@@ -719,7 +726,8 @@ static int do_madvise_dontneed(struct sd_cpu *c, struct sd_mm *mm, uint64_t va, 
 	/* madvise_lock(): MADV_DONTNEED takes the mmap_lock for read. */
 	sd_mmap_lock(c, mm, SD_LOCK_MM_READ);
 	version = change_begin(c, mm, &g);
-	sd_mm_zap_present(c, mm, vpn, nr, version, &g.owed, gather_zapped, &g);
+	/* zap_pte_range() clears the zero page's PTEs too (no frame to free). */
+	sd_mm_zap_present(c, mm, vpn, nr, version, &g.owed, NULL, gather_zapped, &g);
 	g.nested = flush_nested(mm);
 	sd_event(c, SD_EV_PTE_UPDATE, g.ptes, 0);
 	/* zap_page_range_single()'s tlb_finish_mmu(): under the read hold. */
@@ -740,7 +748,9 @@ static void protect_leaf(void *arg, struct sd_pt *leaf, uint64_t vpn, uint64_t e
 
 	for (uint64_t v = vpn; v < end; v++) {
 		uint64_t old = atomic_load_explicit(pte_slot(leaf, v), memory_order_relaxed);
-		uint64_t keep = old & (SD_PTE_VMA | SD_PTE_PRESENT);
+		/* A write-protected page stays so (the zero page is never
+		 * made writable: can_change_pte_writable()). */
+		uint64_t keep = old & (SD_PTE_VMA | SD_PTE_PRESENT | SD_PTE_WRPROTECT);
 		atomic_store_explicit(pte_slot(leaf, v),
 				      sd_pte_make(sd_pte_pfn(old), keep | pr->flags, pr->version),
 				      memory_order_release);
@@ -858,34 +868,52 @@ int sd_flush_tlb_range(struct sd_cpu *c, struct sd_mm *mm, uint64_t va, uint64_t
 
 /* ---- the access path ---- */
 
+/* What a cached translation (a TLB hit) permits: the mapping's protection,
+ * and no write through a write-protected PTE (the hardware faults). */
 static inline bool pte_allows(uint64_t pte, enum sd_access_kind kind)
 {
+	if (kind == SD_WRITE)
+		return (pte & (SD_PTE_WRITE | SD_PTE_WRPROTECT)) == SD_PTE_WRITE;
+	return pte & SD_PTE_READ;
+}
+
+/* What the mapping permits (-EACCES otherwise): its protection alone. */
+static inline bool vma_allows(uint64_t pte, enum sd_access_kind kind)
+{
 	return pte & (kind == SD_WRITE ? SD_PTE_WRITE : SD_PTE_READ);
+}
+
+/* The kernel takes no fault with interrupts off (a uaccess there is a
+ * fixup, faulthandler_disabled()); here a fault would wait for the
+ * mmap_lock, whose holder may be flushing and waiting for this CPU's IPI
+ * (finish_flush()). */
+static int refuse_fault_irqs_off(struct sd_cpu *c, uint64_t vpn, const char *what)
+{
+	return sd_fail(-EDEADLK, "sd_access: page 0x%llx %s and interrupts are off: a fault is "
+		       "not taken with interrupts off (touch it with them on)",
+		       (unsigned long long)(vpn << SD_PAGE_SHIFT), what);
 }
 
 /*
  * First touch: populate the page (interrupts on, as the kernel's fault
  * handler runs), under the mmap_lock for read, charged as the per-VMA lock
  * the kernel's fault takes (lock_vma_under_rcu()), and the split lock of
- * the page's table (do_anonymous_page()). The frame is allocated before
- * the split lock, as the kernel allocates the folio first; a fault that
+ * the page's table (do_anonymous_page()). A read maps the shared zero page,
+ * write-protected: no frame, no LRU add, as do_anonymous_page() does for a
+ * read of a private anonymous page. A write takes a frame, allocated before
+ * the split lock as the kernel allocates the folio first; a fault that
  * loses the race for the PTE gives it back.
  */
-static int populate(struct sd_cpu *c, struct sd_mm *mm, uint64_t vpn)
+static int populate(struct sd_cpu *c, struct sd_mm *mm, uint64_t vpn, enum sd_access_kind kind)
 {
 	struct sd_pt *leaf;
-	uint64_t pfn;
+	uint64_t pfn = 0;
+	const bool zero = kind == SD_READ;
 	bool used = false;
 
-	/* The kernel takes no fault with interrupts off (a uaccess there is
-	 * a fixup, faulthandler_disabled()); here it would wait for the
-	 * mmap_lock, whose holder may be flushing and waiting for this CPU's
-	 * IPI (finish_flush()). */
 	if (c->irq_depth)
-		return sd_fail(-EDEADLK, "sd_access: page 0x%llx is not present and interrupts are "
-			       "off: a fault is not taken with interrupts off (touch it with them on)",
-			       (unsigned long long)(vpn << SD_PAGE_SHIFT));
-	if (sd_frame_alloc(&c->m->frames, &c->frames, &pfn))
+		return refuse_fault_irqs_off(c, vpn, "is not present");
+	if (!zero && sd_frame_alloc(&c->m->frames, &c->frames, &pfn))
 		return sd_fail(-ENOMEM, "sd_access: out of frames");
 	sd_mmap_lock(c, mm, SD_LOCK_MM_VMA);
 	/* Tables are linked and unlinked under the lock for write only. */
@@ -900,9 +928,9 @@ static int populate(struct sd_cpu *c, struct sd_mm *mm, uint64_t vpn)
 			 * out of memory, a missed check, never a false alarm. */
 			if (c->checked)
 				(void)sd_oracle_floor_touch(&mm->floor, vpn);
+			uint64_t flags = (pte & (SD_PTE_VMA | SD_PTE_PROT_MASK)) | SD_PTE_PRESENT;
 			atomic_store_explicit(pte_slot(leaf, vpn),
-					      sd_pte_make(pfn, (pte & (SD_PTE_VMA | SD_PTE_PROT_MASK)) |
-								 SD_PTE_PRESENT,
+					      sd_pte_make(pfn, zero ? flags | SD_PTE_WRPROTECT : flags,
 							  sd_mm_change_version(mm)),
 					      memory_order_release);
 			used = true;
@@ -912,15 +940,104 @@ static int populate(struct sd_cpu *c, struct sd_mm *mm, uint64_t vpn)
 	}
 	sd_mmap_unlock(c, mm, SD_LOCK_MM_VMA);
 	/* A population (page_faults), charged the exception's entry and exit
-	 * outside the locks, where the kernel pays them; the page joins this
-	 * CPU's LRU batch (folio_add_lru_vma(), which the kernel does under
-	 * the split lock: here after it, which only shortens a hold that the
-	 * drain, once a batch, would lengthen). */
+	 * outside the locks, where the kernel pays them; a new page its
+	 * allocation, zeroing and charge, and it joins this CPU's LRU batch
+	 * (folio_add_lru_vma(), which the kernel does under the split lock:
+	 * here after it, which only shortens a hold that the drain, once a
+	 * batch, would lengthen). */
 	if (used) {
 		sd_event(c, SD_EV_PAGE_FAULT, vpn, 0);
-		sd_lru_add(c);
-	} else
+		if (zero) {
+			sd_event(c, SD_EV_ZERO_PAGE_FAULT, vpn, 0);
+		} else {
+			sd_event(c, SD_EV_ANON_PAGE, 1, 0);
+			sd_lru_add(c);
+		}
+	} else if (!zero) {
 		sd_frame_free(&c->m->frames, &c->frames, pfn);
+	}
+	return 0;
+}
+
+/*
+ * A write to a write-protected PTE of a writable mapping: do_wp_page()'s
+ * copy (wp_page_copy()). The zero page is the only page mapped so today:
+ * the new page is a cleared one. Under the split lock, as the kernel does
+ * it: the PTE is cleared (kept a non-present mapping, so a walker that
+ * comes meanwhile faults and waits for this lock), flushed from every TLB
+ * that may hold it (ptep_clear_flush(): a one-page shootdown of the mm),
+ * then set to the new page, writable. Other CPUs' faults on the table wait
+ * on the split lock and answer this flush's IPIs while they wait (their
+ * interrupts are on: populate() and this path refuse them off; changes
+ * refuse them too, sd_mm_check_change()).
+ *
+ * A user strategy's flush may wait for other CPUs to reach points of the
+ * program's own, which a CPU spinning on the split lock never reaches: for
+ * it the PTE is set first and flushed after the unlock, as its changes
+ * flush after the mmap_lock (finish_change_locked()). Either way, once the
+ * flush is done no access may use the old translation: the page's floor
+ * rises to the new PTE's version.
+ */
+struct wp_copy {
+	uint64_t pfn;
+	uint32_t version;
+	bool done, flush_after;
+};
+
+static void wp_replace(struct sd_cpu *c, struct sd_mm *mm, SD_ATOMIC(uint64_t) *slot, uint64_t vpn,
+		       uint64_t pte, struct wp_copy *w)
+{
+	const uint64_t keep = pte & (SD_PTE_VMA | SD_PTE_PROT_MASK);
+
+	w->version = sd_mm_change_version(mm);
+	if (!w->flush_after) {
+		atomic_store_explicit(slot, sd_pte_make(0, keep, w->version), memory_order_release);
+		sd_event(c, SD_EV_PTE_UPDATE, 1, 0);
+		flush_change(c, mm, vpn, 1, false, false);
+	}
+	atomic_store_explicit(slot, sd_pte_make(w->pfn, keep | SD_PTE_PRESENT, w->version),
+			      memory_order_release);
+	sd_event(c, SD_EV_PTE_UPDATE, 1, 0);
+	w->done = true;
+}
+
+static int wp_fault(struct sd_cpu *c, struct sd_mm *mm, uint64_t vpn)
+{
+	struct wp_copy w = { .flush_after = c->m->ops->user };
+	struct sd_pt *leaf;
+
+	if (c->irq_depth)
+		return refuse_fault_irqs_off(c, vpn, "is write-protected");
+	if (sd_frame_alloc(&c->m->frames, &c->frames, &w.pfn))
+		return sd_fail(-ENOMEM, "sd_access: out of frames");
+	sd_mmap_lock(c, mm, SD_LOCK_MM_VMA);
+	leaf = sd_pt_walk_leaf(mm->pgd, vpn);
+	if (leaf) {
+		sd_ptl_lock(c, leaf);
+		/* Test instrumentation: another CPU's break may be waiting. */
+		sd_order_point(SD_ORDER_WP_LOCKED, c->id);
+		SD_ATOMIC(uint64_t) *slot = pte_slot(leaf, vpn);
+		uint64_t pte = atomic_load_explicit(slot, memory_order_relaxed);
+		const uint64_t wp = SD_PTE_PRESENT | SD_PTE_WRPROTECT | SD_PTE_WRITE;
+
+		/* pte_same(): still the write-protected page we faulted on. */
+		if ((pte & wp) == wp)
+			wp_replace(c, mm, slot, vpn, pte, &w);
+		sd_ptl_unlock(c, leaf);
+	}
+	sd_mmap_unlock(c, mm, SD_LOCK_MM_VMA);
+	if (!w.done) {
+		sd_frame_free(&c->m->frames, &c->frames, w.pfn);
+		return 0;
+	}
+	if (w.flush_after)
+		flush_change(c, mm, vpn, 1, false, false);
+	if (c->checked)
+		sd_oracle_floor_raise_known(&mm->floor, vpn, 1, w.version);
+	sd_event(c, SD_EV_PAGE_FAULT, vpn, 0);
+	sd_event(c, SD_EV_WP_FAULT, vpn, 0);
+	sd_event(c, SD_EV_ANON_PAGE, 1, 0);
+	sd_lru_add(c);
 	return 0;
 }
 
@@ -971,11 +1088,11 @@ static int walk_and_fill(struct sd_cpu *c, struct sd_mm *mm, uint64_t vpn,
 			sd_irq_on(c);
 			return -EFAULT;
 		}
-		if (!pte_allows(pte, kind)) {
+		if (!vma_allows(pte, kind)) {
 			sd_irq_on(c);
 			return -EACCES;
 		}
-		if (pte & SD_PTE_PRESENT) {
+		if ((pte & SD_PTE_PRESENT) && pte_allows(pte, kind)) {
 			if (sd_tlb_fill_commit_gen(&c->tlb, snap, vpn, c->asid, pte, (uint32_t)mm->id,
 						   leaf, table_gen))
 				sd_event(c, SD_EV_TLB_FILL, vpn, 0);
@@ -986,7 +1103,7 @@ static int walk_and_fill(struct sd_cpu *c, struct sd_mm *mm, uint64_t vpn,
 			return 0;
 		}
 		sd_irq_on(c);
-		int err = populate(c, mm, vpn);
+		int err = (pte & SD_PTE_PRESENT) ? wp_fault(c, mm, vpn) : populate(c, mm, vpn, kind);
 		if (err)
 			return err;
 	}

@@ -77,11 +77,12 @@ int sd_mm_check_change(struct sd_cpu *c, struct sd_mm *mm, uint64_t va, uint64_t
 uint32_t sd_mm_change_version(struct sd_mm *mm);
 /* zap_pte_range(): drop the frame of every present page of the range, keep
  * the mapping; @zapped(@arg, vpn, pfn) hears of each under the split lock of
- * its table, and *@owed (if not NULL) whether a TLB batch owes the mm a
- * flush (flush_tlb_batched_pending()). @c holds the mmap_lock, for read at
- * least. */
+ * its table (pfn 0 for the zero page), and *@owed (if not NULL) whether a
+ * TLB batch owes the mm a flush (flush_tlb_batched_pending()). With
+ * @kept_zero the zero page's PTEs stay as they are and it hears of each
+ * instead, in ascending order. @c holds the mmap_lock, for read at least. */
 void sd_mm_zap_present(struct sd_cpu *c, struct sd_mm *mm, uint64_t vpn, uint64_t nr,
-		       uint32_t version, bool *owed,
+		       uint32_t version, bool *owed, void (*kept_zero)(void *arg, uint64_t vpn),
 		       void (*zapped)(void *arg, uint64_t vpn, uint64_t pfn), void *arg);
 
 /* Free a change's frames after its flush: off the LRU (mm/lru.c, per the

@@ -5,6 +5,7 @@
  * mm's, the flush is the batch's (tlbbatch.c).
  */
 #include <pthread.h>
+#include <stdlib.h>
 
 #include "../core/error.h"
 #include "../core/ordering.h"
@@ -22,7 +23,59 @@ struct reclaim {
 	uint32_t version;
 	bool checked;
 	bool zapped;
+	/* Checked mode: the runs of the range whose floors the reclaim may
+	 * raise, the range less the zero page's PTEs it left (their cached
+	 * entries are as new as those PTEs); floors_lost on -ENOMEM. */
+	struct floor_run { uint64_t vpn, nr; } *runs;
+	size_t nr_runs, cap_runs;
+	uint64_t run_start, end;
+	bool floors_lost;
 };
+
+static void add_run(struct reclaim *r, uint64_t vpn, uint64_t nr)
+{
+	if (!nr || r->floors_lost)
+		return;
+	if (r->nr_runs == r->cap_runs) {
+		size_t cap = r->cap_runs ? 2 * r->cap_runs : 4;
+		struct floor_run *v = realloc(r->runs, cap * sizeof(*v));
+
+		if (!v) {
+			r->floors_lost = true;
+			return;
+		}
+		r->runs = v;
+		r->cap_runs = cap;
+	}
+	r->runs[r->nr_runs++] = (struct floor_run){ vpn, nr };
+}
+
+/* A zero-page PTE left in place (reclaim takes folios off the LRU; the
+ * zero page is on none): the run before it ends there. */
+static void reclaim_kept_zero(void *arg, uint64_t vpn)
+{
+	struct reclaim *r = arg;
+
+	if (r->checked) {
+		add_run(r, r->run_start, vpn - r->run_start);
+		r->run_start = vpn + 1;
+	}
+}
+
+/* Out of memory for a run: a missed check, never a false alarm. */
+static void raise_runs(struct reclaim *r, struct sd_tlbbatch *hold)
+{
+	add_run(r, r->run_start, r->end - r->run_start);
+	for (size_t i = 0; i < r->nr_runs && !r->floors_lost; i++) {
+		if (hold)
+			(void)sd_tlbbatch_hold_floor(hold, r->mm, r->runs[i].vpn, r->runs[i].nr,
+						     r->version);
+		else
+			sd_oracle_floor_raise_known(&r->mm->floor, r->runs[i].vpn, r->runs[i].nr,
+						    r->version);
+	}
+	free(r->runs);
+}
 
 /*
  * Under the split lock of @vpn's table, after its PTE was cleared: note the
@@ -49,7 +102,8 @@ static void reclaim_zapped(void *arg, uint64_t vpn, uint64_t pfn)
 int sd_reclaim(struct sd_cpu *c, struct sd_tlbbatch *b, struct sd_mm *mm, uint64_t va,
 	       uint64_t len)
 {
-	struct reclaim r = { .cpu = c, .batch = b, .mm = mm };
+	struct reclaim r = { .cpu = c, .batch = b, .mm = mm, .run_start = va >> SD_PAGE_SHIFT,
+			     .end = (va + len) >> SD_PAGE_SHIFT };
 	int err = sd_mm_check_change(c, mm, va, len, "sd_reclaim");
 
 	if (err)
@@ -66,7 +120,7 @@ int sd_reclaim(struct sd_cpu *c, struct sd_tlbbatch *b, struct sd_mm *mm, uint64
 	sd_mmap_lock(c, mm, SD_LOCK_MM_VMA);
 	r.version = sd_mm_change_version(mm);
 	sd_mm_zap_present(c, mm, va >> SD_PAGE_SHIFT, len >> SD_PAGE_SHIFT, r.version, NULL,
-			  reclaim_zapped, &r);
+			  reclaim_kept_zero, reclaim_zapped, &r);
 	/* Test instrumentation: a change of the zapped table from here on
 	 * must find the flush owed (test_nested_flush). */
 	sd_order_point(SD_ORDER_RECLAIM_ZAPPED, c->id);
@@ -81,14 +135,12 @@ int sd_reclaim(struct sd_cpu *c, struct sd_tlbbatch *b, struct sd_mm *mm, uint64
 			(void)sd_tlbbatch_note(c, b, mm);
 		/* Out of memory: a missed check, never a false alarm. */
 		if (r.checked)
-			(void)sd_tlbbatch_hold_floor(b, mm, va >> SD_PAGE_SHIFT,
-						     len >> SD_PAGE_SHIFT, r.version);
+			raise_runs(&r, b);
 	}
 	sd_mmap_unlock(c, mm, SD_LOCK_MM_VMA);
 	/* Nothing zapped, no flush in flight: our part is done already. */
 	if (!noted && r.checked)
-		sd_oracle_floor_raise_known(&mm->floor, va >> SD_PAGE_SHIFT, len >> SD_PAGE_SHIFT,
-					    r.version);
+		raise_runs(&r, NULL);
 	sd_cpu_qs(c);
 	return 0;
 }

@@ -53,7 +53,7 @@
 	X(CONTEXT_SWITCH,    "context_switch",    "switching address spaces (switch_mm and the register write)") \
 	X(SYSCALL_ENTRY,     "syscall_entry",     "system call entry (mmap, munmap, mprotect, madvise)") \
 	X(SYSCALL_EXIT,      "syscall_exit",      "system call exit") \
-	X(PAGE_FAULT_ENTRY,  "page_fault_entry",  "a page fault's exception entry and exit") \
+	X(PAGE_FAULT_ENTRY,  "page_fault_entry",  "a page fault's exception entry and exit and the handler's way to the PTE (handle_mm_fault() to do_anonymous_page() or do_wp_page()), apart from a new page's allocation, zeroing and charge: all a read fault that maps the zero page costs besides its PTE write") \
 	X(TRAP_ENTRY,        "trap_entry",        "an emulated instruction's exception entry") \
 	X(TRAP_EXIT,         "trap_exit",         "an emulated instruction's exception return") \
 	X(MM_CREATE,         "mm_create",         "creating an address space: mm_alloc, pgd_alloc, the arch's init_new_context") \
@@ -67,6 +67,9 @@
 	X(PIPE_MESSAGE,      "pipe_message",      "a workload's message through a pipe: the write and read system calls' bodies and the copy, apart from their entries and exits, any wakeup and any context switch; charged by workloads that pass messages (hackbench's shape), not by the library (optional, 0 when left out)") \
 	X(VCPU_PREEMPT_INTERVAL, "vcpu_preempt_interval", "a virtual machine's vCPUs: modelled time between two host preemptions of a vCPU, the same instants on every vCPU (0: not a virtual machine; optional, 0 when left out)") \
 	X(VCPU_PREEMPT,      "vcpu_preempt",      "a virtual machine's vCPUs: how long the host keeps a vCPU off its physical CPU at each preemption, a lock it holds held on (optional, 0 when left out)") \
+	X(PAGE_ALLOC,        "page_alloc",        "taking a free page for an anonymous fault (vma_alloc_folio() from the per-CPU free lists, rmqueue_pcplist()), and its rmap and counters (folio_add_new_anon_rmap()), apart from its zeroing and memcg charge (optional, 0 when left out)") \
+	X(PAGE_ZERO,         "page_zero",         "clearing a new 4 KiB page (clear_page(), clear_user_highpage()) for an anonymous fault or a copy-on-write break of the zero page (optional, 0 when left out)") \
+	X(MEMCG_CHARGE,      "memcg_charge",      "charging a new anonymous page to its memory cgroup (mem_cgroup_charge(), served from the per-CPU stock) (optional, 0 when left out)") \
 	X(KPTI_TRAMPOLINE,   "kpti_trampoline",   "arm64 KPTI: the trampoline's work on one entry to the kernel from EL0 and the return (tramp_vectors and tramp_exit switching TTBR1 and the ASID, with their ISBs), added to every system call, page fault and trapped instruction when the profile's features say kpti (optional, 0 when left out)")
 
 /* X(enum suffix, JSON key, what one charge is), each a table by distance

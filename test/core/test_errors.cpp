@@ -572,10 +572,12 @@ TEST_F(MmErrors, AccessUnmapped)
 TEST_F(MmErrors, AccessWriteToReadOnly)
 {
 	ASSERT_EQ(0, sd_mmap(c, mm, kFree, P, SD_PROT_READ));
-	uint64_t pfn = 0;
+	uint64_t pfn = 1;
 	EXPECT_EQ(0, sd_access(c, kFree, SD_READ, &pfn));
-	EXPECT_NE(0u, pfn);
+	EXPECT_EQ(0u, pfn) << "a read of a page never written maps the zero page";
 	prime_last_error();
+	// The zero page is write-protected, but the mapping forbids the write
+	// first: -EACCES, not a copy-on-write break.
 	check_error(sd_access(c, kFree, SD_WRITE, nullptr), -EACCES,
 		    {"forbid", "prot", "read-only", "permission", "denied"});
 	EXPECT_EQ(0, sd_munmap(c, mm, kFree, P));
@@ -1446,7 +1448,11 @@ TEST(Errors, CpuCallsOfAnAttachedCpu)
 	EXPECT_EQ(0, sd_access(c, 0x70000000, SD_READ, nullptr)) << "with them on it is taken";
 	sd_irq_disable(c);
 	EXPECT_EQ(0, sd_access(c, 0x70000000, SD_READ, nullptr)) << "a hit needs no fault";
+	// The read mapped the zero page: a write must break it, a fault too.
+	prime_last_error();
+	check_error(sd_access(c, 0x70000000, SD_WRITE, nullptr), -EDEADLK, {"interrupts"});
 	EXPECT_EQ(0, sd_irq_enable(c));
+	EXPECT_EQ(0, sd_access(c, 0x70000000, SD_WRITE, nullptr)) << "with them on it is taken";
 	prime_last_error();
 	check_error(sd_irq_enable(c), -EINVAL, {"on", "enable"});
 	prime_last_error();

@@ -186,8 +186,10 @@ struct Expect {
 	uint64_t accesses = 0;     // calls that reached the TLB lookup
 	uint64_t failed = 0;       // ...of them -EFAULT or -EACCES
 	uint64_t first_touch = 0;  // distinct pages populated
+	uint64_t zero_page = 0;    // ...of them by a read: the zero page mapped
+	uint64_t wp = 0;           // writes to a zero-page PTE: copy-on-write breaks
 	uint64_t switches = 0;
-	uint64_t flushes = 0;      // changes of populated pages
+	uint64_t flushes = 0;      // changes of populated pages, and wp breaks
 };
 
 class StatsWorkload : public ::testing::Test {
@@ -227,7 +229,9 @@ protected:
 		ASSERT_EQ(0, sd_mmap(a.c, mm, kBase, 32 * P, RW));
 		ASSERT_EQ(0, sd_mmap(a.c, mm, kBase + 32 * P, 8 * P, SD_PROT_READ));
 		std::mt19937_64 rng(seed);
-		std::set<unsigned> touched;
+		// A page first read maps the zero page; the first write to it
+		// then breaks copy-on-write (a fault and a one-page flush).
+		std::set<unsigned> touched, zero;
 		for (unsigned i = 0; i < n_access; i++) {
 			unsigned page = (unsigned)(rng() % kPages);
 			bool write = rng() % 3 == 0;
@@ -235,10 +239,18 @@ protected:
 			bool ok = page < 32 || (page < 40 && !write);
 			ASSERT_EQ(ok ? 0 : (page < 40 ? -EACCES : -EFAULT), err) << page;
 			e.accesses++;
-			if (!ok)
+			if (!ok) {
 				e.failed++;
-			else if (touched.insert(page).second)
+			} else if (touched.insert(page).second) {
 				e.first_touch++;
+				if (!write) {
+					zero.insert(page);
+					e.zero_page++;
+				}
+			} else if (write && zero.erase(page)) {
+				e.wp++;
+				e.flushes++;
+			}
 		}
 		// Populated pages changed: each call is one flush.
 		ASSERT_EQ(0, sd_mprotect(a.c, mm, kBase, 32 * P, SD_PROT_READ));
@@ -264,7 +276,10 @@ TEST_F(StatsWorkload, CountersAddUp)
 	EXPECT_LE(k[SD_STAT_TLB_L1_HIT], k[SD_STAT_TLB_HIT]);
 	EXPECT_EQ(k[SD_STAT_TLB_HIT], k[SD_STAT_TLB_L1_HIT] + k[SD_STAT_TLB_L2_HIT]);
 	EXPECT_GT(k[SD_STAT_TLB_HIT], 0u);
-	EXPECT_EQ(e.first_touch, k[SD_STAT_PAGE_FAULT]);
+	EXPECT_EQ(e.first_touch + e.wp, k[SD_STAT_PAGE_FAULT]);
+	EXPECT_EQ(e.zero_page, k[SD_STAT_ZERO_PAGE_FAULT]);
+	EXPECT_EQ(e.wp, k[SD_STAT_WP_FAULT]);
+	EXPECT_GT(e.wp, 0u) << "the workload broke no copy-on-write";
 	EXPECT_GE(k[SD_STAT_PAGE_WALK], k[SD_STAT_TLB_MISS]);
 	EXPECT_LE(k[SD_STAT_WALK_CACHE_HIT], k[SD_STAT_PAGE_WALK]);
 	// Every successful miss ends in exactly one fill (kept or dropped).

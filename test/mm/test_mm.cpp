@@ -96,14 +96,14 @@ TEST_F(MmTest, FirstAccessPopulatesSecondHits)
 	uint64_t faults = stat(SD_STAT_PAGE_FAULT), hits = stat(SD_STAT_TLB_HIT),
 		 misses = stat(SD_STAT_TLB_MISS);
 	uint64_t pfn = 0;
-	ASSERT_EQ(0, sd_access(c, va + P, SD_READ, &pfn));
+	ASSERT_EQ(0, sd_access(c, va + P, SD_WRITE, &pfn));
 	EXPECT_NE(0u, pfn);
 	EXPECT_EQ(faults + 1, stat(SD_STAT_PAGE_FAULT));
 	EXPECT_EQ(misses + 1, stat(SD_STAT_TLB_MISS));
 	EXPECT_EQ(hits, stat(SD_STAT_TLB_HIT));
 
 	uint64_t pfn2 = 0;
-	ASSERT_EQ(0, sd_access(c, va + P, SD_WRITE, &pfn2));
+	ASSERT_EQ(0, sd_access(c, va + P, SD_READ, &pfn2));
 	EXPECT_EQ(pfn, pfn2);
 	EXPECT_EQ(faults + 1, stat(SD_STAT_PAGE_FAULT)) << "second access faulted again";
 	EXPECT_EQ(hits + 1, stat(SD_STAT_TLB_HIT));
@@ -163,16 +163,24 @@ TEST_F(MmTest, MprotectOfUnpopulatedPagesNeedsNoFlush)
 TEST_F(MmTest, MadviseDontneedGivesAFreshFrameAndKeepsTheMapping)
 {
 	const uint64_t va = 0x4000000;
-	ASSERT_EQ(0, sd_mmap(c, mm, va, 4 * P, SD_PROT_READ));
-	uint64_t pfn = pfn_of(va);
+	ASSERT_EQ(0, sd_mmap(c, mm, va, 4 * P, RW));
+	uint64_t pfn = pfn_of(va, SD_WRITE);
 	EXPECT_NE(0u, pfn);
 	uint64_t faults = stat(SD_STAT_PAGE_FAULT), flushes = stat(SD_STAT_FLUSH);
 	ASSERT_EQ(0, sd_madvise_dontneed(c, mm, va, 4 * P));
 	EXPECT_EQ(flushes + 1, stat(SD_STAT_FLUSH));
-	uint64_t pfn2 = pfn_of(va);
-	EXPECT_NE(0u, pfn2) << "the mapping must stay";
+	// The mapping stays: a read maps the zero page, a write a frame.
+	EXPECT_EQ(0u, pfn_of(va)) << "a read after the zap maps the zero page";
 	EXPECT_EQ(faults + 1, stat(SD_STAT_PAGE_FAULT)) << "the next access populates again";
-	EXPECT_EQ(-EACCES, sd_access(c, va, SD_WRITE, nullptr)) << "madvise kept the protection";
+	EXPECT_NE(0u, pfn_of(va, SD_WRITE));
+	EXPECT_EQ(faults + 2, stat(SD_STAT_PAGE_FAULT)) << "the write breaks copy-on-write";
+	// madvise keeps the protection: a read-only page stays read-only.
+	const uint64_t ro = va + 8 * P;
+	ASSERT_EQ(0, sd_mmap(c, mm, ro, P, SD_PROT_READ));
+	EXPECT_EQ(0u, pfn_of(ro));
+	ASSERT_EQ(0, sd_madvise_dontneed(c, mm, ro, P));
+	EXPECT_EQ(-EACCES, sd_access(c, ro, SD_WRITE, nullptr)) << "madvise kept the protection";
+	EXPECT_EQ(0u, pfn_of(ro));
 	// Pages never populated are untouched by madvise; nothing to flush for them.
 	flushes = stat(SD_STAT_FLUSH);
 	ASSERT_EQ(0, sd_madvise_dontneed(c, mm, va + 2 * P, 2 * P));
@@ -397,9 +405,13 @@ TEST_F(TinyPool, ExactlyAsManyFramesAsMapped)
 	uint64_t got = 0;
 	ASSERT_EQ(0, sd_access(c, va + kFrames * P, SD_WRITE, &got));
 	EXPECT_EQ(freed, got);
-	// And the pool is dry again.
+	// And the pool is dry again: a write finds no frame, a read needs
+	// none (the zero page), and the write after it none either.
 	ASSERT_EQ(0, sd_mmap(c, mm, va + 7 * P, P, RW));
-	EXPECT_EQ(-ENOMEM, sd_access(c, va + 7 * P, SD_READ, nullptr));
+	EXPECT_EQ(-ENOMEM, sd_access(c, va + 7 * P, SD_WRITE, nullptr));
+	EXPECT_EQ(0, sd_access(c, va + 7 * P, SD_READ, nullptr));
+	EXPECT_EQ(-ENOMEM, sd_access(c, va + 7 * P, SD_WRITE, nullptr))
+		<< "a copy-on-write break needs a frame";
 }
 
 TEST_F(TinyPool, MunmapRecyclesFrames)
@@ -502,7 +514,7 @@ TEST(MmFrames, FreedFrameIsNotSeenThroughAStaleTranslation)
 		step = 1;
 		while (step.load() < 2)
 			std::this_thread::yield();
-		EXPECT_EQ(-ENOMEM, sd_access(a.c, B, SD_READ, nullptr)) << "the only frame is A's";
+		EXPECT_EQ(-ENOMEM, sd_access(a.c, B, SD_WRITE, nullptr)) << "the only frame is A's";
 		ASSERT_EQ(0, sd_munmap(a.c, mm, A, P));
 		uint64_t pfn_b = 0;
 		ASSERT_EQ(0, sd_access(a.c, B, SD_WRITE, &pfn_b));
@@ -598,7 +610,10 @@ TEST(MmFrames, PoolInUseFollowsMappedPages)
 		ASSERT_EQ(0, sd_mmap(c, b, va, 40 * P, RW));
 		for (int i = 0; i < 40; i++)
 			ASSERT_EQ(0, sd_access(c, va + i * P, SD_READ, nullptr));
-		within(80, "second mm populated");
+		within(40, "second mm read: the zero page, no frame");
+		for (int i = 0; i < 40; i++)
+			ASSERT_EQ(0, sd_access(c, va + i * P, SD_WRITE, nullptr));
+		within(80, "second mm written: a frame each");
 		ASSERT_EQ(0, sd_switch_mm(c, a));
 		ASSERT_EQ(0, sd_mm_destroy(b));
 		within(40, "second mm destroyed");

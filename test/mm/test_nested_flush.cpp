@@ -192,23 +192,6 @@ void race_body(sd_cpu *c, void *p)
 	EXPECT_EQ(0, sd_switch_mm(c, nullptr));
 }
 
-// Broadcast into every TLB, written exactly as docs/guide.md shows.
-void guide_flush(sd_cpu *cpu, sd_mm *mm, uint64_t va, uint64_t len, unsigned, void *)
-{
-	EXPECT_EQ(0, sd_tlb_invalidate_broadcast(cpu, mm, va, len));
-}
-
-struct UserGuide {
-	UserGuide()
-	{
-		sd_strategy s = SD_STRATEGY_INIT;
-		s.name = "nested_guide";
-		s.flush = guide_flush;
-		EXPECT_EQ(0, sd_strategy_register(&s)) << sd_last_error();
-	}
-	~UserGuide() { EXPECT_EQ(0, sd_strategy_unregister("nested_guide")); }
-};
-
 class NestedFlush : public ::testing::TestWithParam<std::tuple<const char *, Second>> {};
 
 TEST_P(NestedFlush, SecondCallReturnsOnlyOnceTheOldTranslationIsGone)
@@ -216,7 +199,7 @@ TEST_P(NestedFlush, SecondCallReturnsOnlyOnceTheOldTranslationIsGone)
 	const char *strategy = std::get<0>(GetParam());
 	const Second second = std::get<1>(GetParam());
 	const std::string what = std::string(strategy) + ", " + name_of(second);
-	UserGuide user;
+	sdtest::GuideStrategy user("nested_guide");
 	sd_machine_config cfg = sdtest::config(3, strategy);
 	sdtest::Machine m(cfg);
 	ASSERT_NE(nullptr, m.m);

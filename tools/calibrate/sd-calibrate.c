@@ -369,6 +369,11 @@ static int emu_create(struct sd_machine **m, const char *strategy, unsigned nr_c
 	/* The oracle's checks take the hit path off its fast path: measure
 	 * the emulator as a workload runs it, whatever SD_ORACLE says. */
 	cfg.oracle = SD_ORACLE_OFF;
+	/* The second pass measures the emulator with modelling on: a
+	 * profile from --only names only the mechanisms it measured, and
+	 * what is measured here is the emulator's speed, not that machine. */
+	if (cfg.profile)
+		cfg.flags |= SD_MACHINE_ANY_MECHANISM;
 	TRY(sd_machine_create(&cfg, m));
 	return 0;
 }
@@ -537,10 +542,14 @@ static int host_tlb(void)
 	    r.full, NR_SPREAD, 100 * spread_wc, r.wc, nr_seq, cal.reps);
 	set(&host, P_TLB_FILL, r.wc - r.l2 - level, "sd-calibrate --only tlb: leaf - tlb_miss - "
 	    "walk_level: what a walk-cache-hit miss costs beyond its lookup and its one level");
-	set(&host, P_PAGE_FAULT_ENTRY, r.fault - r.wc, "sd-calibrate --only tlb: first touch "
+	set(&host, P_PAGE_FAULT_ENTRY, r.fault - r.wc, "sd-calibrate --only tlb: first touch (a read) "
 	    "after sd_madvise_dontneed() of %u pages (%.1f ns an access) minus the same miss on "
-	    "a populated page (leaf, %.1f ns): the populate (mm lock, frame allocation, PTE set) "
+	    "a populated page (leaf, %.1f ns): the populate (mm lock, the zero page's PTE set) "
 	    "and the second walk", nr_seq, r.fault, r.wc);
+	set(&host, P_PAGE_ALLOC, 0, "0: the emulator's write fault pops a frame from a per-CPU "
+	    "cache, a few ns not measured apart");
+	set(&host, P_PAGE_ZERO, 0, "0: the emulator's frames have no bytes to clear");
+	set(&host, P_MEMCG_CHARGE, 0, "0: the emulator has no memory cgroups");
 	ret = 0;
 out:
 	emu_close(&e);
@@ -1512,7 +1521,10 @@ static double madvise_ns(char *p, unsigned n, bool touch, bool prot)
 	return median(v, k);
 }
 
-static double fault_ns(char *p)
+/* A fault on a page just emptied by madvise(MADV_DONTNEED): a write
+ * (a new zeroed page: allocation, clearing, memcg charge, rmap, LRU add) or
+ * a read (the zero page mapped: none of that). */
+static double fault_ns(char *p, bool write)
 {
 	double v[4096];
 	int k = cal.quick ? 401 : 4001;
@@ -1521,13 +1533,53 @@ static double fault_ns(char *p)
 		madvise(p, 4096, MADV_DONTNEED);
 		double t0 = now_ns();
 
-		p[0] = 1;
+		if (write)
+			p[0] = 1;
+		else
+			(void)*(volatile char *)p;
 		double t1 = now_ns();
 
 		if (i >= 0)
 			v[i] = t1 - t0 - clock_overhead();
 	}
 	return median(v, k);
+}
+
+/*
+ * clear_page()'s work from user space: memset() of 4 KiB (glibc clears
+ * 4 KiB with REP STOSB above its threshold, as clear_page_erms() does).
+ * Hot: one page again and again, as a fault loop's new page is: the page
+ * the last madvise freed comes back from the per-CPU free list (LIFO),
+ * still in the cache. Cold: each page of a populated 128 MiB buffer once a
+ * pass, as a stream of new pages is. Medians per page.
+ */
+static int clear_ns(double *hot, double *cold)
+{
+	const size_t pages = 32768;     /* 128 MiB */
+	char *b = mmap(NULL, pages * 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+		       -1, 0);
+	double vh[64], vc[64];
+	int reps = cal.quick ? 3 : 9;
+
+	if (b == MAP_FAILED)
+		return -1;
+	memset(b, 1, pages * 4096);     /* populated: no fault in the timing */
+	for (int r = 0; r < reps; r++) {
+		double t0 = now_ns();
+
+		for (size_t i = 0; i < pages; i++)
+			memset(b, (int)i, 4096);
+		double t1 = now_ns();
+
+		for (size_t i = 0; i < pages; i++)
+			memset(b + i * 4096, 0, 4096);
+		vh[r] = (t1 - t0) / (double)pages;
+		vc[r] = (now_ns() - t1) / (double)pages;
+	}
+	munmap(b, pages * 4096);
+	*hot = median(vh, reps);
+	*cold = median(vc, reps);
+	return 0;
 }
 
 static void fit_sizes(char *p, const double *x, int n, bool prot, double *a, double *b)
@@ -1546,14 +1598,28 @@ static int kern_tlb(void)
 	if (p == MAP_FAILED)
 		return sys_fail("mmap");
 	bind_self(cal.pu0);
-	double f = fault_ns(p), md = madvise_ns(p, 1, true, false);
+	double fw = fault_ns(p, true), fr = fault_ns(p, false), z = 0, zc = 0;
+	double md = madvise_ns(p, 1, true, false);
+	int cerr = clear_ns(&z, &zc);
 
 	unbind_self();
 	munmap(p, 512 * 4096);
-	set(&kern, P_PAGE_FAULT_ENTRY, f, "sd-calibrate --only tlb: median of %d writes to a private "
+	if (cerr)
+		return sys_fail("mmap");
+	set(&kern, P_PAGE_FAULT_ENTRY, fr, "sd-calibrate --only tlb: median of %d reads of a private "
 	    "anonymous page just emptied by madvise(MADV_DONTNEED), the madvise not timed "
-	    "(%.1f ns): exception entry and exit, the fault handler, a zeroed page allocated and "
-	    "mapped", cal.quick ? 401 : 4001, md);
+	    "(%.1f ns): exception entry and exit, the fault handler, the zero page mapped",
+	    cal.quick ? 401 : 4001, md);
+	set(&kern, P_PAGE_ZERO, z, "sd-calibrate --only tlb: median per page of memset() of one "
+	    "4 KiB page again and again (REP STOSB, as clear_page_erms()): cache-hot, as a fault "
+	    "loop's new page is, the page just freed coming back from the per-CPU free list; a "
+	    "stream of cold pages took %.1f ns a page", zc);
+	set(&kern, P_PAGE_ALLOC, pos(fw - fr - z), "sd-calibrate --only tlb: a write fault of the "
+	    "same page (%.1f ns) minus the read fault (%.1f ns) minus page_zero: the page's "
+	    "allocation, its memcg charge (where the process is in a memory cgroup), rmap and "
+	    "counters, and the LRU batch add", fw, fr);
+	set(&kern, P_MEMCG_CHARGE, 0, "not measured apart: the charge is in page_alloc (a user-space "
+	    "timer cannot isolate it)");
 	return kern_tlb_chase();
 }
 
