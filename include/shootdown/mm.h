@@ -168,6 +168,30 @@ SD_EXPORT int sd_flush_tlb_range(struct sd_cpu *cpu, struct sd_mm *mm, uint64_t 
 SD_EXPORT int sd_tlb_probe(const struct sd_cpu *cpu, uint64_t va, uint64_t *pfn);
 
 /**
+ * sd_mm_fork() - copy @parent into a new address space, as fork() does
+ * (dup_mmap()).
+ *
+ * The child gets every mapping of @parent with its protection, and every
+ * page @parent has populated, sharing its frame: a page of a writable
+ * private mapping becomes copy-on-write in both mms (write-protected; the
+ * first write in either breaks it: sd_access() copies it into a frame of
+ * its own and flushes the old translation from every TLB of that mm, or
+ * reuses the frame if no other mm maps it any more). Pages @parent has not
+ * populated stay so in both; the zero page stays shared. @parent's TLBs are
+ * flushed before the call returns (flush_tlb_mm() at the end of
+ * dup_mmap()): no CPU writes a page of @parent through a translation from
+ * before the fork afterwards. The child is loaded nowhere; destroy it with
+ * sd_mm_destroy(), which drops its mappings of shared frames.
+ *
+ * Return: 0 and the child in *@child; -EPERM if the caller is not attached
+ * as @cpu; -EINVAL if @parent or @child is NULL, @parent belongs to another
+ * machine, or interrupts are off; -ENOMEM (nothing created, @parent as it
+ * was). Attached thread, interrupts on; @parent's mmap_lock is taken for
+ * write, so its other CPUs' faults and changes wait for the copy.
+ */
+SD_EXPORT int sd_mm_fork(struct sd_cpu *cpu, struct sd_mm *parent, struct sd_mm **child);
+
+/**
  * sd_access() - access @va in the address space loaded on @cpu.
  *
  * Looks the page up in the CPU's TLB with its current ASID; on a miss walks

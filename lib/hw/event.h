@@ -57,7 +57,7 @@
 	X(ZERO_PAGE_FAULT,    ZERO_PAGE_FAULT,    INSTANT,  ONE, FREE) /* arg vpn */                     \
 	/* a write-protect fault: a copy-on-write break of a read-only PTE */                            \
 	X(WP_FAULT,           WP_FAULT,           INSTANT,  ONE, FREE) /* arg vpn */                     \
-	/* a new anonymous page: page_alloc + page_zero + memcg_charge */                                \
+	/* a new anonymous page: page_alloc + memcg_charge + page_zero (arg 1) or page_copy (arg 0) */   \
 	X(ANON_PAGE,          NONE,               UNTRACED, ONE, OUT)                                    \
 	X(VIOLATION,          VIOLATION,          INSTANT,  ONE, FREE) /* arg vpn */                     \
 	/* arg vpn, aux sd_flush_aux(reason, pages) */                                                   \

@@ -13,6 +13,7 @@ int sd_frame_pool_init(struct sd_frame_pool *pool, uint64_t nr)
 	pool->nfree = 0;
 	pool->next_fresh = 1;
 	pool->nr = nr;
+	atomic_init(&pool->sharers, NULL);
 	return 0;
 }
 
@@ -20,6 +21,8 @@ void sd_frame_pool_fini(struct sd_frame_pool *pool)
 {
 	free(pool->free);
 	pool->free = NULL;
+	free((void *)atomic_load_explicit(&pool->sharers, memory_order_relaxed));
+	atomic_store_explicit(&pool->sharers, NULL, memory_order_relaxed);
 	pthread_mutex_destroy(&pool->lock);
 }
 
@@ -90,4 +93,62 @@ uint64_t sd_frame_pool_in_use(struct sd_frame_pool *pool)
 	n = pool->next_fresh - 1 - pool->nfree;
 	pthread_mutex_unlock(&pool->lock);
 	return n;
+}
+
+int sd_frame_share_ready(struct sd_frame_pool *pool)
+{
+	int err = 0;
+
+	/* Acquire: pairs with the release below; a reader that sees the
+	 * array sees it zeroed. */
+	if (atomic_load_explicit(&pool->sharers, memory_order_acquire))
+		return 0;
+	pthread_mutex_lock(&pool->lock);
+	if (!atomic_load_explicit(&pool->sharers, memory_order_relaxed)) {
+		SD_ATOMIC(uint32_t) *v = calloc(pool->nr + 1, sizeof(*v));
+
+		if (v)
+			atomic_store_explicit(&pool->sharers, v, memory_order_release);
+		else
+			err = -ENOMEM;
+	}
+	pthread_mutex_unlock(&pool->lock);
+	return err;
+}
+
+/* After sd_frame_share_ready() (the array exists). Relaxed: the count
+ * orders nothing else; the PTE stores that publish a sharing are ordered
+ * by the page-table locks their readers take. */
+void sd_frame_share(struct sd_frame_pool *pool, uint64_t pfn)
+{
+	SD_ATOMIC(uint32_t) *v = atomic_load_explicit(&pool->sharers, memory_order_acquire);
+
+	atomic_fetch_add_explicit(&v[pfn], 1, memory_order_relaxed);
+}
+
+/* One owner of each mapping drops it: the CAS makes exactly one of the
+ * last two concurrent puts see 0 and free the frame. */
+bool sd_frame_put(struct sd_frame_pool *pool, struct sd_frame_cache *cache, uint64_t pfn)
+{
+	SD_ATOMIC(uint32_t) *v = atomic_load_explicit(&pool->sharers, memory_order_acquire);
+
+	if (v) {
+		uint32_t old = atomic_load_explicit(&v[pfn], memory_order_relaxed);
+
+		while (old && !atomic_compare_exchange_weak_explicit(&v[pfn], &old, old - 1,
+								     memory_order_acq_rel,
+								     memory_order_relaxed))
+			;
+		if (old)
+			return false;
+	}
+	sd_frame_free(pool, cache, pfn);
+	return true;
+}
+
+bool sd_frame_shared(struct sd_frame_pool *pool, uint64_t pfn)
+{
+	SD_ATOMIC(uint32_t) *v = atomic_load_explicit(&pool->sharers, memory_order_acquire);
+
+	return v && atomic_load_explicit(&v[pfn], memory_order_acquire) != 0;
 }

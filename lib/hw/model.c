@@ -313,8 +313,10 @@ void sd_model_event(struct sd_cpu *c, enum sd_event ev, uint64_t arg, uint64_t a
 		break;
 	case SD_EV_ANON_PAGE:
 		/* do_anonymous_page() / wp_page_copy(): the folio's allocation,
-		 * its clearing and its memcg charge, in that order. */
-		c->model.clock_ps += p[SD_MP_PAGE_ALLOC] + p[SD_MP_PAGE_ZERO] + p[SD_MP_MEMCG_CHARGE];
+		 * its clearing (arg 1) or the copy of the old page (arg 0), and
+		 * its memcg charge. */
+		c->model.clock_ps += p[SD_MP_PAGE_ALLOC] + p[SD_MP_MEMCG_CHARGE] +
+				     (arg ? p[SD_MP_PAGE_ZERO] : p[SD_MP_PAGE_COPY]);
 		break;
 	case SD_EV_LOCK_DOWNGRADE:
 		charge_rwsem_downgrade(c, (struct sd_model_rwsem *)(uintptr_t)aux);

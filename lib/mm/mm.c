@@ -80,11 +80,11 @@ static void free_frame_of(uint64_t pte, void *arg)
 {
 	struct teardown *td = arg;
 
-	/* The zero page is no frame of the pool's. */
-	if ((pte & SD_PTE_PRESENT) && !sd_pte_is_zero_page(pte)) {
-		sd_frame_free(&td->m->frames, NULL, sd_pte_pfn(pte));
+	/* The zero page is no frame of the pool's; a frame another mm still
+	 * maps loses this mapping only. */
+	if ((pte & SD_PTE_PRESENT) && !sd_pte_is_zero_page(pte) &&
+	    sd_frame_put(&td->m->frames, NULL, sd_pte_pfn(pte)))
 		td->frames++;
-	}
 }
 
 /*
@@ -422,14 +422,18 @@ static void gather_page(struct gather *g, uint64_t pfn)
 
 void sd_mm_free_frames(struct sd_cpu *c, const uint64_t *pfns, size_t n)
 {
-	if (!n)
-		return;
-	/* Off the LRU first (its lock, per the machine's lru setting), then
-	 * back to the allocator (free_unref_folios()), outside that lock. */
-	sd_lru_free(c, n);
+	size_t freed = 0;
+
+	/* A frame another mm still maps (fork's copy-on-write) loses a
+	 * mapping only; the last mapping's put frees it. Those leave the LRU
+	 * (its lock, per the machine's lru setting) and are charged a free
+	 * (free_unref_folios()). */
 	for (size_t i = 0; i < n; i++)
-		sd_frame_free(&c->m->frames, &c->frames, pfns[i]);
-	sd_event(c, SD_EV_PAGE_FREE, n, 0);
+		freed += sd_frame_put(&c->m->frames, &c->frames, pfns[i]);
+	if (!freed)
+		return;
+	sd_lru_free(c, freed);
+	sd_event(c, SD_EV_PAGE_FREE, freed, 0);
 }
 
 static void flush_change(struct sd_cpu *c, struct sd_mm *mm, uint64_t vpn, uint64_t nr,
@@ -814,6 +818,106 @@ static inline int syscall_exit(struct sd_cpu *c, bool entered, int ret)
 	return ret;
 }
 
+/* ---- fork: dup_mmap() ---- */
+
+/* copy_pte_range() for one leaf table of the parent, under its split lock:
+ * every mapping slot copied to the child; a present page write-protected in
+ * both (the zero page already is), its frame shared, the parent's PTE at
+ * the fork's version (its writable entries are flushed at the end). */
+struct fork_copy {
+	struct sd_cpu *cpu;
+	struct sd_mm *child;
+	struct gather *g;
+	uint32_t version;
+	bool checked;
+};
+
+static void fork_leaf(void *arg, struct sd_pt *leaf, uint64_t vpn, uint64_t end)
+{
+	const struct fork_copy *f = arg;
+	struct sd_pt *dst = sd_pt_walk_leaf(f->child->pgd, vpn);
+
+	for (uint64_t v = vpn; v < end; v++) {
+		uint64_t old = atomic_load_explicit(pte_slot(leaf, v), memory_order_relaxed);
+		uint64_t copy = old;
+
+		if (!(old & SD_PTE_VMA))
+			continue;
+		if (old & SD_PTE_PRESENT) {
+			copy = sd_pte_make(sd_pte_pfn(old), (old & 0xff) | SD_PTE_WRPROTECT, f->version);
+			atomic_store_explicit(pte_slot(leaf, v), copy, memory_order_release);
+			gather_page(f->g, 0);
+			if (!sd_pte_is_zero_page(old))
+				sd_frame_share(&f->cpu->m->frames, sd_pte_pfn(old));
+			if (f->checked)
+				(void)sd_oracle_floor_touch(&f->child->floor, v);
+		}
+		atomic_store_explicit(pte_slot(dst, v), copy, memory_order_relaxed);
+	}
+}
+
+/* Every table the parent's mapping slots need, built in the child first, so
+ * the copy under the parent's split locks cannot fail. */
+static int fork_tables(struct sd_cpu *c, struct sd_mm *parent, struct sd_mm *child)
+{
+	struct sd_pt *leaf;
+	int err = 0;
+
+	for (uint64_t v = 0; !err && (leaf = sd_pt_next_leaf(parent->pgd, &v, SD_VA_END >> SD_PAGE_SHIFT));
+	     v = (v | (SD_PT_ENTRIES - 1)) + 1)
+		err = build_tables(c, child, v & ~(uint64_t)(SD_PT_ENTRIES - 1), SD_PT_ENTRIES);
+	return err;
+}
+
+static int do_fork(struct sd_cpu *c, struct sd_mm *parent, struct sd_mm **out)
+{
+	const uint64_t all = SD_VA_END >> SD_PAGE_SHIFT;
+	struct sd_mm *child = NULL;
+	struct gather g = { 0 };
+	int err;
+
+	if (sd_cpu_check_self(c))
+		return sd_fail(-EPERM, "sd_mm_fork: " SD_NOT_ATTACHED);
+	if (!parent || !out || parent->m != c->m)
+		return sd_fail(-EINVAL, "sd_mm_fork: parent or out is NULL, or the parent belongs "
+			       "to another machine");
+	if (c->irq_depth)
+		return sd_fail(-EINVAL, "sd_mm_fork: called with interrupts off");
+	if (sd_frame_share_ready(&c->m->frames))
+		return sd_fail(-ENOMEM, "sd_mm_fork: no memory for the frames' share counts");
+	err = sd_mm_create(c->m, &child);
+	if (err)
+		return err;
+	/* dup_mmap(): the parent's mmap_lock for write, its VMAs copied. */
+	sd_mmap_lock(c, parent, SD_LOCK_MM);
+	sd_event(c, SD_EV_VMA_CHANGE, 0, 0);
+	err = fork_tables(c, parent, child);
+	if (err) {
+		sd_mmap_unlock(c, parent, SD_LOCK_MM);
+		(void)sd_mm_destroy(child);
+		return err;
+	}
+	struct fork_copy f = { .cpu = c, .child = child, .g = &g, .checked = c->checked };
+
+	f.version = change_begin(c, parent, &g);
+	edit_leaves(c, parent, 0, all, &g.owed, fork_leaf, &f);
+	g.nested = flush_nested(parent);
+	/* The parent's PTEs write-protected and the child's written: two a page. */
+	sd_event(c, SD_EV_PTE_UPDATE, 2 * g.ptes, 0);
+	/* flush_tlb_mm(oldmm) before the unlock: no CPU writes a page of the
+	 * parent through an entry from before the fork once it returns. */
+	finish_change_locked(c, parent, SD_LOCK_MM, 0, all, f.version, &g, NULL);
+	*out = child;
+	return 0;
+}
+
+int sd_mm_fork(struct sd_cpu *c, struct sd_mm *parent, struct sd_mm **child)
+{
+	bool in = syscall_enter(c);
+
+	return syscall_exit(c, in, do_fork(c, parent, child));
+}
+
 int sd_mmap(struct sd_cpu *c, struct sd_mm *mm, uint64_t va, uint64_t len, unsigned prot)
 {
 	bool in = syscall_enter(c);
@@ -960,16 +1064,19 @@ static int populate(struct sd_cpu *c, struct sd_mm *mm, uint64_t vpn, enum sd_ac
 }
 
 /*
- * A write to a write-protected PTE of a writable mapping: do_wp_page()'s
- * copy (wp_page_copy()). The zero page is the only page mapped so today:
- * the new page is a cleared one. Under the split lock, as the kernel does
- * it: the PTE is cleared (kept a non-present mapping, so a walker that
+ * A write to a write-protected PTE of a writable mapping: do_wp_page().
+ * A frame no other mm maps is reused in place (wp_page_reuse(): the PTE
+ * made writable, same translation, no flush: a CPU that cached it read-only
+ * faults again and finds it writable). The zero page, or a frame fork left
+ * shared, is copied (wp_page_copy()), under the split lock as the kernel
+ * does it: the PTE is cleared (kept a non-present mapping, so a walker that
  * comes meanwhile faults and waits for this lock), flushed from every TLB
  * that may hold it (ptep_clear_flush(): a one-page shootdown of the mm),
- * then set to the new page, writable. Other CPUs' faults on the table wait
- * on the split lock and answer this flush's IPIs while they wait (their
- * interrupts are on: populate() and this path refuse them off; changes
- * refuse them too, sd_mm_check_change()).
+ * then set to the new page, writable; the old frame loses this mapping
+ * after the flush. Other CPUs' faults on the table wait on the split lock
+ * and answer this flush's IPIs while they wait (their interrupts are on:
+ * populate() and this path refuse them off; changes refuse them too,
+ * sd_mm_check_change()).
  *
  * A user strategy's flush may wait for other CPUs to reach points of the
  * program's own, which a CPU spinning on the split lock never reaches: for
@@ -978,17 +1085,25 @@ static int populate(struct sd_cpu *c, struct sd_mm *mm, uint64_t vpn, enum sd_ac
  * flush is done no access may use the old translation: the page's floor
  * rises to the new PTE's version.
  */
+enum wp_outcome { WP_RACED, WP_REUSED, WP_COPIED };
+
 struct wp_copy {
-	uint64_t pfn;
+	uint64_t pfn, old_pfn;
 	uint32_t version;
-	bool done, flush_after;
+	bool flush_after;
 };
 
-static void wp_replace(struct sd_cpu *c, struct sd_mm *mm, SD_ATOMIC(uint64_t) *slot, uint64_t vpn,
-		       uint64_t pte, struct wp_copy *w)
+static enum wp_outcome wp_handle(struct sd_cpu *c, struct sd_mm *mm, SD_ATOMIC(uint64_t) *slot,
+				 uint64_t vpn, uint64_t pte, struct wp_copy *w)
 {
 	const uint64_t keep = pte & (SD_PTE_VMA | SD_PTE_PROT_MASK);
 
+	w->old_pfn = sd_pte_pfn(pte);
+	if (!sd_pte_is_zero_page(pte) && !sd_frame_shared(&c->m->frames, w->old_pfn)) {
+		atomic_store_explicit(slot, pte & ~SD_PTE_WRPROTECT, memory_order_release);
+		sd_event(c, SD_EV_PTE_UPDATE, 1, 0);
+		return WP_REUSED;
+	}
 	w->version = sd_mm_change_version(mm);
 	if (!w->flush_after) {
 		atomic_store_explicit(slot, sd_pte_make(0, keep, w->version), memory_order_release);
@@ -998,16 +1113,19 @@ static void wp_replace(struct sd_cpu *c, struct sd_mm *mm, SD_ATOMIC(uint64_t) *
 	atomic_store_explicit(slot, sd_pte_make(w->pfn, keep | SD_PTE_PRESENT, w->version),
 			      memory_order_release);
 	sd_event(c, SD_EV_PTE_UPDATE, 1, 0);
-	w->done = true;
+	return WP_COPIED;
 }
 
 static int wp_fault(struct sd_cpu *c, struct sd_mm *mm, uint64_t vpn)
 {
 	struct wp_copy w = { .flush_after = c->m->ops->user };
+	enum wp_outcome done = WP_RACED;
 	struct sd_pt *leaf;
 
 	if (c->irq_depth)
 		return refuse_fault_irqs_off(c, vpn, "is write-protected");
+	/* The copy's page, taken before the locks as wp_page_copy() takes it
+	 * (given back if the page is reused or the PTE changed meanwhile). */
 	if (sd_frame_alloc(&c->m->frames, &c->frames, &w.pfn))
 		return sd_fail(-ENOMEM, "sd_access: out of frames");
 	sd_mmap_lock(c, mm, SD_LOCK_MM_VMA);
@@ -1022,22 +1140,27 @@ static int wp_fault(struct sd_cpu *c, struct sd_mm *mm, uint64_t vpn)
 
 		/* pte_same(): still the write-protected page we faulted on. */
 		if ((pte & wp) == wp)
-			wp_replace(c, mm, slot, vpn, pte, &w);
+			done = wp_handle(c, mm, slot, vpn, pte, &w);
 		sd_ptl_unlock(c, leaf);
 	}
 	sd_mmap_unlock(c, mm, SD_LOCK_MM_VMA);
-	if (!w.done) {
+	if (done != WP_COPIED)
 		sd_frame_free(&c->m->frames, &c->frames, w.pfn);
+	if (done == WP_RACED)
 		return 0;
-	}
+	sd_event(c, SD_EV_PAGE_FAULT, vpn, 0);
+	sd_event(c, SD_EV_WP_FAULT, vpn, 0);
+	if (done == WP_REUSED)
+		return 0;
 	if (w.flush_after)
 		flush_change(c, mm, vpn, 1, false, false);
 	if (c->checked)
 		sd_oracle_floor_raise_known(&mm->floor, vpn, 1, w.version);
-	sd_event(c, SD_EV_PAGE_FAULT, vpn, 0);
-	sd_event(c, SD_EV_WP_FAULT, vpn, 0);
-	sd_event(c, SD_EV_ANON_PAGE, 1, 0);
+	/* The zero page is cleared into the new page, a frame copied. */
+	sd_event(c, SD_EV_ANON_PAGE, w.old_pfn == 0, 0);
 	sd_lru_add(c);
+	if (w.old_pfn)
+		sd_mm_free_frames(c, &w.old_pfn, 1);
 	return 0;
 }
 

@@ -69,6 +69,7 @@
 	X(VCPU_PREEMPT,      "vcpu_preempt",      "a virtual machine's vCPUs: how long the host keeps a vCPU off its physical CPU at each preemption, a lock it holds held on (optional, 0 when left out)") \
 	X(PAGE_ALLOC,        "page_alloc",        "taking a free page for an anonymous fault (vma_alloc_folio() from the per-CPU free lists, rmqueue_pcplist()), and its rmap and counters (folio_add_new_anon_rmap()), apart from its zeroing and memcg charge (optional, 0 when left out)") \
 	X(PAGE_ZERO,         "page_zero",         "clearing a new 4 KiB page (clear_page(), clear_user_highpage()) for an anonymous fault or a copy-on-write break of the zero page (optional, 0 when left out)") \
+	X(PAGE_COPY,         "page_copy",         "copying a 4 KiB page for a copy-on-write break of a page fork left shared (copy_mc_user_highpage() in wp_page_copy()) (optional, 0 when left out)") \
 	X(MEMCG_CHARGE,      "memcg_charge",      "charging a new anonymous page to its memory cgroup (mem_cgroup_charge(), served from the per-CPU stock) (optional, 0 when left out)") \
 	X(KPTI_TRAMPOLINE,   "kpti_trampoline",   "arm64 KPTI: the trampoline's work on one entry to the kernel from EL0 and the return (tramp_vectors and tramp_exit switching TTBR1 and the ASID, with their ISBs), added to every system call, page fault and trapped instruction when the profile's features say kpti (optional, 0 when left out)")
 

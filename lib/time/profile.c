@@ -216,7 +216,7 @@ static bool param_optional(int i)
 	return i == SD_MP_VCPU_PREEMPT_INTERVAL || i == SD_MP_VCPU_PREEMPT ||
 	       i == SD_MP_PIPE_MESSAGE || i == SD_MP_LRU_PAGE || i == SD_MP_TLBI_RECV ||
 	       i == SD_MP_INVLPGB_RECV || i == SD_MP_KPTI_TRAMPOLINE || i == SD_MP_PAGE_ALLOC ||
-	       i == SD_MP_PAGE_ZERO || i == SD_MP_MEMCG_CHARGE;
+	       i == SD_MP_PAGE_ZERO || i == SD_MP_PAGE_COPY || i == SD_MP_MEMCG_CHARGE;
 }
 
 /*

@@ -569,6 +569,42 @@ TEST_F(MmErrors, AccessUnmapped)
 		    {"not mapped", "unmapped"});
 }
 
+// sd_mm_fork(): bad arguments leave the parent as it was (its canary page
+// still writable in place, no child made).
+TEST_F(MmErrors, ForkArguments)
+{
+	sd_mm *child = reinterpret_cast<sd_mm *>(0x1);
+	prime_last_error();
+	check_error(sd_mm_fork(c, nullptr, &child), -EINVAL, {"NULL"});
+	prime_last_error();
+	check_error(sd_mm_fork(c, mm, nullptr), -EINVAL, {"NULL"});
+	sd_irq_disable(c);
+	prime_last_error();
+	check_error(sd_mm_fork(c, mm, &child), -EINVAL, {"interrupts"});
+	EXPECT_EQ(0, sd_irq_enable(c));
+	sd_machine *other = nullptr;
+	sd_machine_config cfg = cfg_cpus(1);
+	ASSERT_EQ(0, sd_machine_create(&cfg, &other));
+	sd_mm *foreign = nullptr;
+	ASSERT_EQ(0, sd_mm_create(other, &foreign));
+	prime_last_error();
+	check_error(sd_mm_fork(c, foreign, &child), -EINVAL, {"another machine"});
+	EXPECT_EQ(0, sd_mm_destroy(foreign));
+	EXPECT_EQ(0, sd_machine_destroy(other));
+	std::thread t([&] {
+		prime_last_error();
+		check_error(sd_mm_fork(c, mm, &child), -EPERM, {"attached"});
+	});
+	t.join();
+	EXPECT_EQ(reinterpret_cast<sd_mm *>(0x1), child) << "a failed fork wrote *child";
+	uint64_t pfn = 0;
+	EXPECT_EQ(0, sd_access(c, kCanary, SD_WRITE, &pfn));
+	EXPECT_EQ(canary_pfn, pfn) << "a failed fork left the parent's page copy-on-write";
+	sd_stats st = SD_STATS_INIT;
+	ASSERT_EQ(0, sd_stats_snapshot(m, &st));
+	EXPECT_EQ(0u, st.counter[SD_STAT_WP_FAULT]);
+}
+
 TEST_F(MmErrors, AccessWriteToReadOnly)
 {
 	ASSERT_EQ(0, sd_mmap(c, mm, kFree, P, SD_PROT_READ));
@@ -1673,6 +1709,7 @@ const std::map<std::pair<std::string, int>, const char *> kNotForced = {
 	{{"sd_machine_run", -EPERM}, "the OS refusing a binding it supports (a cgroup)"},
 	{{"sd_machine_create", -ENOMEM}, "malloc failing"},
 	{{"sd_mm_create", -ENOMEM}, "malloc failing"},
+	{{"sd_mm_fork", -ENOMEM}, "malloc failing (the child's tables or the share counts)"},
 	{{"sd_tlbbatch_create", -ENOMEM}, "malloc failing"},
 	{{"sd_trap_register", -ENOMEM}, "malloc failing"},
 	{{"sd_tlbbatch_add", -ENOMEM}, "realloc failing"},

@@ -318,7 +318,10 @@ struct Cpu {
 			});
 			break;
 		case 11:
-			private_mm(mm, va, n);
+			if (rng.chance(50))
+				private_mm(mm, va, n);
+			else
+				forked_mm(mm);
 			break;
 		default:
 			for (unsigned i = 0; i < 8; i++)
@@ -358,6 +361,32 @@ struct Cpu {
 		call("sd_switch_mm(away)", {0}, "0", [&] { return sd_switch_mm(c, back); });
 		if (err)
 			call("sd_mm_destroy(private)", {0}, "0", [&] { return sd_mm_destroy(mine); });
+	}
+
+	// A fork of a shared mm, which the other CPUs keep changing meanwhile,
+	// as this CPU's own: run on it (reads share the parent's frames, writes
+	// break copy-on-write), switch away, destroy. Nobody else loads it.
+	void forked_mm(sd_mm *parent)
+	{
+		sd_mm *child = nullptr;
+
+		call("sd_mm_fork", {0, -ENOMEM}, "0/-ENOMEM",
+		     [&] { return sd_mm_fork(c, parent, &child); });
+		if (!child)
+			return;
+		call("sd_switch_mm(forked)", {0}, "0", [&] { return sd_switch_mm(c, child); });
+		for (unsigned i = 0; i < 8; i++)
+			call("sd_access(forked)", {0, -EFAULT, -EACCES, -ENOMEM}, "an access code", [&] {
+				return sd_access(c, page(), rng.chance(50) ? SD_WRITE : SD_READ, nullptr);
+			});
+		if (rng.chance(30))
+			call("sd_mm_fork(of the fork)", {0, -ENOMEM}, "0/-ENOMEM", [&] {
+				sd_mm *grandchild = nullptr;
+				int err = sd_mm_fork(c, child, &grandchild);
+				return err ? err : sd_mm_destroy(grandchild);
+			});
+		call("sd_switch_mm(away)", {0}, "0", [&] { return sd_switch_mm(c, parent); });
+		call("sd_mm_destroy(forked)", {0}, "0", [&] { return sd_mm_destroy(child); });
 	}
 
 	// Calls that must fail with exactly one code and change nothing.

@@ -101,8 +101,6 @@ TEST_P(Cow, WriteAfterReadsFlushesTheZeroPageEverywhere)
 	EXPECT_EQ(0, sd_mm_destroy(a.mm));
 }
 
-INSTANTIATE_TEST_SUITE_P(Strategies, Cow,
-			 ::testing::Values("broadcast", "local", "ipi", "gbcast", "cow_guide"));
 
 // Two CPUs write the same zero page at once. CPU 0 is held in its break,
 // the split lock taken and the PTE not yet cleared, until CPU 1 has
@@ -242,5 +240,127 @@ TEST(ZeroPage, SharedByEveryMmAndNeverFreed)
 	EXPECT_EQ(0u, sd_frame_pool_in_use(pool)) << "the pool lost or gained a frame";
 	EXPECT_EQ(0u, sd_oracle_violations(m.m));
 }
+
+// sd_mm_fork(): the child shares the parent's frames copy-on-write. A write
+// in the child copies (a frame of its own, the parent's unchanged); the
+// parent's write after it reuses its frame in place (no other mm maps it,
+// no flush); pages never populated stay so; the zero page stays shared;
+// destroying the child gives its frames back and leaves the parent's.
+TEST(Fork, ChildSharesCopyOnWriteAndBreaksApart)
+{
+	Machine m(sdtest::config(1));
+	ASSERT_NE(nullptr, m.m);
+	sd_frame_pool *pool = &m.m->frames;
+	sd_mm *parent = nullptr, *child = nullptr;
+	ASSERT_EQ(0, sd_mm_create(m.m, &parent));
+	{
+		Attached at(m.m, 0);
+		sd_cpu *c = at.c;
+		uint64_t pw[4] = {}, pfn = 0;
+		ASSERT_EQ(0, sd_switch_mm(c, parent));
+		ASSERT_EQ(0, sd_mmap(c, parent, kVa, 8 * P, RW));
+		ASSERT_EQ(0, sd_mmap(c, parent, kVa + 16 * P, P, SD_PROT_READ));
+		for (unsigned i = 0; i < 4; i++)
+			ASSERT_EQ(0, sd_access(c, kVa + i * P, SD_WRITE, &pw[i]));
+		ASSERT_EQ(0, sd_access(c, kVa + 4 * P, SD_READ, &pfn));     // the zero page
+		const uint64_t in_use = sd_frame_pool_in_use(pool);
+		const uint64_t flushes = stat(m.m, SD_STAT_FLUSH);
+		ASSERT_EQ(0, sd_mm_fork(c, parent, &child)) << sd_last_error();
+		EXPECT_EQ(flushes + 1, stat(m.m, SD_STAT_FLUSH)) << "the parent's TLB was not flushed";
+		EXPECT_EQ(in_use, sd_frame_pool_in_use(pool)) << "fork took a frame";
+
+		ASSERT_EQ(0, sd_switch_mm(c, child));
+		for (unsigned i = 0; i < 4; i++) {
+			ASSERT_EQ(0, sd_access(c, kVa + i * P, SD_READ, &pfn));
+			EXPECT_EQ(pw[i], pfn) << "the child reads the parent's frame";
+		}
+		ASSERT_EQ(0, sd_access(c, kVa + 4 * P, SD_READ, &pfn));
+		EXPECT_EQ(0u, pfn) << "the zero page stays shared";
+		EXPECT_EQ(-EACCES, sd_access(c, kVa + 16 * P, SD_WRITE, nullptr)) << "protection copied";
+		EXPECT_EQ(-EFAULT, sd_access(c, kVa + 8 * P, SD_READ, nullptr)) << "no mapping added";
+		const uint64_t faults = stat(m.m, SD_STAT_PAGE_FAULT);
+		ASSERT_EQ(0, sd_access(c, kVa + 5 * P, SD_READ, &pfn));
+		EXPECT_EQ(faults + 1, stat(m.m, SD_STAT_PAGE_FAULT)) << "a page never populated stays so";
+
+		// The child's write copies; the parent keeps its frame.
+		uint64_t wp = stat(m.m, SD_STAT_WP_FAULT);
+		ASSERT_EQ(0, sd_access(c, kVa, SD_WRITE, &pfn));
+		EXPECT_NE(pw[0], pfn);
+		EXPECT_NE(0u, pfn);
+		EXPECT_EQ(wp + 1, stat(m.m, SD_STAT_WP_FAULT));
+
+		// The parent's write after it reuses in place, without a flush.
+		ASSERT_EQ(0, sd_switch_mm(c, parent));
+		const uint64_t fl = stat(m.m, SD_STAT_FLUSH);
+		ASSERT_EQ(0, sd_access(c, kVa, SD_WRITE, &pfn));
+		EXPECT_EQ(pw[0], pfn) << "the parent's frame, no longer shared, is reused";
+		EXPECT_EQ(fl, stat(m.m, SD_STAT_FLUSH)) << "a reuse flushes nothing";
+		EXPECT_EQ(wp + 2, stat(m.m, SD_STAT_WP_FAULT));
+		// A page both still share: the parent's write copies, with a flush.
+		ASSERT_EQ(0, sd_access(c, kVa + P, SD_WRITE, &pfn));
+		EXPECT_NE(pw[1], pfn);
+		EXPECT_EQ(fl + 1, stat(m.m, SD_STAT_FLUSH));
+
+		// The child gone: its frames back, the parent's (and the one the
+		// child keeps no more) kept.
+		ASSERT_EQ(0, sd_switch_mm(c, nullptr));
+		EXPECT_EQ(0, sd_mm_destroy(child));
+		ASSERT_EQ(0, sd_switch_mm(c, parent));
+		for (unsigned i = 2; i < 4; i++) {
+			ASSERT_EQ(0, sd_access(c, kVa + i * P, SD_WRITE, &pfn));
+			EXPECT_EQ(pw[i], pfn) << "the last mapping of a frame is reused";
+		}
+		ASSERT_EQ(0, sd_switch_mm(c, nullptr));
+		EXPECT_EQ(0, sd_mm_destroy(parent));
+	}
+	EXPECT_EQ(0u, sd_frame_pool_in_use(pool)) << "frames lost or freed twice";
+	EXPECT_EQ(0u, sd_oracle_violations(m.m));
+}
+
+// dup_mmap()'s flush_tlb_mm(): CPU 1 runs the parent and has a page cached
+// writable; CPU 0 forks. Once the fork has returned, CPU 1's write must
+// fault and copy (the child shares the frame), not write the shared frame
+// through its old entry. Planted bug: the parent's flush left out: CPU 1
+// writes the shared frame (the same pfn) and the oracle counts it.
+TEST_P(Cow, ForkFlushesTheParentsWritableEntries)
+{
+	const char *strategy = GetParam();
+	sdtest::GuideStrategy user("cow_guide");
+	Machine m(sdtest::config(2, strategy));
+	ASSERT_NE(nullptr, m.m);
+	struct Arg {
+		sd_mm *mm = nullptr, *child = nullptr;
+		std::atomic<int> step{0};
+		uint64_t before = 0, after = 0;
+	} a;
+	ASSERT_EQ(0, sd_mm_create(m.m, &a.mm));
+	sdtest::Watchdog w(std::string(strategy) + ": a fork or a break is stuck", 60);
+	ASSERT_EQ(0, sd_machine_run(m.m, [](sd_cpu *c, void *v) {
+		auto *a = static_cast<Arg *>(v);
+		EXPECT_EQ(0, sd_switch_mm(c, a->mm));
+		if (sd_cpu_id(c) == 1) {
+			wait_for(c, [&] { return a->step.load() == 1; });
+			EXPECT_EQ(0, sd_access(c, kVa, SD_WRITE, &a->before));
+			a->step = 2;
+			wait_for(c, [&] { return a->step.load() == 3; });
+			EXPECT_EQ(0, sd_access(c, kVa, SD_WRITE, &a->after));
+		} else {
+			EXPECT_EQ(0, sd_mmap(c, a->mm, kVa, 2 * P, RW));
+			a->step = 1;
+			wait_for(c, [&] { return a->step.load() == 2; });
+			EXPECT_EQ(0, sd_mm_fork(c, a->mm, &a->child)) << sd_last_error();
+			a->step = 3;
+		}
+		EXPECT_EQ(0, sd_switch_mm(c, nullptr));
+	}, &a)) << sd_last_error();
+	EXPECT_NE(0u, a.before);
+	EXPECT_NE(a.before, a.after) << "CPU 1 wrote the frame it shares with the child";
+	EXPECT_EQ(0u, sd_oracle_violations(m.m));
+	EXPECT_EQ(0, sd_mm_destroy(a.child));
+	EXPECT_EQ(0, sd_mm_destroy(a.mm));
+}
+
+INSTANTIATE_TEST_SUITE_P(Strategies, Cow,
+			 ::testing::Values("broadcast", "local", "ipi", "gbcast", "cow_guide"));
 
 }  // namespace

@@ -549,6 +549,7 @@ static int host_tlb(void)
 	set(&host, P_PAGE_ALLOC, 0, "0: the emulator's write fault pops a frame from a per-CPU "
 	    "cache, a few ns not measured apart");
 	set(&host, P_PAGE_ZERO, 0, "0: the emulator's frames have no bytes to clear");
+	set(&host, P_PAGE_COPY, 0, "0: the emulator's frames have no bytes to copy");
 	set(&host, P_MEMCG_CHARGE, 0, "0: the emulator has no memory cgroups");
 	ret = 0;
 out:
@@ -1553,12 +1554,12 @@ static double fault_ns(char *p, bool write)
  * still in the cache. Cold: each page of a populated 128 MiB buffer once a
  * pass, as a stream of new pages is. Medians per page.
  */
-static int clear_ns(double *hot, double *cold)
+static int clear_ns(double *hot, double *cold, double *copy)
 {
 	const size_t pages = 32768;     /* 128 MiB */
 	char *b = mmap(NULL, pages * 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
 		       -1, 0);
-	double vh[64], vc[64];
+	double vh[64], vc[64], vp[64];
 	int reps = cal.quick ? 3 : 9;
 
 	if (b == MAP_FAILED)
@@ -1573,12 +1574,20 @@ static int clear_ns(double *hot, double *cold)
 
 		for (size_t i = 0; i < pages; i++)
 			memset(b + i * 4096, 0, 4096);
+		double t2 = now_ns();
+
+		/* copy_page()'s work on a cache-hot pair, as a copy-on-write
+		 * break of a page just written copies it. */
+		for (size_t i = 0; i < pages; i++)
+			memcpy(b + 4096, b, 4096);
 		vh[r] = (t1 - t0) / (double)pages;
-		vc[r] = (now_ns() - t1) / (double)pages;
+		vc[r] = (t2 - t1) / (double)pages;
+		vp[r] = (now_ns() - t2) / (double)pages;
 	}
 	munmap(b, pages * 4096);
 	*hot = median(vh, reps);
 	*cold = median(vc, reps);
+	*copy = median(vp, reps);
 	return 0;
 }
 
@@ -1598,9 +1607,9 @@ static int kern_tlb(void)
 	if (p == MAP_FAILED)
 		return sys_fail("mmap");
 	bind_self(cal.pu0);
-	double fw = fault_ns(p, true), fr = fault_ns(p, false), z = 0, zc = 0;
+	double fw = fault_ns(p, true), fr = fault_ns(p, false), z = 0, zc = 0, cp = 0;
 	double md = madvise_ns(p, 1, true, false);
-	int cerr = clear_ns(&z, &zc);
+	int cerr = clear_ns(&z, &zc, &cp);
 
 	unbind_self();
 	munmap(p, 512 * 4096);
@@ -1618,6 +1627,8 @@ static int kern_tlb(void)
 	    "same page (%.1f ns) minus the read fault (%.1f ns) minus page_zero: the page's "
 	    "allocation, its memcg charge (where the process is in a memory cgroup), rmap and "
 	    "counters, and the LRU batch add", fw, fr);
+	set(&kern, P_PAGE_COPY, cp, "sd-calibrate --only tlb: median per page of memcpy() of a "
+	    "cache-hot 4 KiB page to another (REP MOVSB, as copy_page()'s)");
 	set(&kern, P_MEMCG_CHARGE, 0, "not measured apart: the charge is in page_alloc (a user-space "
 	    "timer cannot isolate it)");
 	return kern_tlb_chase();
