@@ -119,8 +119,8 @@
 	X(TRAP_BEGIN,         TRAP,               BEGIN,    ONE, ONCE(TRAP_ENTRY)) /* arg insn */        \
 	X(TRAP_END,           NONE,               END,      ONE, ONCE(TRAP_EXIT))                        \
 	X(TRAP_UNDEF,         TRAP_UNDEF,         INSTANT,  ONE, FREE) /* arg insn */                    \
-	X(LOCK_WAIT_BEGIN,    LOCK_WAIT,          BEGIN,    ONE, OUT) /* arg enum sd_lock_kind */        \
-	X(LOCK_WAIT_END,      NONE,               END,      ONE, OUT)                                    \
+	X(LOCK_WAIT_BEGIN,    LOCK_WAIT,          BEGIN,    ONE, FREE) /* arg enum sd_lock_kind */       \
+	X(LOCK_WAIT_END,      NONE,               END,      ONE, FREE)                                   \
 	/* Events that exist for modelled time (model.h): counted nowhere. */                            \
 	X(DSB,                NONE,               UNTRACED, ONE, OUT) /* the flush's barrier */          \
 	X(SYSCALL_ENTER,      NONE,               UNTRACED, ONE, ONCE(SYSCALL_ENTRY))                    \

@@ -318,12 +318,6 @@ void sd_model_event(struct sd_cpu *c, enum sd_event ev, uint64_t arg, uint64_t a
 		c->model.clock_ps += p[SD_MP_PAGE_ALLOC] + p[SD_MP_MEMCG_CHARGE] +
 				     (arg ? p[SD_MP_PAGE_ZERO] : p[SD_MP_PAGE_COPY]);
 		break;
-	case SD_EV_LOCK_WAIT_BEGIN:
-	case SD_EV_LOCK_WAIT_END:
-		/* Relaxed: read by the stall check only (time/sync.c). */
-		atomic_store_explicit(&c->model_pub.lock_wait, ev == SD_EV_LOCK_WAIT_BEGIN,
-				      memory_order_relaxed);
-		break;
 	case SD_EV_LOCK_DOWNGRADE:
 		charge_rwsem_downgrade(c, (struct sd_model_rwsem *)(uintptr_t)aux);
 		break;
@@ -430,7 +424,6 @@ void sd_model_cpu_init(struct sd_cpu *c)
 	atomic_init(&c->model_pub.window_waits, 0);
 	atomic_init(&c->model_pub.preemptions, 0);
 	atomic_init(&c->model_pub.preemptions_locked, 0);
-	atomic_init(&c->model_pub.lock_wait, 0);
 	atomic_init(&c->recv_stall_ps, 0);
 	c->model.preempt_at_ps = UINT64_MAX;
 	sd_model_line_init(&c->ipi_line);

@@ -35,12 +35,7 @@ struct sd_seq;
  * results depend on how long the host made it wait. It cannot deadlock:
  * a window wait has interrupts on (so it answers the waiter's IPI) and no
  * modelled lock held (so it never holds the waiter's lock); the DVM lock's
- * holder takes no event under it. Nor is a CPU waiting for a library lock
- * taken for stalled when its thread sleeps (@lock_wait): the lock's holder
- * is inside the library too, never blocked outside it, so the wait ends;
- * only the host's speed decided that it slept (under ThreadSanitizer with
- * a second test beside it, the mmap_lock's waits during a holder's flush
- * did, and a lax run counted them as stalls).
+ * holder takes no event under it.
  */
 enum sd_model_run {
 	SD_MODEL_OFF,           /* no thread attached */
@@ -56,7 +51,6 @@ struct sd_model_pub {
 	SD_ATOMIC(uint64_t) window_waits;  /* the CPU's own, for its stats */
 	SD_ATOMIC(uint64_t) preemptions;   /* vCPU preemptions charged, owner-written */
 	SD_ATOMIC(uint64_t) preemptions_locked;  /* ...of them with a modelled lock held */
-	SD_ATOMIC(int) lock_wait;      /* waiting for a library lock: not a stall */
 };
 
 /* The CPU's own modelled state (owner-private line of struct sd_cpu). */

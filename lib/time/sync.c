@@ -222,11 +222,6 @@ static void check_stall(struct sd_cpu_model *c, struct laggard *l, unsigned who,
 	if (now - l->since_ns < STALL_SLEEPING_NS)
 		return;
 	t = &c->mod->peer[who];
-	/* Waiting for a library lock: its holder runs, the wait ends. */
-	if (atomic_load_explicit(&t->pub->lock_wait, memory_order_relaxed)) {
-		l->since_ns = now;
-		return;
-	}
 	if (now - l->since_ns < STALL_RUNNING_NS && !thread_sleeping(t))
 		return;
 	/* Relaxed, as every run state: it steers waits only. If the laggard
