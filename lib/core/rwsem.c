@@ -44,10 +44,9 @@ void sd_rwsem_lock_slow(struct sd_rwsem *s, bool write)
 
 		if (try_as(s, write))
 			break;
-		/* Strict modelled time: the holder is parked at a sync point;
-		 * the hook lets it run and parks us until a release. */
-		if (sd_wait_hook && sd_wait_hook())
-			continue;
+		/* Spin and yield; in strict modelled time the wait hook inside
+		 * (core/backoff.h) lets the parked holder run instead and parks
+		 * us until a release, without counting towards the futex park. */
 		if (b.n < SD_BACKOFF_SPINS + SD_BACKOFF_YIELDS) {
 			sd_backoff_wait(&b);
 			continue;

@@ -844,7 +844,8 @@ static void fork_leaf(void *arg, struct sd_pt *leaf, uint64_t vpn, uint64_t end)
 		if (!(old & SD_PTE_VMA))
 			continue;
 		if (old & SD_PTE_PRESENT) {
-			copy = sd_pte_make(sd_pte_pfn(old), (old & 0xff) | SD_PTE_WRPROTECT, f->version);
+			copy = sd_pte_make(sd_pte_pfn(old), (old & SD_PTE_FLAGS_MASK) | SD_PTE_WRPROTECT,
+					   f->version);
 			atomic_store_explicit(pte_slot(leaf, v), copy, memory_order_release);
 			gather_page(f->g, 0);
 			if (!sd_pte_is_zero_page(old))
@@ -852,6 +853,11 @@ static void fork_leaf(void *arg, struct sd_pt *leaf, uint64_t vpn, uint64_t end)
 			if (f->checked)
 				(void)sd_oracle_floor_touch(&f->child->floor, v);
 		}
+		/* Relaxed: no walker reaches the child before sd_mm_fork()
+		 * returns; a CPU then switches to it through the program's own
+		 * hand-over (this thread, or another after a release of the
+		 * program's that orders these stores before the child's
+		 * pointer). */
 		atomic_store_explicit(pte_slot(dst, v), copy, memory_order_relaxed);
 	}
 }
