@@ -4,7 +4,9 @@
 // clocks, between runs or against answers computed by hand.
 #include "common.hpp"
 
+#include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -110,6 +112,16 @@ std::vector<uint64_t> run_shape(const sd_machine_config &cfg, unsigned loops,
 	return s.clock;
 }
 
+// The shape's loop count: 96 (six switches between the mms) at full
+// scale, fewer under SD_STRESS_SCALE (TSan runs these strict comparisons
+// at 0.35, where 96 loops took 44 s of CI's time), never fewer than 32 so
+// that every run still switches mms twice.
+unsigned shape_loops()
+{
+	const unsigned sixteens = (unsigned)std::lround(6 * sdtest::stress_scale());
+	return 16 * std::max(2u, std::min(6u, sixteens));
+}
+
 // Busy loops on every PU (and then some) beside a run: the host's load.
 struct Hogs {
 	std::atomic<bool> stop{false};
@@ -143,12 +155,12 @@ TEST(Strict, RunsAreBitIdenticalWhateverTheHostDoes)
 		Profile p("pack:1 l3:2 core:4 pu:1", kCosts);
 		Watchdog w("Strict: a run stuck", 240);
 		sd_model_info info;
-		auto first = run_shape(strict(6, strategy, p), 96, &info);
-		auto second = run_shape(strict(6, strategy, p), 96);
+		auto first = run_shape(strict(6, strategy, p), shape_loops(), &info);
+		auto second = run_shape(strict(6, strategy, p), shape_loops());
 		std::vector<uint64_t> loaded;
 		{
 			Hogs hogs(std::thread::hardware_concurrency() + 1);
-			loaded = run_shape(strict(6, strategy, p), 96);
+			loaded = run_shape(strict(6, strategy, p), shape_loops());
 		}
 		ASSERT_EQ(6u, first.size());
 		EXPECT_GT(first[0], 0u) << strategy;
@@ -183,9 +195,9 @@ TEST(Strict, RunsDoNotDependOnTheQuantum)
 	for (const char *strategy : {"ipi", "ipi:cpumask=lazy", "broadcast", "local", "gbcast"}) {
 		Profile p("pack:1 l3:2 core:4 pu:1", kCosts);
 		Watchdog w("Strict quantum: a run stuck", 120);
-		auto fine = run_shape(strict(8, strategy, p), 96, nullptr, 250 * 1000);
-		auto dflt = run_shape(strict(8, strategy, p), 96);
-		auto coarse = run_shape(strict(8, strategy, p), 96, nullptr, 4000 * 1000);
+		auto fine = run_shape(strict(8, strategy, p), shape_loops(), nullptr, 250 * 1000);
+		auto dflt = run_shape(strict(8, strategy, p), shape_loops());
+		auto coarse = run_shape(strict(8, strategy, p), shape_loops(), nullptr, 4000 * 1000);
 		ASSERT_EQ(8u, dflt.size());
 		EXPECT_EQ(dflt, fine) << strategy << ": 250 ns against 1 us";
 		EXPECT_EQ(dflt, coarse) << strategy << ": 4 us against 1 us";
