@@ -253,4 +253,25 @@ struct GuideStrategy {
 	GuideStrategy &operator=(const GuideStrategy &) = delete;
 };
 
+// Busy loops on every PU (and then some) beside a run: the host's load.
+struct Hogs {
+	std::atomic<bool> stop{false};
+	std::vector<std::thread> threads;
+	explicit Hogs(unsigned n)
+	{
+		for (unsigned i = 0; i < n; i++)
+			threads.emplace_back([this]() {
+				volatile uint64_t x = 0;
+				while (!stop.load(std::memory_order_relaxed))
+					x = x + 1;
+			});
+	}
+	~Hogs()
+	{
+		stop.store(true);
+		for (auto &t : threads)
+			t.join();
+	}
+};
+
 } // namespace sdtest

@@ -20,5 +20,6 @@
 #include "stats.h"
 #include "oracle.h"
 #include "model.h"
+#include "task.h"
 
 #endif

@@ -107,7 +107,14 @@ SD_BEGIN_DECLS
 	X(MODEL_NS, "model_ns")                 /* modelled time: the CPU's clock, ns (model.h) */ \
 	X(MODEL_WINDOW_WAITS, "model_window_waits") /* modelled time: waits a window ahead */ \
 	X(ZERO_PAGE_FAULT, "zero_page_faults")  /* read faults that mapped the zero page */ \
-	X(WP_FAULT, "wp_faults")                /* copy-on-write breaks (do_wp_page) */
+	X(WP_FAULT, "wp_faults")                /* copy-on-write breaks (do_wp_page) */ \
+	X(TASK_SWITCH, "task_switches")         /* task.h: switches between tasks or idle */ \
+	X(TASK_WAKEUP, "task_wakeups")          /* task.h: try_to_wake_up() that queued a task */ \
+	X(WAKEUP_IPI, "wakeup_ipis")            /* task.h: reschedule IPIs sent to idle CPUs */ \
+	X(TASK_MIGRATE, "task_migrations")      /* task.h: queued tasks moved to another CPU */ \
+	X(TASK_FORK, "task_forks")              /* task.h: sd_task_fork() */ \
+	X(TASK_EXEC, "task_execs")              /* task.h: sd_task_exec() */ \
+	X(TASK_EXIT, "task_exits")              /* task.h: task bodies that returned */
 
 /** Counter ids. */
 enum sd_stat {

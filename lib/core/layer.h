@@ -26,6 +26,9 @@
  *             ASIDs and TLBI range encoding, x86 INVLPGB and global ASIDs
  *   strategy  one file per strategy, and the registry
  *   machine   creation, destruction, running, attach and detach
+ *   sched     tasks on the CPUs: run queues, the switch between host
+ *             threads, wait queues, wakeups, balancing, fork and exec;
+ *             it runs its idle threads through sd_machine_run()
  */
 #define SD_LAYER_CORE 1
 #define SD_LAYER_TIME 2
@@ -34,6 +37,7 @@
 #define SD_LAYER_ARCH 5
 #define SD_LAYER_STRATEGY 6
 #define SD_LAYER_MACHINE 7
+#define SD_LAYER_SCHED 8
 
 #ifndef SD_LAYER
 #define SD_LAYER 99     /* outside the library: above every layer */

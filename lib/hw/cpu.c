@@ -6,7 +6,9 @@
 #include <string.h>
 #include <unistd.h>
 #include <sys/syscall.h>
+#include "../core/futex.h"
 #include "../core/rcu.h"
+#include "../time/sequencer.h"
 
 #include "../core/error.h"
 #include "event.h"
@@ -131,6 +133,105 @@ void sd_cpu_offline(struct sd_cpu *c)
 	sd_this_cpu = NULL;
 	atomic_store(&c->attached, 0);
 	atomic_fetch_sub(&m->nr_attached, 1);
+}
+
+void sd_cpu_thread_prepare(void)
+{
+	tsan_signal_context_create();
+	sd_rcu_register();
+	sd_rcu_thread_offline();
+}
+
+void sd_cpu_thread_finish(struct sd_machine *m, struct sd_topology_binding *binding)
+{
+	if (binding->saved)
+		sd_topology_unbind_self(&m->topo, binding);
+	if (!sd_rcu_online())
+		sd_rcu_thread_online();
+	sd_rcu_unregister();
+}
+
+void sd_cpu_hand_out(struct sd_cpu *c)
+{
+	if (c->model.seq)
+		sd_seq_cpu_handover(&c->model);
+	sd_cpu_seq_hook(c, false);
+	/* A parked thread is an extended quiescent state: grace periods
+	 * do not wait for it. */
+	if (sd_rcu_online())
+		sd_rcu_thread_offline();
+	/* tid stays the outgoing thread's until the incoming one publishes
+	 * its own: a CPU with no tid reads as offline, and a flush would
+	 * skip it (sd_smp_call_post()). A signal that lands here now finds
+	 * no CPU and is dropped (ipi_handler()); its kick stays set, and
+	 * the incoming thread runs the queue. */
+	sd_this_cpu = NULL;
+}
+
+int sd_cpu_hand_in(struct sd_cpu *c, bool bind, struct sd_topology_binding *binding)
+{
+	struct sd_machine *m = c->m;
+	char note[128];
+	int pinned = c->pinned;
+
+	if (bind) {
+		if (binding->saved)
+			sd_topology_unbind_self(&m->topo, binding);
+		pinned = sd_topology_bind_self(&m->topo, c->id, m->cfg.flags & SD_MACHINE_STRICT_PIN,
+					       binding, note, sizeof(note));
+		if (pinned == 0)
+			note_unpinned(m, note);
+	}
+	/* As in sd_cpu_online(): the handler finds its CPU before the tid
+	 * makes this thread the one signals go to. */
+	sd_this_cpu = c;
+	atomic_store(&c->tid, (int)syscall(SYS_gettid));
+	/* Against sd_smp_call_post(), which counts itself in ipi_senders and
+	 * then reads tid (both seq_cst): a sender that read the old tid has
+	 * pushed and sent before the count drops, so the queue run below
+	 * sees its request; a later one reads our tid. */
+	while (atomic_load(&c->ipi_senders))
+		sched_yield();
+	if (c->model.seq)
+		sd_seq_cpu_rethread(&c->model);
+	sd_rcu_thread_online();
+	sd_cpu_seq_hook(c, true);
+	c->ipi_pending = 1;
+	return pinned < 0 ? pinned : 0;
+}
+
+uint64_t sd_cpu_now_ns(struct sd_cpu *c)
+{
+	struct timespec ts;
+
+	if (c->model.ev_ps)
+		return sd_cpu_clock_ns(c);
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+void sd_cpu_idle_wait(struct sd_cpu *c, SD_ATOMIC(int) *word, int val, uint64_t until_ns)
+{
+	uint64_t now = sd_cpu_now_ns(c);
+
+	if (c->model.seq) {
+		uint64_t until_ps = until_ns == UINT64_MAX ? SD_SEQ_NEVER : until_ns * PS_PER_NS;
+
+		if (atomic_load(word) == val && until_ps > c->model.clock_ps)
+			sd_seq_wait(&c->model, until_ps);
+		/* Its sync point: the IPIs that woke it run here. */
+		sd_event(c, SD_EV_WORK, 0, 0);
+		return;
+	}
+	if (until_ns != UINT64_MAX && c->model.ev_ps) {
+		if (until_ns > now)
+			sd_event(c, SD_EV_WORK, until_ns - now, 0);
+		return;
+	}
+	if (until_ns == UINT64_MAX)
+		sd_futex_wait(word, val);
+	else if (until_ns > now)
+		sd_futex_wait_ns(word, val, until_ns - now);
 }
 
 struct sd_cpu *sd_cpu_self(void)

@@ -163,4 +163,36 @@ void sd_cpu_offline(struct sd_cpu *c);
 /* Pass an RCU quiescent state (owner, interrupts on). */
 void sd_cpu_qs(struct sd_cpu *c);
 
+/*
+ * A CPU changes host threads (lib/sched: a context switch between tasks).
+ * The outgoing thread, interrupts off, lets go: its thread-locals stop
+ * naming @c. The incoming one takes @c over with interrupts still off
+ * (they are the CPU's, raised by the outgoing thread, and the incoming
+ * one's sd_irq_on() ends the switch): it binds itself to @c's PU when
+ * @bind (a task that last ran on another CPU), becomes the thread IPIs go
+ * to, and leaves ipi_pending set so that the sd_irq_on() runs whatever a
+ * signal to the outgoing thread could not. The incoming thread must have
+ * registered with RCU (sd_cpu_thread_prepare()).
+ */
+void sd_cpu_hand_out(struct sd_cpu *c);
+int sd_cpu_hand_in(struct sd_cpu *c, bool bind, struct sd_topology_binding *binding);
+/* A thread that will take CPUs over (sd_cpu_hand_in()), before any: RCU
+ * registration (offline), the signal context TSan needs. */
+void sd_cpu_thread_prepare(void);
+void sd_cpu_thread_finish(struct sd_machine *m, struct sd_topology_binding *binding);
+
+/* The CPU's time: its modelled clock (ns) on a modelled machine, else the
+ * host's CLOCK_MONOTONIC. Owner. */
+uint64_t sd_cpu_now_ns(struct sd_cpu *c);
+/*
+ * lib/sched's idle thread, holding @c: wait until *@word is not @val (a
+ * reschedule IPI's handler changes it) or @c's time reaches @until_ns
+ * (UINT64_MAX: no deadline), answering IPIs meanwhile. Strict modelled
+ * time: a wait in the machine (sd_seq_wait()), woken by an IPI's arrival
+ * or the deadline, so the wakeup happens at its modelled time. Lax: a
+ * deadline is idle time added to the clock at once (the window holds it
+ * back). Real time: a futex wait. May return early; the caller looks again.
+ */
+void sd_cpu_idle_wait(struct sd_cpu *c, SD_ATOMIC(int) *word, int val, uint64_t until_ns);
+
 #endif

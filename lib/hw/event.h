@@ -121,6 +121,14 @@
 	X(TRAP_UNDEF,         TRAP_UNDEF,         INSTANT,  ONE, FREE) /* arg insn */                    \
 	X(LOCK_WAIT_BEGIN,    LOCK_WAIT,          BEGIN,    ONE, FREE) /* arg enum sd_lock_kind */       \
 	X(LOCK_WAIT_END,      NONE,               END,      ONE, FREE)                                   \
+	/* The scheduler (lib/sched): arg the task id */                                                 \
+	X(TASK_SWITCH,        TASK_SWITCH,        INSTANT,  ONE, ONCE(SCHED_SWITCH))                     \
+	X(TASK_WAKEUP,        TASK_WAKEUP,        INSTANT,  ONE, ONCE(SCHED_WAKEUP))                     \
+	X(WAKEUP_IPI,         WAKEUP_IPI,         INSTANT,  ONE, FREE) /* arg target CPU */              \
+	X(TASK_MIGRATE,       TASK_MIGRATE,       INSTANT,  ONE, ONCE(SCHED_MIGRATE))                    \
+	X(TASK_FORK,          TASK_FORK,          INSTANT,  ONE, ONCE(TASK_FORK))                        \
+	X(TASK_EXEC,          TASK_EXEC,          INSTANT,  ONE, FREE)                                   \
+	X(TASK_EXIT,          TASK_EXIT,          INSTANT,  ONE, FREE)                                   \
 	/* Events that exist for modelled time (model.h): counted nowhere. */                            \
 	X(DSB,                NONE,               UNTRACED, ONE, OUT) /* the flush's barrier */          \
 	X(SYSCALL_ENTER,      NONE,               UNTRACED, ONE, ONCE(SYSCALL_ENTRY))                    \
@@ -211,6 +219,7 @@ enum sd_lock_kind {
 	SD_LOCK_MM_READ,        /* an mm's mmap_lock, held for read (aux its rwsem) */
 	SD_LOCK_MM_VMA,         /* read, charged as the per-VMA lock of a fault */
 	SD_LOCK_PTL,            /* a leaf page table's split lock (aux its model) */
+	SD_LOCK_RQ,             /* a CPU's run-queue lock (lib/sched; aux its model) */
 	SD_LOCK_KIND_NR
 };
 

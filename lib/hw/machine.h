@@ -66,6 +66,12 @@ struct sd_machine {
 	sd_cacheline_aligned struct sd_spinlock lru_lock;
 	uint64_t lru_pages;            /* under lru_lock */
 
+	/* The scheduler's state (lib/sched), created by the first
+	 * sd_task_create(); freed through @sched_free by the machine's
+	 * destruction, which cannot name the layer above it. */
+	void *sched;
+	void (*sched_free)(struct sd_machine *m);
+
 	sd_cacheline_aligned SD_ATOMIC(unsigned) nr_attached;
 	SD_ATOMIC(unsigned) nr_mms;
 	SD_ATOMIC(uint64_t) next_mm_id;

@@ -44,7 +44,7 @@ static void ipi_run_one(struct sd_cpu *c, struct sd_smp_call_req *req)
 {
 	/* Read before the run: after the ack the request may be gone. */
 	uint64_t flow = req->flow;
-	struct sd_cpu *from = req->from;
+	struct sd_cpu *from = req->async ? NULL : req->from;
 
 	sd_event_ipi_run_begin(c, flow, req->model_sent_ps);
 	req->fn(c, req->arg);
@@ -788,6 +788,7 @@ int sd_smp_call_single(struct sd_cpu *from, unsigned target, sd_smp_call_fn fn, 
 		return sd_fail(-EDEADLK, "sd_smp_call_single: interrupts are off on CPU %u", from->id);
 	req.fn = fn;
 	req.arg = arg;
+	req.async = false;
 	if (!sd_smp_call_post(from, from->m->cpus[target], &req))
 		return sd_fail(-EINVAL, "sd_smp_call_single: CPU %u has no thread", target);
 	return sd_smp_call_wait(from, &req);

@@ -40,6 +40,9 @@ struct sd_smp_call_req {
 	uint64_t flow;                 /* trace flow id from the sender, or 0 */
 	uint64_t model_sent_ps;        /* modelled time it was sent, 0: none */
 	uint64_t model_acked_ps;       /* modelled time the target acked it */
+	/* Nobody waits for it (a reschedule IPI, lib/sched): the target
+	 * tells the sender nothing, which may have gone offline since. */
+	bool async;
 };
 
 /*

@@ -413,6 +413,9 @@ int sd_machine_destroy(struct sd_machine *m)
 		return sd_fail(-EBUSY, "%u CPU(s) still attached", atomic_load(&m->nr_attached));
 	if (atomic_load(&m->nr_mms))
 		return sd_fail(-EBUSY, "%u address space(s) still exist", atomic_load(&m->nr_mms));
+	/* Tasks that never ran (lib/sched): their threads end unrun. */
+	if (m->sched_free)
+		m->sched_free(m);
 	/* Deferred page-table frees may still be queued. */
 	urcu_qsbr_barrier();
 	int trace_err = write_trace_at_exit(m);

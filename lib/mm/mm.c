@@ -175,6 +175,7 @@ static int shoot_lazy_cpus(struct sd_mm *mm, struct sd_cpu *self)
 		if (t == self || atomic_load_explicit(&t->mm, memory_order_acquire) != mm)
 			continue;
 		reqs[i].fn = drop_lazy_mm;
+		reqs[i].async = false;
 		reqs[i].arg = mm;
 		posted[i] = sd_smp_call_post(self, t, &reqs[i]);
 	}
@@ -1385,12 +1386,10 @@ int sd_switch_mm(struct sd_cpu *c, struct sd_mm *next)
 	return 0;
 }
 
-int sd_cpu_idle(struct sd_cpu *c)
+void sd_cpu_enter_lazy(struct sd_cpu *c)
 {
 	struct sd_mm *mm;
 
-	if (sd_cpu_check_self(c))
-		return sd_fail(-EPERM, "sd_cpu_idle: " SD_NOT_ATTACHED);
 	sd_irq_off(c);
 	/* Under interrupts off, as in sd_switch_mm(). */
 	mm = atomic_load_explicit(&c->mm, memory_order_relaxed);
@@ -1401,6 +1400,13 @@ int sd_cpu_idle(struct sd_cpu *c)
 	}
 	atomic_store_explicit(&c->lazy, 1, memory_order_relaxed);
 	sd_irq_on(c);
+}
+
+int sd_cpu_idle(struct sd_cpu *c)
+{
+	if (sd_cpu_check_self(c))
+		return sd_fail(-EPERM, "sd_cpu_idle: " SD_NOT_ATTACHED);
+	sd_cpu_enter_lazy(c);
 	/* Modelled time: an idle CPU holds nobody back; in strict mode it
 	 * first takes the IPIs already on their way. */
 	sd_smp_seq_settle(c);

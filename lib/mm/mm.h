@@ -85,6 +85,12 @@ void sd_mm_zap_present(struct sd_cpu *c, struct sd_mm *mm, uint64_t vpn, uint64_
 		       uint32_t version, bool *owed, void (*kept_zero)(void *arg, uint64_t vpn),
 		       void (*zapped)(void *arg, uint64_t vpn, uint64_t pfn), void *arg);
 
+/* enter_lazy_tlb(): the CPU keeps its mm loaded, lazily (the first half
+ * of sd_cpu_idle(), which then leaves modelled time's running set). The
+ * scheduler's idle thread (lib/sched) in strict modelled time calls it
+ * alone, as it waits in the machine. Owner, interrupts on. */
+void sd_cpu_enter_lazy(struct sd_cpu *c);
+
 /* Free a change's frames after its flush: off the LRU (mm/lru.c, per the
  * machine's lru setting), then back to the allocator. */
 void sd_mm_free_frames(struct sd_cpu *c, const uint64_t *pfns, size_t n);

@@ -655,6 +655,7 @@ void sd_ipi_flush_tlb_multi(struct sd_cpu *cpu, const struct sd_cpumask *mask,
 			continue;
 		struct sd_smp_call_req *req = csd_ring_get(cpu, ipi, &ring);
 		req->fn = flush_ipi;
+		req->async = false;
 		req->arg = f;
 		if (sd_smp_call_post(cpu, cpu->m->cpus[t], req))
 			ring.nr_posted++;

@@ -71,7 +71,12 @@
 	X(PAGE_ZERO,         "page_zero",         "clearing a new 4 KiB page (clear_page(), clear_user_highpage()) for an anonymous fault or a copy-on-write break of the zero page (optional, 0 when left out)") \
 	X(PAGE_COPY,         "page_copy",         "copying a 4 KiB page for a copy-on-write break of a page fork left shared (copy_mc_user_highpage() in wp_page_copy()) (optional, 0 when left out)") \
 	X(MEMCG_CHARGE,      "memcg_charge",      "charging a new anonymous page to its memory cgroup (mem_cgroup_charge(), served from the per-CPU stock) (optional, 0 when left out)") \
-	X(KPTI_TRAMPOLINE,   "kpti_trampoline",   "arm64 KPTI: the trampoline's work on one entry to the kernel from EL0 and the return (tramp_vectors and tramp_exit switching TTBR1 and the ASID, with their ISBs), added to every system call, page fault and trapped instruction when the profile's features say kpti (optional, 0 when left out)")
+	X(KPTI_TRAMPOLINE,   "kpti_trampoline",   "arm64 KPTI: the trampoline's work on one entry to the kernel from EL0 and the return (tramp_vectors and tramp_exit switching TTBR1 and the ASID, with their ISBs), added to every system call, page fault and trapped instruction when the profile's features say kpti (optional, 0 when left out)") \
+	X(SCHED_SWITCH,      "sched_switch",      "a task switch apart from switch_mm (context_switch above): __schedule()'s pick_next_task(), the run-queue updates, __switch_to()'s registers and finish_task_switch() (optional, 0 when left out)") \
+	X(SCHED_WAKEUP,      "sched_wakeup",      "try_to_wake_up() on the waker's CPU: select_task_rq(), the enqueue on the target's run queue, apart from a reschedule IPI and the run-queue lock's line (optional, 0 when left out)") \
+	X(SCHED_MIGRATE,     "sched_migrate",     "moving a queued task to another CPU's run queue: detach_task(), set_task_cpu(), attach_task(), on the CPU that moves it (optional, 0 when left out)") \
+	X(TASK_FORK,         "task_fork",         "fork()'s work apart from dup_mmap() (charged as its parts): copy_process()'s task struct, credentials, files and signal state, and wake_up_new_task() (optional, 0 when left out)") \
+	X(SCHED_BALANCE_INTERVAL, "sched_balance_interval", "modelled time between two periodic load balances of a CPU (sched_balance_domains(): the domain's balance_interval, in ms, is its weight); 0 or left out: 4 ms (optional)")
 
 /* X(enum suffix, JSON key, what one charge is), each a table by distance
  * class (enum sd_model_distance: core, llc, package, system). */

@@ -711,7 +711,7 @@ void sd_seq_cpu_online(struct sd_cpu_model *c)
 	c->clock_ps = max_u64(c->clock_ps, q->epoch_ps);
 	s->clock_ps = c->clock_ps;
 	s->state = SD_SEQ_AWAY;
-	s->summoned = s->stalled = false;
+	s->summoned = s->stalled = s->handover = false;
 	s->wake_ps = s->arrival_ps = SD_SEQ_NEVER;
 	s->thread = pthread_self();
 	s->tid = (int)syscall(SYS_gettid);
@@ -719,6 +719,27 @@ void sd_seq_cpu_online(struct sd_cpu_model *c)
 	atomic_store_explicit(&q->go[c->id].go, SD_SEQ_GO_NO, memory_order_relaxed);
 	seq_unlock(q);
 	c->until_ps = SD_SEQ_NEVER;
+}
+
+void sd_seq_cpu_handover(struct sd_cpu_model *c)
+{
+	struct sd_seq *q = seq_of(c);
+
+	seq_lock(q);
+	q->slot[c->id].handover = true;
+	seq_unlock(q);
+}
+
+void sd_seq_cpu_rethread(struct sd_cpu_model *c)
+{
+	struct sd_seq *q = seq_of(c);
+	struct sd_seq_slot *s = &q->slot[c->id];
+
+	seq_lock(q);
+	s->handover = false;
+	s->thread = pthread_self();
+	s->tid = (int)syscall(SYS_gettid);
+	seq_unlock(q);
 }
 
 void sd_seq_cpu_offline(struct sd_cpu_model *c)
@@ -880,7 +901,7 @@ static void watch_tick(struct sd_seq *q, struct watch *w)
 	seq_lock(q);
 	pthread_t thread = q->slot[h].thread;
 	int tid = q->slot[h].tid;
-	bool summoned = q->slot[h].summoned;
+	bool summoned = q->slot[h].summoned || q->slot[h].handover;
 	seq_unlock(q);
 	if (h != w->holder || beats != w->beats) {
 		w->holder = h;

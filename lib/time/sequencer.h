@@ -57,6 +57,7 @@ enum sd_seq_state {
 struct sd_seq_slot {
 	int state;              /* enum sd_seq_state */
 	bool summoned;          /* AWAY, brought in to run an IPI */
+	bool handover;          /* its thread is changing (lib/sched): not stalled */
 	bool stalled;           /* the watchdog took the token: it came back late */
 	bool deaf;              /* WAIT with interrupts off: an IPI's arrival does not wake it */
 	bool working;           /* WAIT that is modelled work (sd_seq_work()) */
@@ -124,6 +125,13 @@ void sd_seq_fini(struct sd_seq *q);
 /* Attach and detach: a CPU comes in AWAY at the run's epoch, and leaves. */
 void sd_seq_cpu_online(struct sd_cpu_model *c);
 void sd_seq_cpu_offline(struct sd_cpu_model *c);
+/* The CPU's thread changes (a context switch between tasks, lib/sched):
+ * the outgoing thread says so before it wakes the incoming one, which the
+ * watchdog then never takes the token from (its wake is the host's to
+ * make, as a summoned CPU's signal is), and the incoming thread says it
+ * has come: the watchdog looks at it from now on. */
+void sd_seq_cpu_handover(struct sd_cpu_model *c);
+void sd_seq_cpu_rethread(struct sd_cpu_model *c);
 
 /* sd_machine_run(): @n CPUs start; nobody gets the token before all are
  * in (sd_seq_start_cpu() from each, once attached), so who goes first is

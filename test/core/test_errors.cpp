@@ -3,6 +3,8 @@
 // an sd_last_error() that names the problem, and nothing half-changed.
 #include "common.hpp"
 
+#include <shootdown/task.h>
+
 extern "C" {
 #include "mm/pgtable.h"
 }
@@ -1697,6 +1699,233 @@ TEST(Errors, StrategyRegistryRefusals)
 	EXPECT_EQ(0, sd_strategy_unregister("errors_in_use"));
 }
 
+// ---- tasks (task.h) ----
+
+struct TaskErrorCase {
+	sd_machine *m = nullptr;
+	sd_mm *mm = nullptr;
+	sd_waitq *q = nullptr;
+	sd_task *quick = nullptr;          // a task that returns at once
+	std::atomic<bool> waiter_in{false};
+	std::atomic<bool> destroy_checked{false};
+	std::atomic<bool> done{false};
+};
+
+bool flag_set(void *arg)
+{
+	return static_cast<std::atomic<bool> *>(arg)->load();
+}
+
+void task_returns(sd_task *, void *) {}
+
+// Waits on the case's queue until the driver has seen sd_waitq_destroy()
+// refuse it. The condition is looked at under the queue's lock, and a
+// false one queues the waiter in the same hold: once waiter_in is seen,
+// the waiter is on the queue.
+bool waiter_cond(void *arg)
+{
+	auto *k = static_cast<TaskErrorCase *>(arg);
+	k->waiter_in = true;
+	return k->destroy_checked.load();
+}
+
+void task_waits(sd_task *self, void *arg)
+{
+	auto *k = static_cast<TaskErrorCase *>(arg);
+	EXPECT_EQ(0, sd_task_wait(self, k->q, waiter_cond, k)) << sd_last_error();
+}
+
+// Every error a task's calls document, driven from a task.
+void task_driver(sd_task *self, void *arg)
+{
+	auto *k = static_cast<TaskErrorCase *>(arg);
+	sd_cpu *c = sd_task_cpu(self);
+	sd_task_config cfg = SD_TASK_CONFIG_INIT;
+	cfg.mm = k->mm;
+
+	// Another thread is not this task.
+	std::thread t([&] {
+		prime_last_error();
+		check_error(sd_task_yield(self), -EPERM, {"thread"});
+		prime_last_error();
+		check_error(sd_task_wait(self, k->q, flag_set, &k->done), -EPERM, {"thread"});
+		prime_last_error();
+		check_error(sd_task_wake(self, k->q, 1), -EPERM, {"thread"});
+		prime_last_error();
+		check_error(sd_task_sleep(self, 1), -EPERM, {"thread"});
+		prime_last_error();
+		check_error(sd_task_set_affinity(self, self, "0"), -EPERM, {"thread"});
+		prime_last_error();
+		check_error(sd_task_fork(self, task_returns, nullptr, nullptr), -EPERM, {"thread"});
+		prime_last_error();
+		check_error(sd_task_exec(self), -EPERM, {"thread"});
+		EXPECT_EQ(nullptr, sd_task_cpu(self));
+	});
+	t.join();
+
+	// Bad arguments.
+	prime_last_error();
+	check_error(sd_task_wait(self, nullptr, flag_set, &k->done), -EINVAL, {"NULL"});
+	prime_last_error();
+	check_error(sd_task_wait(self, k->q, nullptr, nullptr), -EINVAL, {"NULL"});
+	prime_last_error();
+	check_error(sd_task_wake(self, nullptr, 1), -EINVAL, {"NULL"});
+	prime_last_error();
+	check_error(sd_task_sleep(self, 1001ull * 1000000000ull), -EINVAL, {"1000 s"});
+	prime_last_error();
+	check_error(sd_task_set_affinity(self, nullptr, "0"), -EINVAL, {"NULL"});
+	prime_last_error();
+	check_error(sd_task_set_affinity(self, self, "zero"), -EINVAL, {"CPU list"});
+	prime_last_error();
+	check_error(sd_task_set_affinity(self, self, "7"), -EINVAL, {"no CPU"});
+	prime_last_error();
+	check_error(sd_task_fork(self, nullptr, nullptr, nullptr), -EINVAL, {"NULL"});
+	sd_machine *other = nullptr;
+	sd_machine_config ocfg = cfg_cpus(1);
+	ASSERT_EQ(0, sd_machine_create(&ocfg, &other));
+	sd_waitq *foreign = nullptr;
+	ASSERT_EQ(0, sd_waitq_create(other, "foreign", &foreign));
+	prime_last_error();
+	check_error(sd_task_wait(self, foreign, flag_set, &k->done), -EINVAL, {"another machine"});
+	prime_last_error();
+	check_error(sd_task_wake(self, foreign, 1), -EINVAL, {"another machine"});
+	EXPECT_EQ(0, sd_waitq_destroy(foreign));
+	EXPECT_EQ(0, sd_machine_destroy(other));
+	// A task may create tasks of its own machine only; a CPU list that
+	// does not hold the CPU asked for is refused.
+	cfg.cpu = 1;
+	cfg.affinity = "0";
+	prime_last_error();
+	check_error(sd_task_create(k->m, &cfg, task_returns, nullptr, nullptr), -EINVAL,
+		    {"not in the affinity"});
+	cfg.cpu = SD_TASK_ANY_CPU;
+	cfg.affinity = nullptr;
+
+	// Interrupts off: every call that would switch refuses.
+	sd_irq_disable(c);
+	prime_last_error();
+	check_error(sd_task_yield(self), -EDEADLK, {"interrupts"});
+	prime_last_error();
+	check_error(sd_task_wait(self, k->q, flag_set, &k->done), -EDEADLK, {"interrupts"});
+	prime_last_error();
+	check_error(sd_task_sleep(self, 1), -EDEADLK, {"interrupts"});
+	prime_last_error();
+	check_error(sd_task_set_affinity(self, self, "0"), -EDEADLK, {"interrupts"});
+	prime_last_error();
+	check_error(sd_task_fork(self, task_returns, nullptr, nullptr), -EINVAL, {"interrupts"});
+	prime_last_error();
+	check_error(sd_task_exec(self), -EINVAL, {"interrupts"});
+	prime_last_error();
+	check_error(sd_task_create(k->m, &cfg, task_returns, nullptr, nullptr), -EDEADLK,
+		    {"interrupts"});
+	EXPECT_EQ(0, sd_irq_enable(c));
+
+	// A returned task cannot be moved.
+	ASSERT_EQ(0, sd_task_create(k->m, &cfg, task_returns, nullptr, &k->quick));
+	ASSERT_EQ(0, sd_task_set_affinity(self, self, "0"));
+	while (sd_task_set_affinity(self, k->quick, "0") == 0)
+		ASSERT_EQ(0, sd_task_yield(self));
+	prime_last_error();
+	check_error(sd_task_set_affinity(self, k->quick, "0"), -ESRCH, {"returned"});
+
+	// A wait queue with a waiter is not destroyed.
+	ASSERT_EQ(0, sd_task_create(k->m, &cfg, task_waits, k, nullptr));
+	while (!k->waiter_in)
+		ASSERT_EQ(0, sd_task_yield(self));
+	prime_last_error();
+	check_error(sd_waitq_destroy(k->q), -EBUSY, {"wait"});
+	k->destroy_checked = true;
+	EXPECT_EQ(1, sd_task_wake(self, k->q, 0));
+
+	// Alone at last, a wait nobody can end is refused.
+	k->done = false;
+	while (sd_task_wake(self, k->q, 0) > 0 || !k->quick)
+		ASSERT_EQ(0, sd_task_yield(self));
+	for (int i = 0; i < 100; i++)
+		ASSERT_EQ(0, sd_task_yield(self));
+	prime_last_error();
+	check_error(sd_task_wait(self, k->q, flag_set, &k->done), -EDEADLK, {"wait"});
+	k->done = true;
+}
+
+void body_with_interrupts_off(sd_task *self, void *)
+{
+	sd_irq_disable(sd_task_cpu(self));
+}
+
+TEST(TaskErrors, EveryCallRefusesWhatItDocuments)
+{
+	TaskErrorCase k;
+	sd_machine_config cfg = cfg_cpus(2);
+	ASSERT_EQ(0, sd_machine_create(&cfg, &k.m));
+	ASSERT_EQ(0, sd_mm_create(k.m, &k.mm));
+	prime_last_error();
+	check_error(sd_waitq_create(nullptr, "q", &k.q), -EINVAL, {"NULL"});
+	prime_last_error();
+	check_error(sd_waitq_destroy(nullptr), -EINVAL, {"NULL"});
+	ASSERT_EQ(0, sd_waitq_create(k.m, "errors", &k.q));
+
+	// Creation's own checks.
+	sd_task_config tc = SD_TASK_CONFIG_INIT;
+	sd_task *sentinel = reinterpret_cast<sd_task *>(0x1), *out = sentinel;
+	prime_last_error();
+	check_error(sd_task_create(nullptr, &tc, task_returns, nullptr, &out), -EINVAL, {"NULL"});
+	prime_last_error();
+	check_error(sd_task_create(k.m, &tc, task_returns, nullptr, &out), -EINVAL, {"NULL mm"});
+	tc.mm = k.mm;
+	tc.size = 8;
+	prime_last_error();
+	check_error(sd_task_create(k.m, &tc, task_returns, nullptr, &out), -EINVAL, {"size"});
+	tc.size = sizeof(tc);
+	tc.cpu = 2;
+	prime_last_error();
+	check_error(sd_task_create(k.m, &tc, task_returns, nullptr, &out), -EINVAL, {"range"});
+	tc.cpu = SD_TASK_ANY_CPU;
+	tc.affinity = "0-1,x";
+	prime_last_error();
+	check_error(sd_task_create(k.m, &tc, task_returns, nullptr, &out), -EINVAL, {"CPU list"});
+	tc.affinity = "5-9";
+	prime_last_error();
+	check_error(sd_task_create(k.m, &tc, task_returns, nullptr, &out), -EINVAL, {"no CPU"});
+	tc.affinity = nullptr;
+	EXPECT_EQ(sentinel, out) << "a failed create wrote *out";
+	{
+		Attached a(k.m, 0);
+		prime_last_error();
+		check_error(sd_task_create(k.m, &tc, task_returns, nullptr, &out), -EINVAL,
+			    {"CPU"});
+	}
+	prime_last_error();
+	check_error(sd_sched_run(nullptr), -EINVAL, {"NULL"});
+	prime_last_error();
+	check_error(sd_sched_run(k.m), -EINVAL, {"no task"});
+
+	ASSERT_EQ(0, sd_task_create(k.m, &tc, task_driver, &k, nullptr));
+	{
+		Attached a(k.m, 1);
+		prime_last_error();
+		check_error(sd_sched_run(k.m), -EBUSY, {"CPU"});
+	}
+	{
+		// The task created above is still there after the refusals.
+		sdtest::Watchdog w("task errors", 120);
+		EXPECT_EQ(0, sd_sched_run(k.m)) << sd_last_error();
+	}
+	EXPECT_TRUE(k.done.load());
+
+	// A body that returns with interrupts off is reported, and its CPU
+	// is usable again.
+	ASSERT_EQ(0, sd_task_create(k.m, &tc, body_with_interrupts_off, nullptr, nullptr));
+	prime_last_error();
+	check_error(sd_sched_run(k.m), -EDEADLK, {"interrupts"});
+	ASSERT_EQ(0, sd_task_create(k.m, &tc, task_returns, nullptr, nullptr));
+	EXPECT_EQ(0, sd_sched_run(k.m)) << sd_last_error();
+
+	EXPECT_EQ(0, sd_waitq_destroy(k.q));
+	EXPECT_EQ(0, sd_mm_destroy(k.mm));
+	EXPECT_EQ(0, sd_machine_destroy(k.m));
+}
+
 // ---- every documented code, driven ----
 
 // Documented codes no unit test here can force, each with why. Anything
@@ -1718,6 +1947,12 @@ const std::map<std::pair<std::string, int>, const char *> kNotForced = {
 	{{"sd_access", -ENOMEM}, "driven in test_mm.cpp, which runs a machine out of frames"},
 	{{"sd_smp_call_single", -ESRCH}, "driven in test_smp.cpp: a raw thread exit while "
 					  "attached, in a death test"},
+	{{"sd_task_create", -EAGAIN}, "pthread_create failing"},
+	{{"sd_task_create", -ENOMEM}, "malloc failing"},
+	{{"sd_task_fork", -EAGAIN}, "pthread_create failing"},
+	{{"sd_task_fork", -ENOMEM}, "malloc failing"},
+	{{"sd_task_exec", -ENOMEM}, "malloc failing"},
+	{{"sd_waitq_create", -ENOMEM}, "malloc failing"},
 };
 
 // Each SD_EXPORT function of include/shootdown/ and the -E codes its own

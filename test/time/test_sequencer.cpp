@@ -31,6 +31,7 @@ namespace {
 using sdtest::Machine;
 using sdtest::Profile;
 using sdtest::Watchdog;
+using sdtest::Hogs;
 
 constexpr uint64_t P = SD_PAGE_SIZE;
 constexpr unsigned RW = SD_PROT_READ | SD_PROT_WRITE;
@@ -122,26 +123,6 @@ unsigned shape_loops()
 	return 16 * std::max(2u, std::min(6u, sixteens));
 }
 
-// Busy loops on every PU (and then some) beside a run: the host's load.
-struct Hogs {
-	std::atomic<bool> stop{false};
-	std::vector<std::thread> threads;
-	explicit Hogs(unsigned n)
-	{
-		for (unsigned i = 0; i < n; i++)
-			threads.emplace_back([this]() {
-				volatile uint64_t x = 0;
-				while (!stop.load(std::memory_order_relaxed))
-					x = x + 1;
-			});
-	}
-	~Hogs()
-	{
-		stop.store(true);
-		for (auto &t : threads)
-			t.join();
-	}
-};
 
 // The same strict run three times, the last beside a busy loop on every
 // PU and with more CPUs than PUs: every clock bit-identical, and nothing

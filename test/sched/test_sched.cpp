@@ -1,0 +1,458 @@
+// SPDX-License-Identifier: MIT
+// Tasks and the scheduler (lib/sched, include/shootdown/task.h): switching
+// between host threads on one CPU, blocking and wakeups with the reschedule
+// IPI, idle in lazy TLB mode, migration, fork, exec, sleep, deadlock
+// reports, in real and modelled time, oracle on.
+#include "common.hpp"
+#include "hw/profile.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <map>
+#include <thread>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include <shootdown/task.h>
+
+namespace {
+
+using sdtest::Machine;
+using sdtest::Profile;
+using sdtest::Watchdog;
+
+constexpr uint64_t P = SD_PAGE_SIZE;
+constexpr unsigned RW = SD_PROT_READ | SD_PROT_WRITE;
+constexpr uint64_t kBase = 0x40000000;
+
+uint64_t total(sd_machine *m, sd_stat which)
+{
+	sd_stats st = SD_STATS_INIT;
+	EXPECT_EQ(0, sd_stats_snapshot(m, &st));
+	return st.counter[which];
+}
+
+sd_task *create(sd_machine *m, sd_mm *mm, sd_task_fn fn, void *arg, unsigned cpu = SD_TASK_ANY_CPU,
+		const char *affinity = nullptr)
+{
+	sd_task_config cfg = SD_TASK_CONFIG_INIT;
+	cfg.mm = mm;
+	cfg.cpu = cpu;
+	cfg.affinity = affinity;
+	sd_task *t = nullptr;
+	EXPECT_EQ(0, sd_task_create(m, &cfg, fn, arg, &t)) << sd_last_error();
+	return t;
+}
+
+// A new mm of @m with @pages pages mapped read-write at kBase (not yet
+// touched), made from CPU 0 before any run.
+sd_mm *mapped_mm(sd_machine *m, unsigned pages)
+{
+	sd_mm *mm = nullptr;
+	EXPECT_EQ(0, sd_mm_create(m, &mm));
+	sdtest::Attached a(m, 0);
+	EXPECT_EQ(0, sd_mmap(a.c, mm, kBase, pages * P, RW));
+	return mm;
+}
+
+// Two tasks pass a token back and forth through two wait queues (a pipe
+// each way, hackbench's shape reduced to one pair), each touching its page
+// of one mm at every turn.
+struct PingPong {
+	sd_waitq *q[2] = {};
+	std::atomic<unsigned> turn{0};   // whose turn: 0 or 1
+	unsigned rounds = 0;
+	std::atomic<unsigned> done{0};
+	std::atomic<unsigned> cpus_seen[2] = {};
+};
+
+struct Player {
+	PingPong *pp;
+	unsigned me;
+};
+
+void player(sd_task *self, void *arg)
+{
+	auto *p = static_cast<Player *>(arg);
+	PingPong *pp = p->pp;
+	const unsigned me = p->me, other = 1 - me;
+
+	for (unsigned r = 0; r < pp->rounds; r++) {
+		ASSERT_EQ(0, sd_task_wait(self, pp->q[me], [](void *v) {
+			auto *pl = static_cast<Player *>(v);
+			return pl->pp->turn.load() == pl->me;
+		}, p)) << sd_last_error();
+		sd_cpu *c = sd_task_cpu(self);
+		ASSERT_NE(nullptr, c);
+		pp->cpus_seen[me] |= 1u << sd_cpu_id(c);
+		EXPECT_EQ(0, sd_access(c, kBase + me * P, SD_WRITE, nullptr)) << sd_last_error();
+		pp->turn.store(other);
+		EXPECT_GE(sd_task_wake(self, pp->q[other], 1), 0) << sd_last_error();
+	}
+	pp->done++;
+}
+
+void run_ping_pong(sd_machine *m, unsigned cpu0, unsigned cpu1, unsigned rounds, PingPong &pp,
+		   bool pinned = true)
+{
+	sd_mm *mm = mapped_mm(m, 2);
+	ASSERT_NE(nullptr, mm);
+	ASSERT_EQ(0, sd_waitq_create(m, "ping", &pp.q[0]));
+	ASSERT_EQ(0, sd_waitq_create(m, "pong", &pp.q[1]));
+	pp.rounds = rounds;
+	Player pl[2] = {{&pp, 0}, {&pp, 1}};
+	std::string a0 = std::to_string(cpu0), a1 = std::to_string(cpu1);
+	create(m, mm, player, &pl[0], cpu0, pinned ? a0.c_str() : nullptr);
+	create(m, mm, player, &pl[1], cpu1, pinned ? a1.c_str() : nullptr);
+	Watchdog w("ping-pong", 120);
+	EXPECT_EQ(0, sd_sched_run(m)) << sd_last_error();
+	EXPECT_EQ(2u, pp.done.load());
+	EXPECT_EQ(0, sd_waitq_destroy(pp.q[0]));
+	EXPECT_EQ(0, sd_waitq_destroy(pp.q[1]));
+	EXPECT_EQ(0, sd_mm_destroy(mm)) << sd_last_error();
+}
+
+// Both tasks on one CPU: every turn is a switch between the two host
+// threads that take the CPU in turn, and no IPI is needed to wake anyone.
+TEST(Sched, TwoTasksShareOneCpu)
+{
+	Machine mach(sdtest::config(1, "ipi"));
+	ASSERT_NE(nullptr, mach.m);
+	PingPong pp;
+	run_ping_pong(mach.m, 0, 0, 200, pp);
+	EXPECT_EQ(1u, pp.cpus_seen[0].load());
+	EXPECT_EQ(1u, pp.cpus_seen[1].load());
+	EXPECT_GE(total(mach.m, SD_STAT_TASK_SWITCH), 400u);
+	// Every turn but the first of each and the last of one wakes a waiter.
+	EXPECT_GE(total(mach.m, SD_STAT_TASK_WAKEUP), 398u);
+	EXPECT_EQ(2u, total(mach.m, SD_STAT_TASK_EXIT));
+	EXPECT_EQ(0u, total(mach.m, SD_STAT_VIOLATION));
+}
+
+// On two CPUs, each wait idles its CPU (lazily keeping the mm) and each
+// wake is a reschedule IPI to the other, idle, CPU.
+TEST(Sched, WakeupOfAnIdleCpuIsAnIpi)
+{
+	for (const char *strategy : {"ipi", "broadcast", "local", "gbcast"}) {
+		Machine mach(sdtest::config(2, strategy));
+		ASSERT_NE(nullptr, mach.m);
+		PingPong pp;
+		run_ping_pong(mach.m, 0, 1, 200, pp);
+		EXPECT_EQ(1u, pp.cpus_seen[0].load()) << strategy;
+		EXPECT_EQ(2u, pp.cpus_seen[1].load()) << strategy;
+		EXPECT_GE(total(mach.m, SD_STAT_WAKEUP_IPI), 100u) << strategy;
+		EXPECT_EQ(0u, total(mach.m, SD_STAT_VIOLATION)) << strategy;
+	}
+}
+
+void waits_for_ever(sd_task *self, void *arg)
+{
+	auto *q = static_cast<sd_waitq *>(arg);
+	EXPECT_EQ(-EDEADLK, sd_task_wait(self, q, [](void *) { return false; }, nullptr));
+}
+
+// A wait nobody can end is reported, not hung on: the waiters' calls
+// return -EDEADLK and the run ends.
+TEST(Sched, AWaitThatCannotEndIsReported)
+{
+	Machine mach(sdtest::config(2, "ipi"));
+	ASSERT_NE(nullptr, mach.m);
+	sd_mm *mm = nullptr;
+	ASSERT_EQ(0, sd_mm_create(mach.m, &mm));
+	sd_waitq *q = nullptr;
+	ASSERT_EQ(0, sd_waitq_create(mach.m, "never", &q));
+	for (unsigned i = 0; i < 3; i++)
+		create(mach.m, mm, waits_for_ever, q);
+	Watchdog w("deadlock report", 60);
+	EXPECT_EQ(0, sd_sched_run(mach.m)) << sd_last_error();
+	EXPECT_EQ(0, sd_waitq_destroy(q));
+	EXPECT_EQ(0, sd_mm_destroy(mm));
+}
+
+}  // namespace
+
+namespace {
+
+// ---- modelled time ----
+
+const std::map<std::string, double> kSchedCosts = {
+	{"sched_switch", 500}, {"sched_wakeup", 300}, {"ipi_send", 100}, {"ipi_delivery", 400},
+	{"irq_entry", 50}, {"irq_exit", 50}, {"ipi_handler", 20}, {"context_switch", 200},
+	{"page_fault_entry", 700}};
+
+struct Clocked {
+	Player pl;
+	uint64_t end_ns = 0;
+};
+
+void clocked_player(sd_task *self, void *arg)
+{
+	auto *c = static_cast<Clocked *>(arg);
+	player(self, &c->pl);
+	c->end_ns = sd_cpu_clock_ns(sd_task_cpu(self));
+}
+
+// The pair's end clocks, run in strict modelled time on @cpus CPUs.
+std::vector<uint64_t> modelled_ping_pong(const sd_machine_config &cfg, unsigned cpu1,
+					 unsigned rounds, sd_model_info *info = nullptr)
+{
+	Machine mach(cfg);
+	EXPECT_NE(nullptr, mach.m) << sd_last_error();
+	if (!mach.m)
+		return {};
+	sd_mm *mm = nullptr;
+	EXPECT_EQ(0, sd_mm_create(mach.m, &mm));
+	PingPong pp;
+	pp.rounds = rounds;
+	EXPECT_EQ(0, sd_waitq_create(mach.m, "ping", &pp.q[0]));
+	EXPECT_EQ(0, sd_waitq_create(mach.m, "pong", &pp.q[1]));
+	Clocked cl[2] = {{{&pp, 0}}, {{&pp, 1}}};
+	std::string a1 = std::to_string(cpu1);
+	{
+		// The pages populated before the run: the turns take no fault.
+		sdtest::Attached a(mach.m, 0);
+		EXPECT_EQ(0, sd_mmap(a.c, mm, kBase, 2 * P, RW));
+		EXPECT_EQ(0, sd_switch_mm(a.c, mm));
+		EXPECT_EQ(0, sd_access(a.c, kBase, SD_WRITE, nullptr));
+		EXPECT_EQ(0, sd_access(a.c, kBase + P, SD_WRITE, nullptr));
+		EXPECT_EQ(0, sd_switch_mm(a.c, nullptr));
+	}
+	uint64_t start = 0;
+	{
+		sd_stats st = SD_STATS_INIT;
+		EXPECT_EQ(0, sd_stats_cpu(mach.m, 0, &st));
+		start = st.counter[SD_STAT_MODEL_NS];
+	}
+	create(mach.m, mm, clocked_player, &cl[0], 0, "0");
+	create(mach.m, mm, clocked_player, &cl[1], cpu1, a1.c_str());
+	EXPECT_EQ(0, sd_sched_run(mach.m)) << sd_last_error();
+	if (info) {
+		*info = SD_MODEL_INFO_INIT;
+		EXPECT_EQ(0, sd_machine_model_info(mach.m, info));
+	}
+	EXPECT_EQ(0, sd_waitq_destroy(pp.q[0]));
+	EXPECT_EQ(0, sd_waitq_destroy(pp.q[1]));
+	EXPECT_EQ(0, sd_mm_destroy(mm));
+	return {cl[0].end_ns - start, cl[1].end_ns - start};
+}
+
+// One CPU, strict: a round is two wakeups and two task switches (one mm:
+// no switch_mm), nothing else is charged, so the clock is exact.
+TEST(SchedModelled, OneCpuRoundIsTwoWakeupsAndTwoSwitches)
+{
+	Profile p("pack:1 core:2 pu:1", kSchedCosts);
+	Watchdog w("modelled ping-pong", 120);
+	constexpr unsigned R = 100;
+	auto end = modelled_ping_pong(sdtest::strict_config(1, "ipi", p), 0, R);
+	ASSERT_EQ(2u, end.size());
+	const uint64_t last = std::max(end[0], end[1]);
+	// Player 1 ends last: R rounds of (wake + switch) twice, less the
+	// wake nobody waits for at the very end.
+	EXPECT_GE(last, R * 2 * (500 + 300) - 300 - 500);
+	EXPECT_LE(last, R * 2 * (500 + 300) + 2 * 500);
+}
+
+// Two CPUs, strict: every wakeup reaches an idle CPU through a reschedule
+// IPI, and the runs are bit-identical, also beside a busy loop on every PU.
+TEST(SchedModelled, StrictRunsAreBitIdenticalWhateverTheHostDoes)
+{
+	Profile p("pack:1 core:2 pu:1", kSchedCosts);
+	Watchdog w("strict ping-pong", 180);
+	for (const char *strategy : {"ipi", "broadcast", "gbcast"}) {
+		sd_model_info info;
+		auto first = modelled_ping_pong(sdtest::strict_config(2, strategy, p), 1, 60, &info);
+		auto second = modelled_ping_pong(sdtest::strict_config(2, strategy, p), 1, 60);
+		std::vector<uint64_t> loaded;
+		{
+			sdtest::Hogs hogs(std::thread::hardware_concurrency() + 1);
+			loaded = modelled_ping_pong(sdtest::strict_config(2, strategy, p), 1, 60);
+		}
+		ASSERT_EQ(2u, first.size());
+		// A round crosses an IPI each way at least.
+		EXPECT_GE(first[1], 60u * 2 * (100 + 400)) << strategy;
+		EXPECT_EQ(first, second) << strategy;
+		EXPECT_EQ(first, loaded) << strategy;
+		EXPECT_EQ(0u, info.seq_stalls) << strategy;
+	}
+}
+
+// Lax mode runs the same shape to the end with sensible clocks.
+TEST(SchedModelled, LaxRunsToTheEnd)
+{
+	Profile p("pack:1 core:2 pu:1", kSchedCosts);
+	Watchdog w("lax ping-pong", 120);
+	sd_machine_config cfg = sdtest::config(2, "ipi");
+	cfg.profile = p.path.c_str();
+	auto end = modelled_ping_pong(cfg, 1, 60);
+	ASSERT_EQ(2u, end.size());
+	EXPECT_GE(end[1], 60u * 2 * (100 + 400));
+}
+
+}  // namespace
+
+namespace {
+
+// ---- fork, exec, affinity, sleep ----
+
+struct ForkCase {
+	uint64_t parent_pfn = 0, parent_pfn_after = 0, child_pfn = 0;
+	sd_mm *child_mm = nullptr;
+	std::atomic<bool> child_done{false};
+	int fork_err = 1;
+};
+
+void forked_child(sd_task *self, void *arg)
+{
+	auto *f = static_cast<ForkCase *>(arg);
+	sd_cpu *c = sd_task_cpu(self);
+	f->child_mm = sd_task_mm(self);
+	// Its first write breaks copy-on-write: a frame of its own.
+	EXPECT_EQ(0, sd_access(c, kBase, SD_WRITE, &f->child_pfn)) << sd_last_error();
+	f->child_done = true;
+}
+
+void forking_parent(sd_task *self, void *arg)
+{
+	auto *f = static_cast<ForkCase *>(arg);
+	sd_cpu *c = sd_task_cpu(self);
+	EXPECT_EQ(0, sd_mmap(c, sd_task_mm(self), kBase, P, RW));
+	EXPECT_EQ(0, sd_access(c, kBase, SD_WRITE, &f->parent_pfn));
+	sd_task *child = nullptr;
+	f->fork_err = sd_task_fork(self, forked_child, f, &child);
+	ASSERT_EQ(0, f->fork_err) << sd_last_error();
+	ASSERT_NE(nullptr, child);
+	EXPECT_NE(sd_task_mm(self), sd_task_mm(child));
+	while (!f->child_done)
+		EXPECT_EQ(0, sd_task_yield(self));
+	c = sd_task_cpu(self);
+	// The child copied: the parent's write is a reuse of its own frame
+	// (no other mm maps it once the child has its copy).
+	EXPECT_EQ(0, sd_access(c, kBase, SD_WRITE, &f->parent_pfn_after));
+	EXPECT_EQ(0, sd_munmap(c, sd_task_mm(self), kBase, P));
+}
+
+TEST(Sched, ForkGivesTheChildACopyOnWriteMmThatGoesWithIt)
+{
+	for (unsigned cpus : {1u, 2u}) {
+		Machine mach(sdtest::config(cpus, "ipi"));
+		ASSERT_NE(nullptr, mach.m);
+		sd_mm *mm = nullptr;
+		ASSERT_EQ(0, sd_mm_create(mach.m, &mm));
+		ForkCase f;
+		create(mach.m, mm, forking_parent, &f);
+		Watchdog w("fork", 60);
+		EXPECT_EQ(0, sd_sched_run(mach.m)) << sd_last_error();
+		EXPECT_TRUE(f.child_done);
+		EXPECT_NE(0u, f.parent_pfn);
+		EXPECT_NE(f.parent_pfn, f.child_pfn);
+		EXPECT_EQ(f.parent_pfn, f.parent_pfn_after);
+		EXPECT_EQ(1u, total(mach.m, SD_STAT_TASK_FORK));
+		EXPECT_GE(total(mach.m, SD_STAT_WP_FAULT), 1u);
+		EXPECT_EQ(0u, total(mach.m, SD_STAT_VIOLATION));
+		// The child's mm went with the child: only ours is left, so
+		// destroying it leaves the machine with none.
+		EXPECT_EQ(0, sd_mm_destroy(mm));
+	}
+}
+
+void execing_task(sd_task *self, void *arg)
+{
+	auto *old = static_cast<sd_mm **>(arg);
+	sd_cpu *c = sd_task_cpu(self);
+	*old = sd_task_mm(self);
+	ASSERT_EQ(0, sd_task_exec(self)) << sd_last_error();
+	EXPECT_NE(*old, sd_task_mm(self));
+	EXPECT_EQ(sd_task_mm(self), sd_cpu_current_mm(c));
+	// The new mm is empty: what the old one mapped is gone.
+	EXPECT_EQ(-EFAULT, sd_access(c, kBase, SD_READ, nullptr));
+	EXPECT_EQ(0, sd_mmap(c, sd_task_mm(self), kBase, P, RW));
+	EXPECT_EQ(0, sd_access(c, kBase, SD_WRITE, nullptr));
+}
+
+TEST(Sched, ExecReplacesTheMmAndTheProgramKeepsItsOwn)
+{
+	Machine mach(sdtest::config(1, "broadcast"));
+	ASSERT_NE(nullptr, mach.m);
+	sd_mm *mm = mapped_mm(mach.m, 1);
+	ASSERT_NE(nullptr, mm);
+	sd_mm *old = nullptr;
+	create(mach.m, mm, execing_task, &old);
+	EXPECT_EQ(0, sd_sched_run(mach.m)) << sd_last_error();
+	EXPECT_EQ(mm, old);
+	EXPECT_EQ(1u, total(mach.m, SD_STAT_TASK_EXEC));
+	// Ours is still ours (the exec'd task's new mm went with it).
+	EXPECT_EQ(0, sd_mm_destroy(mm));
+}
+
+struct Hopper {
+	std::vector<unsigned> seen;
+};
+
+void hopper(sd_task *self, void *arg)
+{
+	auto *h = static_cast<Hopper *>(arg);
+	for (const char *cpus : {"1", "2", "0", "2"}) {
+		ASSERT_EQ(0, sd_task_set_affinity(self, self, cpus)) << sd_last_error();
+		sd_cpu *c = sd_task_cpu(self);
+		h->seen.push_back(sd_cpu_id(c));
+		EXPECT_EQ(0, sd_access(c, kBase, SD_WRITE, nullptr));
+	}
+}
+
+// A task whose affinity leaves its CPU moves at once, and its mm follows
+// it (switch_mm on the new CPU); the moves are counted as migrations.
+TEST(Sched, AffinityMovesARunningTask)
+{
+	Machine mach(sdtest::config(3, "ipi"));
+	ASSERT_NE(nullptr, mach.m);
+	sd_mm *mm = mapped_mm(mach.m, 1);
+	ASSERT_NE(nullptr, mm);
+	Hopper h;
+	create(mach.m, mm, hopper, &h, 0, "0");
+	EXPECT_EQ(0, sd_sched_run(mach.m)) << sd_last_error();
+	EXPECT_EQ((std::vector<unsigned>{1, 2, 0, 2}), h.seen);
+	EXPECT_EQ(4u, total(mach.m, SD_STAT_TASK_MIGRATE));
+	EXPECT_EQ(0u, total(mach.m, SD_STAT_VIOLATION));
+	EXPECT_EQ(0, sd_mm_destroy(mm));
+}
+
+struct Sleeper {
+	uint64_t before = 0, after = 0;
+};
+
+void sleeper(sd_task *self, void *arg)
+{
+	auto *s = static_cast<Sleeper *>(arg);
+	s->before = sd_cpu_clock_ns(sd_task_cpu(self));
+	EXPECT_EQ(0, sd_task_sleep(self, 1000000));
+	s->after = sd_cpu_clock_ns(sd_task_cpu(self));
+}
+
+// A modelled sleep ends when its CPU's clock has passed it, in strict and
+// lax modelled time, with the CPU idle meanwhile.
+TEST(SchedModelled, SleepEndsAtItsModelledTime)
+{
+	Profile p("pack:1 core:2 pu:1", kSchedCosts);
+	for (bool strict : {true, false}) {
+		sd_machine_config cfg = strict ? sdtest::strict_config(2, "ipi", p)
+					       : sdtest::config(2, "ipi");
+		cfg.profile = p.path.c_str();
+		Machine mach(cfg);
+		ASSERT_NE(nullptr, mach.m);
+		sd_mm *mm = nullptr;
+		ASSERT_EQ(0, sd_mm_create(mach.m, &mm));
+		Sleeper s[2];
+		create(mach.m, mm, sleeper, &s[0], 0);
+		create(mach.m, mm, sleeper, &s[1], 1);
+		Watchdog w("sleep", 60);
+		EXPECT_EQ(0, sd_sched_run(mach.m)) << sd_last_error();
+		for (auto &x : s) {
+			EXPECT_GE(x.after, x.before + 1000000) << (strict ? "strict" : "lax");
+			EXPECT_LE(x.after, x.before + 1000000 + 10000) << (strict ? "strict" : "lax");
+		}
+		EXPECT_EQ(0, sd_mm_destroy(mm));
+	}
+}
+
+}  // namespace
