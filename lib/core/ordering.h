@@ -51,6 +51,12 @@ enum sd_order_point {
 	SD_ORDER_WP_LOCKED,      /* copy-on-write break: the split lock taken,
 				  * the write-protected PTE not yet read again
 				  * (wp_fault()) */
+	SD_ORDER_TASK_BLOCKING,  /* sd_task_wait(): BLOCKED and on the wait
+				  * queue, its lock dropped, the switch not yet
+				  * begun (a wakeup may come now) */
+	SD_ORDER_CPU_HANDED,     /* a switch between tasks: the outgoing thread
+				  * has let go of the CPU, the incoming one not
+				  * yet woken (an IPI to the CPU finds no thread) */
 	SD_ORDER_NR_POINTS,
 };
 

@@ -16,6 +16,7 @@
 
 #include "../core/error.h"
 #include "../core/futex.h"
+#include "../core/ordering.h"
 #include "../hw/event.h"
 #include "../mm/mm.h"
 #include "sched.h"
@@ -144,9 +145,17 @@ static bool allowed(const struct sd_task *t, unsigned cpu)
 	return hwloc_bitmap_isset(t->allowed, cpu);
 }
 
+/* The task running on @cpu, read without its run-queue lock (a hint for
+ * placement). Acquire, pairing with the release where a switch publishes
+ * it: the task's fields (->idle) were written before by whoever made it. */
+static struct sd_task *curr_of(struct sd_sched *s, unsigned cpu)
+{
+	return atomic_load_explicit(&s->rq[cpu].curr, memory_order_acquire);
+}
+
 static bool cpu_idle_now(struct sd_sched *s, unsigned cpu)
 {
-	struct sd_task *curr = atomic_load_explicit(&s->rq[cpu].curr, memory_order_relaxed);
+	struct sd_task *curr = curr_of(s, cpu);
 
 	return (!curr || curr->idle) && !atomic_load_explicit(&s->rq[cpu].nr_queued,
 							      memory_order_relaxed);
@@ -154,7 +163,7 @@ static bool cpu_idle_now(struct sd_sched *s, unsigned cpu)
 
 static unsigned load_of(struct sd_sched *s, unsigned cpu)
 {
-	struct sd_task *curr = atomic_load_explicit(&s->rq[cpu].curr, memory_order_relaxed);
+	struct sd_task *curr = curr_of(s, cpu);
 
 	return atomic_load_explicit(&s->rq[cpu].nr_queued, memory_order_relaxed) +
 	       (curr && !curr->idle);
@@ -384,6 +393,8 @@ static struct sd_cpu *context_switch(struct sd_cpu *c, struct sd_task *prev,
 				     struct sd_task *next, bool dead)
 {
 	sd_cpu_hand_out(c);
+	/* Test instrumentation: the CPU between threads. */
+	sd_order_point(SD_ORDER_CPU_HANDED, c->id);
 	/* Release: everything this thread did as the CPU happens before
 	 * the incoming thread's acquire of go (sd_sched_wait_for_cpu()). */
 	atomic_store_explicit(&next->go, (int)c->id + 1, memory_order_release);
@@ -448,7 +459,8 @@ struct sd_cpu *sd_schedule(struct sd_cpu *c, struct sd_task *prev, bool yield)
 		dequeue(rq, next);
 	else
 		next = leaving ? &rq->idle : prev;
-	atomic_store_explicit(&rq->curr, next, memory_order_relaxed);
+	/* Release: pairs with curr_of()'s acquire. */
+	atomic_store_explicit(&rq->curr, next, memory_order_release);
 	rq_unlock(c, rq);
 	if (leaving && prev->state == SD_TASK_RUNNING) {
 		/* set_cpus_allowed_ptr() of a running task: moved by its own
@@ -567,7 +579,7 @@ void sd_sched_idle_body(struct sd_cpu *c, void *arg)
 	sd_current_task = idle;
 	idle->bound_cpu = c->id;
 	rq_lock(c, rq);
-	atomic_store_explicit(&rq->curr, idle, memory_order_relaxed);
+	atomic_store_explicit(&rq->curr, idle, memory_order_release);
 	rq_unlock(c, rq);
 	while (!atomic_load(&s->stop) || atomic_load(&rq->nr_queued)) {
 		int seq;

@@ -14,6 +14,7 @@
 #include <shootdown/task.h>
 
 #include "../core/error.h"
+#include "../core/ordering.h"
 #include "../hw/event.h"
 #include "../mm/mm.h"
 #include "sched.h"
@@ -389,6 +390,8 @@ int sd_task_wait(struct sd_task *self, struct sd_waitq *q, sd_wait_cond cond, vo
 			return sd_fail(-EDEADLK, "sd_task_wait: task %u would wait on '%s' for ever: "
 				       "every other live task waits too", self->id, q->name);
 		}
+		/* Test instrumentation: a wakeup may land before the switch. */
+		sd_order_point(SD_ORDER_TASK_BLOCKING, c->id);
 		c = sd_schedule(c, self, false);
 		if (self->wait_result)
 			return sd_fail(self->wait_result, "sd_task_wait: task %u's wait on '%s' "

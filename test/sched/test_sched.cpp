@@ -7,6 +7,7 @@
 #include "hw/profile.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <atomic>
 #include <map>
 #include <thread>
@@ -453,6 +454,155 @@ TEST(SchedModelled, SleepEndsAtItsModelledTime)
 		}
 		EXPECT_EQ(0, sd_mm_destroy(mm));
 	}
+}
+
+}  // namespace
+
+extern "C" {
+#include "core/ordering.h"
+}
+
+namespace {
+
+// ---- forced interleavings ----
+
+// A wakeup that lands after the waiter is on the wait queue but before it
+// has switched out (try_to_wake_up() finding it still on its CPU,
+// ttwu_runnable()): the waiter keeps running, and its wait ends.
+std::atomic<bool> g_blocking{false}, g_woken{false};
+
+void hold_the_blocker(enum sd_order_point point, unsigned cpu)
+{
+	if (point != SD_ORDER_TASK_BLOCKING || cpu != 0 || g_blocking.exchange(true))
+		return;
+	while (!g_woken)
+		std::this_thread::sleep_for(std::chrono::microseconds(100));
+}
+
+struct Race {
+	sd_waitq *q = nullptr;
+	std::atomic<bool> ready{false};
+	int wait_rc = 1, woke = -1;
+	uint64_t switches_before = 0, switches_after = 0;
+};
+
+void race_waiter(sd_task *self, void *arg)
+{
+	auto *r = static_cast<Race *>(arg);
+	r->wait_rc = sd_task_wait(self, r->q, [](void *v) {
+		return static_cast<Race *>(v)->ready.load();
+	}, r);
+}
+
+void race_waker(sd_task *self, void *arg)
+{
+	auto *r = static_cast<Race *>(arg);
+	while (!g_blocking)
+		EXPECT_EQ(0, sd_cpu_poll(sd_task_cpu(self)));
+	r->ready = true;
+	r->woke = sd_task_wake(self, r->q, 1);
+	g_woken = true;
+}
+
+TEST(SchedRace, AWakeupBeforeTheSwitchIsNotLost)
+{
+	Machine mach(sdtest::config(2, "ipi"));
+	ASSERT_NE(nullptr, mach.m);
+	sd_mm *mm = mapped_mm(mach.m, 1);
+	Race r;
+	ASSERT_EQ(0, sd_waitq_create(mach.m, "race", &r.q));
+	g_blocking = g_woken = false;
+	sd_order_set_hook(hold_the_blocker);
+	create(mach.m, mm, race_waiter, &r, 0, "0");
+	create(mach.m, mm, race_waker, &r, 1, "1");
+	{
+		Watchdog w("wakeup race", 60);
+		EXPECT_EQ(0, sd_sched_run(mach.m)) << sd_last_error();
+	}
+	sd_order_set_hook(nullptr);
+	EXPECT_TRUE(g_blocking.load()) << "the hook never ran";
+	EXPECT_EQ(0, r.wait_rc) << "the wakeup was lost: the wait could never end";
+	EXPECT_EQ(1, r.woke);
+	// Woken on its CPU: CPU 0 switched from idle to the waiter and back
+	// at its end, never away and back for the wait.
+	sd_stats st = SD_STATS_INIT;
+	ASSERT_EQ(0, sd_stats_cpu(mach.m, 0, &st));
+	EXPECT_EQ(2u, st.counter[SD_STAT_TASK_SWITCH]);
+	EXPECT_EQ(0, sd_waitq_destroy(r.q));
+	EXPECT_EQ(0, sd_mm_destroy(mm));
+}
+
+// An IPI that reaches a CPU between its two threads (the outgoing one has
+// let go, the incoming one is not yet there) is run by the incoming thread
+// when it takes the CPU, not left for the watchdog's resend 20 ms later.
+std::atomic<bool> g_handed{false}, g_flush_posted{false};
+
+void hold_the_handover(enum sd_order_point point, unsigned cpu)
+{
+	if (point != SD_ORDER_CPU_HANDED || cpu != 1 || g_handed.exchange(true))
+		return;
+	// The flusher's IPI lands on the thread that let go (it finds no
+	// CPU); hold the CPU between threads a while after it.
+	for (int i = 0; i < 200 && !g_flush_posted; i++)
+		std::this_thread::sleep_for(std::chrono::microseconds(100));
+	std::this_thread::sleep_for(std::chrono::milliseconds(3));
+}
+
+struct Handover {
+	std::atomic<bool> t1_in{false}, t2_in{false};
+};
+
+void yielder(sd_task *self, void *arg)
+{
+	auto *h = static_cast<Handover *>(arg);
+	sd_cpu *c = sd_task_cpu(self);
+	EXPECT_EQ(0, sd_access(c, kBase, SD_READ, nullptr));
+	h->t1_in = true;
+	while (!h->t2_in)
+		EXPECT_EQ(0, sd_task_yield(self));
+}
+
+void second(sd_task *self, void *arg)
+{
+	auto *h = static_cast<Handover *>(arg);
+	h->t2_in = true;
+	EXPECT_EQ(0, sd_access(sd_task_cpu(self), kBase, SD_READ, nullptr));
+}
+
+void flusher(sd_task *self, void *arg)
+{
+	(void)arg;
+	sd_cpu *c = sd_task_cpu(self);
+	EXPECT_EQ(0, sd_access(c, kBase, SD_READ, nullptr));
+	while (!g_handed)
+		EXPECT_EQ(0, sd_cpu_poll(c));
+	g_flush_posted = true;
+	EXPECT_EQ(0, sd_mprotect(c, sd_task_mm(self), kBase, P, SD_PROT_READ));
+}
+
+TEST(SchedRace, AnIpiToACpuBetweenThreadsRunsWhenTheNextArrives)
+{
+	Machine mach(sdtest::config(2, "ipi"));
+	ASSERT_NE(nullptr, mach.m);
+	sd_mm *mm = mapped_mm(mach.m, 1);
+	Handover h;
+	g_handed = g_flush_posted = false;
+	create(mach.m, mm, yielder, &h, 1, "1");
+	create(mach.m, mm, second, &h, 1, "1");
+	create(mach.m, mm, flusher, nullptr, 0, "0");
+	sd_order_set_hook(hold_the_handover);
+	{
+		Watchdog w("handover race", 60);
+		EXPECT_EQ(0, sd_sched_run(mach.m)) << sd_last_error();
+	}
+	sd_order_set_hook(nullptr);
+	EXPECT_TRUE(g_handed.load());
+	EXPECT_EQ(0u, total(mach.m, SD_STAT_IPI_RESENT))
+		<< "the IPI waited for the watchdog's resend: the incoming thread did not run "
+		   "what reached the CPU while it had no thread";
+	EXPECT_GE(total(mach.m, SD_STAT_IPI_SENT), 1u);
+	EXPECT_EQ(0u, total(mach.m, SD_STAT_VIOLATION));
+	EXPECT_EQ(0, sd_mm_destroy(mm));
 }
 
 }  // namespace
