@@ -502,7 +502,7 @@ void sd_sched_break_deadlock(struct sd_cpu *c, struct sd_sched *s, struct sd_tas
 {
 	struct sd_task *t, *victims[64];
 	unsigned n = 0, total = 0;
-	char line[256];
+	char line[256] = "";
 	int len = 0;
 
 	pthread_mutex_lock(&s->lock);

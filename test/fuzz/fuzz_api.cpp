@@ -13,6 +13,11 @@
 // --cpus 64 is the oversubscribed soak of the stress suite: 64 CPUs on a
 // host with a few PUs, the same calls, the same checks.
 //
+// About a third of the random machines run tasks (task.h) instead of one
+// body per CPU: more tasks than CPUs over the shared mms, the same calls
+// on whichever CPU the task holds, and the scheduler's own besides (yield,
+// sleep, affinity, a wait queue's waits and wakes, fork, exec).
+//
 // Every decision comes from the seed: machine i's shape from (seed, i), and
 // CPU c's call sequence from (seed, i, c), each drawn on that CPU alone. The
 // interleaving is real concurrency, so a replay (--seed N --first I
@@ -35,6 +40,7 @@
 
 extern "C" {
 #include <shootdown/shootdown.h>
+#include <shootdown/task.h>
 }
 
 namespace {
@@ -163,6 +169,11 @@ struct Run {
 	uint64_t seed;                          // this machine's seed
 	unsigned index;                         // machine number (for --first)
 	unsigned nr_cpus, nr_mms, ops;
+	unsigned nr_workers;                    // CPUs, or tasks in a task machine
+	bool tasks = false;                     // a machine of tasks (task.h)
+	sd_waitq *q = nullptr;                  // the tasks' wait queue
+	std::atomic<int> tokens{0};             // what its waiters wait for
+	std::atomic<unsigned> children{0};      // forked tasks not yet returned
 	bool fixed_cpus;                        // --cpus given
 	const char *spec;
 	sd_machine *m = nullptr;
@@ -227,18 +238,32 @@ bool one_of(int err, std::initializer_list<int> ok)
 struct Cpu {
 	Run &r;
 	sd_cpu *c;
-	unsigned id;
+	unsigned id;                            // the CPU, or the task's index
 	Rng rng;
 	sd_tlbbatch *batch = nullptr;
 	bool batch_owes = false;
+	sd_task *self = nullptr;                // a task machine's task
+
+	// A task's CPU may change at any scheduling call: take it afresh, and
+	// publish it for the others' "another CPU's handle" calls.
+	void refresh()
+	{
+		if (!self)
+			return;
+		c = sd_task_cpu(self);
+		if (c)
+			r.cpus[sd_cpu_id(c)].store(c);
+	}
 
 	// Run one call: note it for the watchdog and the log, check its code.
 	template <typename F>
 	void call(const char *name, std::initializer_list<int> ok, const char *want, F &&fn)
 	{
 		CpuState &s = r.st[id];
+		refresh();
 		s.in_call.store(name, std::memory_order_relaxed);
 		int err = fn();
+		refresh();
 		s.in_call.store("", std::memory_order_relaxed);
 		s.calls.fetch_add(1, std::memory_order_relaxed);
 		log_call(s, "%s -> %d", name, err);
@@ -259,7 +284,7 @@ struct Cpu {
 		uint64_t va = page(), n = len();
 		unsigned p = prot();
 
-		switch (rng.below(13)) {
+		switch (rng.below(self ? 14 : 13)) {
 		case 0:
 			call("sd_switch_mm", {0}, "0", [&] { return sd_switch_mm(c, rng.chance(10) ? nullptr : mm); });
 			break;
@@ -323,11 +348,82 @@ struct Cpu {
 			else
 				forked_mm(mm);
 			break;
+		case 12:
+			if (self) {
+				task_op();
+				break;
+			}
+			[[fallthrough]];
 		default:
 			for (unsigned i = 0; i < 8; i++)
 				call("sd_access", {0, -EFAULT, -EACCES, -ESRCH, -ENOMEM}, "an access code", [&] {
 					return sd_access(c, page(), rng.chance(50) ? SD_WRITE : SD_READ, nullptr);
 				});
+			break;
+		}
+	}
+
+	// The scheduler's calls, from a task.
+	static bool token_or_none(void *arg)
+	{
+		return static_cast<Run *>(arg)->tokens.load() > 0;
+	}
+
+	static void child_main(sd_task *child, void *arg)
+	{
+		auto *r = static_cast<Run *>(arg);
+		sd_cpu *cc = sd_task_cpu(child);
+		for (unsigned i = 0; i < 4; i++)
+			(void)sd_access(cc, kBase + i * 7 * P, SD_WRITE, nullptr);
+		r->children--;
+	}
+
+	void task_op()
+	{
+		static const char *const lists[] = {"0", "1", "0-1", "1-7", "0,2-3", "", "x", "100"};
+
+		switch (rng.below(7)) {
+		case 0:
+			call("sd_task_yield", {0}, "0", [&] { return sd_task_yield(self); });
+			break;
+		case 1:
+			call("sd_task_sleep", {0}, "0",
+			     [&] { return sd_task_sleep(self, rng.below(50000)); });
+			break;
+		case 2: {
+			const char *l = lists[rng.below(sizeof(lists) / sizeof(*lists))];
+			call("sd_task_set_affinity", {0, -EINVAL}, "0/-EINVAL",
+			     [&] { return sd_task_set_affinity(self, self, l); });
+			break;
+		}
+		case 3:
+			// A waiter may find every other task waiting too: then the
+			// wait could never end, and says so.
+			call("sd_task_wait", {0, -EDEADLK}, "0/-EDEADLK", [&] {
+				int err = sd_task_wait(self, r.q, token_or_none, &r);
+				if (!err && r.tokens.fetch_sub(1) <= 0)
+					r.tokens++;
+				return err;
+			});
+			break;
+		case 4:
+			r.tokens++;
+			call("sd_task_wake", {0}, "0",
+			     [&] { return sd_task_wake(self, r.q, 1 + rng.below(2)) < 0 ? -EPROTO : 0; });
+			break;
+		case 5:
+			if (r.children.load() < 4) {
+				r.children++;
+				call("sd_task_fork", {0, -ENOMEM, -EAGAIN}, "0/-ENOMEM/-EAGAIN", [&] {
+					int err = sd_task_fork(self, child_main, &r, nullptr);
+					if (err)
+						r.children--;
+					return err;
+				});
+			}
+			break;
+		default:
+			call("sd_task_exec", {0, -ENOMEM}, "0/-ENOMEM", [&] { return sd_task_exec(self); });
 			break;
 		}
 	}
@@ -394,8 +490,11 @@ struct Cpu {
 	{
 		sd_mm *mm = any_mm();
 		uint64_t va = page();
-		sd_cpu *other = r.cpus[(id + 1 + rng.below(r.nr_cpus - 1)) % r.nr_cpus].load();
+		const unsigned me = self ? sd_cpu_id(c) : id;
+		sd_cpu *other = r.cpus[(me + 1 + rng.below(r.nr_cpus - 1)) % r.nr_cpus].load();
 
+		if (!other)
+			return;         /* a task machine's CPU no task has run on yet */
 		switch (rng.below(12)) {
 		case 0:
 			call("sd_mmap(NULL mm)", {-EINVAL}, "-EINVAL",
@@ -430,22 +529,25 @@ struct Cpu {
 			sd_irq_disable(c);
 			call("sd_munmap(irqs off)", {-EINVAL}, "-EINVAL", [&] { return sd_munmap(c, mm, va, P); });
 			call("sd_smp_call_single(irqs off)", {-EDEADLK, -EINVAL}, "-EDEADLK/-EINVAL", [&] {
-				return sd_smp_call_single(c, (id + 1) % r.nr_cpus, [](sd_cpu *, void *) {}, nullptr);
+				return sd_smp_call_single(c, (me + 1) % r.nr_cpus, [](sd_cpu *, void *) {}, nullptr);
 			});
 			call("sd_trap(irqs off)", {-EINVAL}, "-EINVAL", [&] { return sd_trap(c, SD_ID_AA64ISAR0_EL1(0)); });
+			if (self)
+				call("sd_task_yield(irqs off)", {-EDEADLK}, "-EDEADLK",
+				     [&] { return sd_task_yield(self); });
 			sd_irq_enable(c);
 			break;
 		}
 		case 8:
 			call("sd_smp_call_single(self)", {-EINVAL}, "-EINVAL",
-			     [&] { return sd_smp_call_single(c, id, [](sd_cpu *, void *) {}, nullptr); });
+			     [&] { return sd_smp_call_single(c, me, [](sd_cpu *, void *) {}, nullptr); });
 			call("sd_smp_call_single(out of range)", {-EINVAL}, "-EINVAL",
 			     [&] { return sd_smp_call_single(c, r.nr_cpus + rng.below(100), [](sd_cpu *, void *) {}, nullptr); });
 			break;
 		case 9:
 			// Building blocks: only under a user strategy.
 			call("sd_mm_cpumask_test", {0, 1, -EOPNOTSUPP}, "0/1/-EOPNOTSUPP",
-			     [&] { return sd_mm_cpumask_test(mm, id); });
+			     [&] { return sd_mm_cpumask_test(mm, me); });
 			call("sd_mm_cpumask_test(out of range)", {-EINVAL}, "-EINVAL",
 			     [&] { return sd_mm_cpumask_test(mm, r.nr_cpus); });
 			call("sd_mm_cpumask_next(NULL)", {0}, "0", [&] {
@@ -480,7 +582,8 @@ struct Cpu {
 			call("sd_tlbbatch_flush(final)", {0}, "0", [&] { return sd_tlbbatch_flush(c, batch); });
 			call("sd_tlbbatch_destroy", {0}, "0", [&] { return sd_tlbbatch_destroy(batch); });
 		}
-		call("sd_switch_mm(final NULL)", {0}, "0", [&] { return sd_switch_mm(c, nullptr); });
+		if (!self)
+			call("sd_switch_mm(final NULL)", {0}, "0", [&] { return sd_switch_mm(c, nullptr); });
 	}
 };
 
@@ -496,17 +599,35 @@ void cpu_main(sd_cpu *c, void *arg)
 	r.st[id].done.store(true);
 }
 
+struct TaskArg {
+	Run *r;
+	unsigned index;
+};
+
+void task_main(sd_task *self, void *arg)
+{
+	auto *a = static_cast<TaskArg *>(arg);
+	Run &r = *a->r;
+	uint64_t s = r.seed ^ (0x100000001b3ull * (a->index + 1));
+	Cpu cpu{r, sd_task_cpu(self), a->index, Rng(splitmix(s))};
+
+	cpu.self = self;
+	cpu.refresh();
+	cpu.body();
+	r.st[a->index].done.store(true);
+}
+
 // Watch a run: if some CPU that has not finished returned no call for
 // kStuckSeconds, print every CPU's state and abort.
 void watchdog(Run &r, std::atomic<bool> &stop, double stuck_secs, const char *family,
 	      uint64_t seed)
 {
-	std::vector<uint64_t> last(r.nr_cpus, ~0ull);
-	std::vector<Clock::time_point> since(r.nr_cpus, Clock::now());
+	std::vector<uint64_t> last(r.nr_workers, ~0ull);
+	std::vector<Clock::time_point> since(r.nr_workers, Clock::now());
 
 	while (!stop.load()) {
 		std::this_thread::sleep_for(std::chrono::milliseconds(200));
-		for (unsigned i = 0; i < r.nr_cpus; i++) {
+		for (unsigned i = 0; i < r.nr_workers; i++) {
 			uint64_t n = r.st[i].calls.load();
 			if (n != last[i] || r.st[i].done.load()) {
 				last[i] = n;
@@ -518,7 +639,7 @@ void watchdog(Run &r, std::atomic<bool> &stop, double stuck_secs, const char *fa
 			std::lock_guard<std::mutex> g(r.report_lock);
 			std::fprintf(stderr, "[fuzz] WATCHDOG: cpu %u returned no call for %.0f s "
 					     "(hang or livelock); every CPU:\n", i, stuck_secs);
-			for (unsigned j = 0; j < r.nr_cpus; j++)
+			for (unsigned j = 0; j < r.nr_workers; j++)
 				print_log(r, j);
 			print_replay(r, family, seed);
 			std::fflush(stderr);
@@ -528,7 +649,7 @@ void watchdog(Run &r, std::atomic<bool> &stop, double stuck_secs, const char *fa
 }
 
 struct Totals {
-	uint64_t machines = 0, calls = 0, flushes = 0, ipis = 0;
+	uint64_t machines = 0, task_machines = 0, calls = 0, flushes = 0, ipis = 0;
 };
 
 // Build machine @index of the seed, run it, tear it down. 0 if all was well.
@@ -549,6 +670,8 @@ int run_machine(const std::string &family, uint64_t seed, unsigned index, unsign
 	r.nr_mms = 1 + rng.below(kMaxMms);
 	r.ops = ops;
 	r.spec = specs[rng.below((unsigned)specs.size())];
+	r.tasks = fixed_cpus <= 8 && rng.chance(35);
+	r.nr_workers = r.tasks ? r.nr_cpus + 1 + rng.below(r.nr_cpus) : r.nr_cpus;
 
 	sd_machine_config cfg = SD_MACHINE_CONFIG_INIT;
 	cfg.nr_cpus = r.nr_cpus;
@@ -571,16 +694,33 @@ int run_machine(const std::string &family, uint64_t seed, unsigned index, unsign
 		if (sd_mm_create(r.m, &r.mms[i]))
 			std::fprintf(stderr, "[fuzz] FAILED: sd_mm_create: %s\n", sd_last_error());
 
+	std::vector<TaskArg> targs;
+	if (r.tasks) {
+		if (sd_waitq_create(r.m, "fuzz", &r.q))
+			std::fprintf(stderr, "[fuzz] FAILED: sd_waitq_create: %s\n", sd_last_error());
+		for (unsigned i = 0; i < r.nr_workers; i++)
+			targs.push_back(TaskArg{&r, i});
+		for (unsigned i = 0; i < r.nr_workers; i++) {
+			sd_task_config tc = SD_TASK_CONFIG_INIT;
+			tc.mm = r.mms[i % r.nr_mms];
+			if (sd_task_create(r.m, &tc, task_main, &targs[i], nullptr))
+				std::fprintf(stderr, "[fuzz] FAILED: sd_task_create: %s\n", sd_last_error());
+		}
+	}
 	std::atomic<bool> stop{false};
 	std::thread dog(watchdog, std::ref(r), std::ref(stop), stuck_secs, family.c_str(), seed);
-	err = sd_machine_run(r.m, cpu_main, &r);
+	err = r.tasks ? sd_sched_run(r.m) : sd_machine_run(r.m, cpu_main, &r);
 	stop.store(true);
 	dog.join();
+	if (r.q && sd_waitq_destroy(r.q)) {
+		std::fprintf(stderr, "[fuzz] FAILED: sd_waitq_destroy: %s\n", sd_last_error());
+		err = -EBUSY;
+	}
 
 	int bad = r.failed.load() || err;
 	if (err)
-		std::fprintf(stderr, "[fuzz] FAILED: sd_machine_run: %s: %s\n", sd_strerror(err),
-			     sd_last_error());
+		std::fprintf(stderr, "[fuzz] FAILED: %s: %s: %s\n",
+			     r.tasks ? "sd_sched_run" : "sd_machine_run", sd_strerror(err), sd_last_error());
 	uint64_t v = sd_oracle_violations(r.m);
 	if (v) {
 		sd_violation d{};
@@ -590,7 +730,7 @@ int run_machine(const std::string &family, uint64_t seed, unsigned index, unsign
 			     (unsigned long long)v, d.cpu, (unsigned long long)d.mm_id,
 			     (unsigned long long)d.va, d.entry_version, d.floor_version,
 			     d.kind == SD_VIOLATION_STALE ? "stale" : "foreign");
-		for (unsigned i = 0; i < r.nr_cpus; i++)
+		for (unsigned i = 0; i < r.nr_workers; i++)
 			print_log(r, i);
 		bad = 1;
 	}
@@ -604,8 +744,10 @@ int run_machine(const std::string &family, uint64_t seed, unsigned index, unsign
 		tot.flushes += st.counter[SD_STAT_FLUSH];
 		tot.ipis += st.counter[SD_STAT_IPI_SENT];
 	}
-	for (unsigned i = 0; i < r.nr_cpus; i++)
+	for (unsigned i = 0; i < r.nr_workers; i++)
 		tot.calls += r.st[i].calls.load();
+	if (r.tasks)
+		tot.task_machines++;
 	for (unsigned i = 0; i < r.nr_mms; i++) {
 		if (r.mms[i] && (err = sd_mm_destroy(r.mms[i]))) {
 			std::fprintf(stderr, "[fuzz] FAILED: sd_mm_destroy: %s: %s\n", sd_strerror(err),
@@ -691,8 +833,10 @@ int main(int argc, char **argv)
 			break;
 		failed = run_machine(family, seed, i, ops, cpus, stuck, tot);
 	}
-	std::fprintf(stderr, "[fuzz] %s: %llu machines, %llu calls, %llu flushes, %llu IPIs in %.1f s: %s\n",
-		     family.c_str(), (unsigned long long)tot.machines, (unsigned long long)tot.calls,
+	std::fprintf(stderr, "[fuzz] %s: %llu machines (%llu of tasks), %llu calls, %llu flushes, "
+			     "%llu IPIs in %.1f s: %s\n",
+		     family.c_str(), (unsigned long long)tot.machines,
+		     (unsigned long long)tot.task_machines, (unsigned long long)tot.calls,
 		     (unsigned long long)tot.flushes, (unsigned long long)tot.ipis,
 		     std::chrono::duration<double>(Clock::now() - t0).count(),
 		     failed ? "FAILED" : "ok");
