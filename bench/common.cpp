@@ -444,4 +444,32 @@ bool run_batches(State &st, RunMachine &rm, sd_cpu_fn body, uint64_t batch, cons
 	return true;
 }
 
+bool run_task_batches(State &st, RunMachine &rm,
+		      const std::function<int(sd_machine *, uint64_t)> &create, uint64_t batch,
+		      const char *what, sd_stats *d, RunTimes *times)
+{
+	sd_stats before = all_stats(rm.m());
+	int err = 0;
+	ModelSpan model(rm.m());
+	const auto t0 = std::chrono::steady_clock::now();
+	while (st.KeepRunningBatch(batch)) {
+		if (!err)
+			err = create(rm.m(), batch);
+		if (!err)
+			err = sd_sched_run(rm.m());
+	}
+	model.stop();
+	if (times) {
+		times->wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+		times->pu_share = 0;
+	}
+	if (err) {
+		fail(st, what, err);
+		return false;
+	}
+	*d = delta(all_stats(rm.m()), before);
+	model.report(st, (double)st.iterations());
+	return true;
+}
+
 } // namespace sdbench

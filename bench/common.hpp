@@ -15,6 +15,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -347,6 +348,14 @@ struct RunTimes {
 // (per iteration, as real time), model_slowdown and model_window_waits.
 bool run_batches(State &st, RunMachine &rm, sd_cpu_fn body, uint64_t batch, const char *what,
 		 sd_stats *d, RunArg *arg = nullptr, RunTimes *times = nullptr);
+
+// The same for workloads of tasks (task.h): each batch of @batch iterations
+// is @create(machine, batch) making its tasks, then one sd_sched_run().
+// @create returns 0 or the -errno that stops the run. Modelled time: the
+// machine's largest clock over the runs (ModelSpan), per iteration.
+bool run_task_batches(State &st, RunMachine &rm,
+		      const std::function<int(sd_machine *, uint64_t)> &create, uint64_t batch,
+		      const char *what, sd_stats *d, RunTimes *times = nullptr);
 
 } // namespace sdbench
 

@@ -16,9 +16,17 @@
  * copy-on-write copy of its parent's mm (sd_mm_fork()); sd_task_exec()
  * replaces a task's mm by a new, empty one.
  *
- * Scheduling is cooperative, as in a kernel built with PREEMPT_NONE: a task
- * keeps its CPU until it waits, sleeps, yields, changes its affinity or
- * returns. The run queues are FIFO. A wakeup queues the task on its last
+ * Scheduling is cooperative: a task keeps its CPU until it waits, sleeps,
+ * yields, changes its affinity or returns, or a wakeup preempts it at a call
+ * of this header (the kernel's return to user from a system call). The run
+ * queues are FIFO, but a woken task goes to the head of its queue (CFS
+ * places a task that slept ahead of the others, place_entity()) and, if a
+ * task runs there, preempts it (check_preempt_wakeup_fair(), resched_curr()):
+ * a waker on the same CPU yields to it as sd_task_wake() returns; a task on
+ * another CPU is sent a reschedule IPI and yields at its next call of this
+ * header (a wait whose condition holds, a wake, a change of another task's
+ * affinity). The library's other calls are not preemption points, and a
+ * task that makes none keeps its CPU. A wakeup queues the task on its last
  * CPU if that CPU is idle and allowed, else on an idle allowed CPU, else on
  * the allowed CPU with the fewest tasks (select_task_rq_fair()'s preference
  * for an idle CPU, without its domains). A CPU about to go idle pulls a
@@ -183,7 +191,8 @@ SD_EXPORT int sd_waitq_destroy(struct sd_waitq *q);
  *
  * @cond is evaluated under @q's lock, first at once and then after each
  * wakeup: a waker that makes it true before calling sd_task_wake() on @q
- * cannot be missed. While it is false the task leaves its CPU (the next
+ * cannot be missed. A wait that does not block is still a preemption point
+ * (a wakeup may have asked this CPU to reschedule). While it is false the task leaves its CPU (the next
  * task, or idle, runs there) and waits for sd_task_wake(); it may come back
  * on another CPU (sd_task_cpu()).
  * Return: 0 once @cond is true; -EDEADLK if every task that has not
@@ -196,8 +205,11 @@ SD_EXPORT int sd_task_wait(struct sd_task *self, struct sd_waitq *q, sd_wait_con
 /**
  * sd_task_wake() - wake up to @nr tasks waiting on @q (0: all), in the
  * order they began to wait (__wake_up()): each is queued on a CPU chosen as
- * the header says, and that CPU, if idle, is sent a reschedule IPI. A woken
- * task looks at its condition again and may wait again.
+ * the header says, at the head of its queue, and that CPU, if idle or
+ * running a task of another CPU's, is sent a reschedule IPI. A woken task
+ * looks at its condition again and may wait again. A woken task queued on
+ * the caller's own CPU preempts the caller: it runs before this call
+ * returns, and the caller may come back on another CPU (sd_task_cpu()).
  * Return: the number of tasks woken (>= 0); -EPERM if the caller is not
  * @self's thread; -EINVAL for a NULL @q or one of another machine. Task
  * thread; interrupts may be off.

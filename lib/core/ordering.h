@@ -57,6 +57,9 @@ enum sd_order_point {
 	SD_ORDER_CPU_HANDED,     /* a switch between tasks: the outgoing thread
 				  * has let go of the CPU, the incoming one not
 				  * yet woken (an IPI to the CPU finds no thread) */
+	SD_ORDER_RESCHED_CLAIMED, /* a reschedule IPI's request claimed by its
+				  * sender, not yet posted (the CPU is the
+				  * target's) */
 	SD_ORDER_NR_POINTS,
 };
 

@@ -151,7 +151,7 @@ void sd_cpu_thread_finish(struct sd_machine *m, struct sd_topology_binding *bind
 	sd_rcu_unregister();
 }
 
-void sd_cpu_hand_out(struct sd_cpu *c)
+void sd_cpu_hand_out(struct sd_cpu *c, int next_tid)
 {
 	if (c->model.seq)
 		sd_seq_cpu_handover(&c->model);
@@ -160,12 +160,17 @@ void sd_cpu_hand_out(struct sd_cpu *c)
 	 * do not wait for it. */
 	if (sd_rcu_online())
 		sd_rcu_thread_offline();
-	/* tid stays the outgoing thread's until the incoming one publishes
-	 * its own: a CPU with no tid reads as offline, and a flush would
-	 * skip it (sd_smp_call_post()). A signal that lands here now finds
-	 * no CPU and is dropped (ipi_handler()); its kick stays set, and
-	 * the incoming thread runs the queue. */
+	/* tid is never 0 here: a CPU with no tid reads as offline, and a
+	 * flush would skip it (sd_smp_call_post()). It names the incoming
+	 * thread from now on, which is parked and alive: the outgoing one
+	 * may exit (a task that returned), and the IPI watchdog would take a
+	 * signal refused for a gone thread for a dead CPU (-ESRCH). A signal
+	 * that lands before the incoming thread takes over finds no CPU and
+	 * is dropped (ipi_handler()); its kick stays set, and the take-over
+	 * runs the queue. */
 	sd_this_cpu = NULL;
+	if (next_tid)
+		atomic_store(&c->tid, next_tid);
 }
 
 int sd_cpu_hand_in(struct sd_cpu *c, bool bind, struct sd_topology_binding *binding)

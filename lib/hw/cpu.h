@@ -166,7 +166,9 @@ void sd_cpu_qs(struct sd_cpu *c);
 /*
  * A CPU changes host threads (lib/sched: a context switch between tasks).
  * The outgoing thread, interrupts off, lets go: its thread-locals stop
- * naming @c. The incoming one takes @c over with interrupts still off
+ * naming @c, and IPI signals go to @next_tid (the incoming thread, parked
+ * until it takes @c over: its handler finds no CPU and leaves the queue to
+ * that take-over) rather than to a thread that may exit. The incoming one takes @c over with interrupts still off
  * (they are the CPU's, raised by the outgoing thread, and the incoming
  * one's sd_irq_on() ends the switch): it binds itself to @c's PU when
  * @bind (a task that last ran on another CPU), becomes the thread IPIs go
@@ -174,7 +176,7 @@ void sd_cpu_qs(struct sd_cpu *c);
  * signal to the outgoing thread could not. The incoming thread must have
  * registered with RCU (sd_cpu_thread_prepare()).
  */
-void sd_cpu_hand_out(struct sd_cpu *c);
+void sd_cpu_hand_out(struct sd_cpu *c, int next_tid);
 int sd_cpu_hand_in(struct sd_cpu *c, bool bind, struct sd_topology_binding *binding);
 /* A thread that will take CPUs over (sd_cpu_hand_in()), before any: RCU
  * registration (offline), the signal context TSan needs. */

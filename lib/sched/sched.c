@@ -11,6 +11,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+#include <sys/syscall.h>
 
 #include <shootdown/mm.h>
 
@@ -62,10 +64,18 @@ static void double_rq_lock(struct sd_cpu *c, struct sd_rq *a, struct sd_rq *b)
 	}
 }
 
+static void enqueue_at(struct sd_rq *rq, struct sd_task *t, bool head)
+{
+	if (head)
+		cds_list_add(&t->rq_node, &rq->queue);
+	else
+		cds_list_add_tail(&t->rq_node, &rq->queue);
+	atomic_store(&rq->nr_queued, atomic_load_explicit(&rq->nr_queued, memory_order_relaxed) + 1);
+}
+
 static void enqueue(struct sd_rq *rq, struct sd_task *t)
 {
-	cds_list_add_tail(&t->rq_node, &rq->queue);
-	atomic_store(&rq->nr_queued, atomic_load_explicit(&rq->nr_queued, memory_order_relaxed) + 1);
+	enqueue_at(rq, t, false);
 }
 
 static void dequeue(struct sd_rq *rq, struct sd_task *t)
@@ -120,6 +130,8 @@ static void send_resched(struct sd_cpu *c, struct sd_sched *s, unsigned target)
 
 	if (atomic_exchange(&rq->resched_inflight, 1))
 		return;
+	/* Test instrumentation: the target may retire the last use now. */
+	sd_order_point(SD_ORDER_RESCHED_CLAIMED, target);
 	rq->resched_req.fn = resched_ipi;
 	rq->resched_req.arg = rq;
 	rq->resched_req.async = true;
@@ -132,10 +144,18 @@ static void send_resched(struct sd_cpu *c, struct sd_sched *s, unsigned target)
 static void idle_retire_resched(struct sd_rq *rq)
 {
 	/* Acquire, pairing with ipi_run_one()'s release of DONE: the
-	 * request is ours to reuse. */
+	 * request is ours to reuse. Its state goes back to PENDING before
+	 * the flag is released: the next sender claims the flag before it
+	 * posts, and a DONE left from this use, seen by a retire between its
+	 * claim and its post, would free the request under it (a second
+	 * sender's push of a request still queued made a cycle in the IPI
+	 * queue, which its target then ran for ever). */
 	if (atomic_load(&rq->resched_inflight) &&
-	    atomic_load_explicit(&rq->resched_req.state, memory_order_acquire) == SD_SMP_CALL_DONE)
+	    atomic_load_explicit(&rq->resched_req.state, memory_order_acquire) == SD_SMP_CALL_DONE) {
+		atomic_store_explicit(&rq->resched_req.state, SD_SMP_CALL_PENDING,
+				      memory_order_relaxed);
 		atomic_store(&rq->resched_inflight, 0);
+	}
 }
 
 /* ---- placement ---- */
@@ -206,9 +226,12 @@ static unsigned select_task_rq(struct sd_sched *s, struct sd_task *t)
 	return sd_sched_pick_cpu(s, t);
 }
 
-/* Queue @t (pi_lock held, not on a run queue) on @target; sends the
+/* Queue @t (pi_lock held, not on a run queue) on @target, at the head for
+ * a wakeup (@head: CFS places a task that slept at min_vruntime less half
+ * the latency, place_entity(), so it is usually the next picked); sends the
  * reschedule IPI if @target idles. */
-static void activate(struct sd_cpu *c, struct sd_sched *s, struct sd_task *t, unsigned target)
+static void activate_at(struct sd_cpu *c, struct sd_sched *s, struct sd_task *t, unsigned target,
+			bool head)
 {
 	struct sd_rq *rq = &s->rq[target];
 	struct sd_task *curr;
@@ -218,11 +241,22 @@ static void activate(struct sd_cpu *c, struct sd_sched *s, struct sd_task *t, un
 	rq_lock(c, rq);
 	t->cpu = target;
 	t->on_rq = true;
-	enqueue(rq, t);
+	enqueue_at(rq, t, head);
 	curr = atomic_load_explicit(&rq->curr, memory_order_relaxed);
+	/* check_preempt_wakeup_fair(): a woken task ahead of a running one
+	 * preempts it (resched_curr()): on this CPU at the wake's return, on
+	 * another through a reschedule IPI and its next scheduling point. */
+	const bool preempt = head && curr && !curr->idle;
+	if (preempt)
+		atomic_store(&rq->need_resched, 1);
 	rq_unlock(c, rq);
-	if ((!curr || curr->idle) && (!c || c->id != target))
+	if ((!curr || curr->idle || preempt) && (!c || c->id != target))
 		send_resched(c, s, target);
+}
+
+static void activate(struct sd_cpu *c, struct sd_sched *s, struct sd_task *t, unsigned target)
+{
+	activate_at(c, s, t, target, false);
 }
 
 bool sd_try_to_wake_up(struct sd_cpu *c, struct sd_task *t)
@@ -252,7 +286,7 @@ bool sd_try_to_wake_up(struct sd_cpu *c, struct sd_task *t)
 	 * __schedule() sees RUNNING and keeps running. A sleeper's timer
 	 * node was its rq_node, so it was off the queue. */
 	if (!t->on_rq)
-		activate(c, s, t, select_task_rq(s, t));
+		activate_at(c, s, t, select_task_rq(s, t), true);
 	sd_spin_unlock(&t->pi_lock);
 	return true;
 }
@@ -392,7 +426,7 @@ static uint64_t earliest_sleeper(struct sd_cpu *c, struct sd_rq *rq)
 static struct sd_cpu *context_switch(struct sd_cpu *c, struct sd_task *prev,
 				     struct sd_task *next, bool dead)
 {
-	sd_cpu_hand_out(c);
+	sd_cpu_hand_out(c, atomic_load_explicit(&next->tid, memory_order_relaxed));
 	/* Test instrumentation: the CPU between threads. */
 	sd_order_point(SD_ORDER_CPU_HANDED, c->id);
 	/* Release: everything this thread did as the CPU happens before
@@ -461,6 +495,7 @@ struct sd_cpu *sd_schedule(struct sd_cpu *c, struct sd_task *prev, bool yield)
 		next = leaving ? &rq->idle : prev;
 	/* Release: pairs with curr_of()'s acquire. */
 	atomic_store_explicit(&rq->curr, next, memory_order_release);
+	atomic_store_explicit(&rq->need_resched, 0, memory_order_relaxed);
 	rq_unlock(c, rq);
 	if (leaving && prev->state == SD_TASK_RUNNING) {
 		/* set_cpus_allowed_ptr() of a running task: moved by its own
@@ -482,6 +517,17 @@ struct sd_cpu *sd_schedule(struct sd_cpu *c, struct sd_task *prev, bool yield)
 	if (c)
 		sd_irq_on(c);
 	return c;
+}
+
+struct sd_cpu *sd_sched_preempt_point(struct sd_cpu *c, struct sd_task *self)
+{
+	struct sd_rq *rq = &self->s->rq[c->id];
+
+	if (likely(!atomic_load_explicit(&rq->need_resched, memory_order_relaxed)) ||
+	    c->irq_depth)
+		return c;
+	idle_retire_resched(rq);
+	return sd_schedule(c, self, true);
 }
 
 /* ---- deadlock and the end ---- */
@@ -578,6 +624,7 @@ void sd_sched_idle_body(struct sd_cpu *c, void *arg)
 
 	sd_current_task = idle;
 	idle->bound_cpu = c->id;
+	atomic_store(&idle->tid, (int)syscall(SYS_gettid));
 	rq_lock(c, rq);
 	atomic_store_explicit(&rq->curr, idle, memory_order_release);
 	rq_unlock(c, rq);
@@ -675,6 +722,7 @@ int sd_sched_get(struct sd_machine *m, struct sd_sched **out)
 		atomic_init(&rq->curr, NULL);
 		atomic_init(&rq->resched_seq, 0);
 		atomic_init(&rq->resched_inflight, 0);
+		atomic_init(&rq->need_resched, 0);
 		idle->s = s;
 		idle->idle = true;
 		idle->cpu = i;
@@ -682,6 +730,7 @@ int sd_sched_get(struct sd_machine *m, struct sd_sched **out)
 		idle->bound_cpu = i;
 		sd_spin_init(&idle->pi_lock);
 		atomic_init(&idle->go, 0);
+		atomic_init(&idle->tid, 0);
 		idle->allowed = hwloc_bitmap_alloc();
 		if (!idle->allowed) {
 			m->sched = s;

@@ -72,6 +72,9 @@ struct sd_task {
 	struct sd_topology_binding binding;
 	pthread_t thread;
 	bool thread_started;
+	/* Its host thread's id, published once the thread runs (task_new()
+	 * waits for it): where a CPU handed to it sends IPIs meanwhile. */
+	SD_ATOMIC(int) tid;
 };
 
 struct sd_rq {
@@ -82,6 +85,9 @@ struct sd_rq {
 	struct cds_list_head sleepers; /* sleeping tasks whose timer is here */
 	SD_ATOMIC(unsigned) nr_queued; /* written under lock, read racily by balancers */
 	SD_ATOMIC(struct sd_task *) curr;  /* written under lock, read racily */
+	/* TIF_NEED_RESCHED: a woken task was queued ahead of the one running;
+	 * it switches at its next scheduling point (sd_sched_preempt_point()). */
+	SD_ATOMIC(int) need_resched;
 	struct sd_task idle;           /* this CPU's idle thread */
 	/* The reschedule IPI (smp_send_reschedule()): one in flight at a time,
 	 * its request reused once the idle thread saw it done. */
@@ -135,6 +141,10 @@ void sd_wake_up_new_task(struct sd_cpu *c, struct sd_task *t);
 unsigned sd_sched_pick_cpu(struct sd_sched *s, struct sd_task *t);
 /* Move @t, queued somewhere, onto a CPU it is allowed (set_cpus_allowed). */
 void sd_sched_move_queued(struct sd_cpu *c, struct sd_task *t);
+/* The return to user of a call of task.h: if a wakeup asked this CPU to
+ * reschedule, @self yields to the task queued ahead of it. Returns the CPU
+ * @self runs on afterwards. */
+struct sd_cpu *sd_sched_preempt_point(struct sd_cpu *c, struct sd_task *self);
 /* The idle thread's body (sd_machine_run()'s, one per CPU). */
 void sd_sched_idle_body(struct sd_cpu *c, void *arg);
 /* The task's thread waits to be given a CPU and takes it over; NULL if

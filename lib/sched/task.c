@@ -8,12 +8,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <sys/syscall.h>
 
 #include <shootdown/error.h>
 #include <shootdown/mm.h>
 #include <shootdown/task.h>
 
 #include "../core/error.h"
+#include "../core/futex.h"
 #include "../core/ordering.h"
 #include "../hw/event.h"
 #include "../mm/mm.h"
@@ -74,6 +76,8 @@ static void *task_thread(void *p)
 
 	sd_cpu_thread_prepare();
 	sd_current_task = t;
+	atomic_store(&t->tid, (int)syscall(SYS_gettid));
+	sd_futex_wake(&t->tid, 1);
 	c = sd_sched_wait_for_cpu(t);
 	if (c) {
 		/* finish_task_switch(): the switch that brought us here left
@@ -116,6 +120,7 @@ static int task_new(struct sd_sched *s, struct sd_cpu *from, struct sd_mm *mm,
 	t->bound_cpu = UINT32_MAX;
 	sd_spin_init(&t->pi_lock);
 	atomic_init(&t->go, 0);
+	atomic_init(&t->tid, 0);
 	pthread_attr_init(&attr);
 	pthread_attr_setstacksize(&attr, SD_TASK_STACK);
 	pthread_mutex_lock(&s->lock);
@@ -133,6 +138,9 @@ static int task_new(struct sd_sched *s, struct sd_cpu *from, struct sd_mm *mm,
 	cds_list_add_tail(&t->all_node, &s->all);
 	pthread_mutex_unlock(&s->lock);
 	pthread_attr_destroy(&attr);
+	/* Its tid before any CPU can be handed to it (sd_cpu_hand_out()). */
+	while (!atomic_load(&t->tid))
+		sd_futex_wait(&t->tid, 0);
 	atomic_fetch_add(&s->nr_alive, 1);
 	sd_wake_up_new_task(from, t);
 	if (out)
@@ -364,6 +372,7 @@ int sd_task_wait(struct sd_task *self, struct sd_waitq *q, sd_wait_cond cond, vo
 		sd_spin_lock(&q->lock);
 		if (cond(arg)) {
 			sd_spin_unlock(&q->lock);
+			sd_sched_preempt_point(c, self);
 			return 0;
 		}
 		/* prepare_to_wait(): on the queue and BLOCKED under its lock,
@@ -431,6 +440,7 @@ int sd_task_wake(struct sd_task *self, struct sd_waitq *q, unsigned nr)
 		for (unsigned i = 0; i < n; i++)
 			total += sd_try_to_wake_up(sd_this_cpu, woken[i]);
 	} while (n == SD_ARRAY_SIZE(woken) && (!nr || (unsigned)total < nr));
+	sd_sched_preempt_point(sd_this_cpu, self);
 	return total;
 }
 
@@ -494,6 +504,7 @@ int sd_task_set_affinity(struct sd_task *self, struct sd_task *task, const char 
 			sd_schedule(c, self, false);
 	} else {
 		sd_sched_move_queued(c, task);
+		sd_sched_preempt_point(c, self);
 	}
 	return 0;
 }

@@ -282,8 +282,8 @@ def profile_costs(name):
 
 
 def message_ns(costs):
-    """What context_switch charges a switch for its half of a pipe message
-    (bench/context_switch.cpp, message_half_ns())."""
+    """What context_switch charges each side of a pipe message, the write
+    and the read (bench/context_switch.cpp, message_half_ns())."""
     msg = costs.get("pipe_message", 0)
     return 0 if msg <= 0 else int(costs["syscall_entry"] + costs["syscall_exit"] + msg / 2 + 0.5)
 
@@ -295,9 +295,9 @@ def check(res, tiny=False):
     bad = []
     want = message_ns(profile_costs("milan-36"))
     for name, r in res.get("lazy_cpumask", {}).items():
-        got = med(r, "message_ns_per_switch")
+        got = med(r, "message_ns_per_side")
         if r["real_ns"] and got != want:
-            bad.append("modelled lazy_cpumask: %s charged %s ns a switch for its message, "
+            bad.append("modelled lazy_cpumask: %s charged %s ns a side of a message, "
                        "not %d" % (name, got, want))
     for run in RUNS:
         got = res.get(run["key"], {})

@@ -4,7 +4,7 @@
 A name is <workload>/<strategy spec>/<key>:<value>/... . The strategy spec
 keeps its own options (ipi:cpumask=lazy, gbcast:threshold=0); every later
 path element is a key:value parameter: lru:global, cpus:4, threads:8,
-pages:511, remote:busy, flush_every:500. Workloads that vary the LRU lock put
+pages:511, remote:busy, flush_every:250. Workloads that vary the LRU lock put
 lru:<global|percpu> before cpus:<n> (tlb_flush2_threads/ipi/lru:global/cpus:2);
 the others have no lru element. Google Benchmark's own suffixes
 (/real_time, /iterations:N, ...) are stripped before anything else.

@@ -64,7 +64,7 @@ def trap(mode, t):
 
 
 CS_CPUS = (1, 2, 4, 8)
-CS_EVERY = (0, 500)          # flush_every variants, on 2 CPUs
+CS_EVERY = (0, 250)          # flush_every variants, on 2 CPUs
 FW_CPUS = (2, 4)
 FW_SPECS = ("cpumask=eager", "cpumask=lazy", "cpumask=lazy,trim_ms=1")
 TF2_CPUS = (1, 2, 4, 8)

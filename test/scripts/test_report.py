@@ -628,13 +628,13 @@ class Modelled(unittest.TestCase):
                "mrs": self.res([("trap_dispatch/locked/threads:1", None)])}
         want = modelled.message_ns(modelled.profile_costs("milan-36"))
         doc = {"benchmarks": [dict(Model.bench("context_switch/ipi:cpumask=lazy/cpus:36", 10, 5),
-                                   violations=2, message_ns_per_switch=want + 1)]}
+                                   violations=2, message_ns_per_side=want + 1)]}
         res["lazy_cpumask"] = results.from_doc(doc)
         bad = "\n".join(modelled.check(res))
         self.assertIn("modelled invlpgb: no result", bad)
         self.assertIn("trap_dispatch/locked/threads:1 has no model_ns", bad)
         self.assertIn("served 2 stale translations", bad)
-        self.assertIn("charged %d ns a switch for its message, not %d" % (want + 1, want), bad)
+        self.assertIn("charged %d ns a side of a message, not %d" % (want + 1, want), bad)
         self.assertNotIn("mprotect_threaded/local/cpus:1", bad)
 
     def test_report_lists_the_fitted_parameters(self):
