@@ -4,106 +4,86 @@
 // task migrates, then frees memory (a flush) on the CPU it moved to.
 //
 //   forked_worker/ipi:cpumask={eager,lazy,lazy,trim_ms=1}/cpus:{2,4}
-//                                            one worker mm migrates CPU to CPU, and frees
-//                                            (a flush) after each migration
+//                                            one worker task migrates CPU to CPU (tasks,
+//                                            task.h), and frees (a flush) after each
+//                                            migration
 //
-// The main set runs eager and lazy at every --sd_cpus of 2 or more; none
-// runs with --sd_profile (see register_forked_worker()).
+// The main set runs eager and lazy at every --sd_cpus of 2 or more, in real
+// and modelled time.
 #include "common.hpp"
 
-#include <linux/futex.h>
-#include <sys/syscall.h>
-#include <unistd.h>
-
-#include <memory>
+#include <string>
 
 namespace sdbench {
 namespace {
 
-// A turn word one CPU waits on and another passes to it: the waiter spins
-// up to @spins pauses, then sleeps on a futex, so that on an oversubscribed
-// machine the CPU whose turn it is gets a PU. (IPIs still reach a sleeper:
-// the signal interrupts the futex wait, which SA_RESTART resumes.)
-struct Turn {
-	alignas(64) std::atomic<uint32_t> v{0};
-	alignas(64) std::atomic<uint32_t> sleepers{0};
-};
-
-void turn_wait(Turn &t, uint32_t want, unsigned spins)
-{
-	for (unsigned n = 0; t.v.load(std::memory_order_acquire) != want; n++) {
-		if (n < spins) {
-			cpu_relax();
-			continue;
-		}
-		// Dekker with turn_pass(): count ourselves, then re-read; it
-		// stores, then reads the count. seq_cst on both sides.
-		t.sleepers.fetch_add(1);
-		uint32_t cur = t.v.load();
-		if (cur != want)
-			syscall(SYS_futex, &t.v, FUTEX_WAIT_PRIVATE, cur, nullptr, nullptr, 0);
-		t.sleepers.fetch_sub(1);
-	}
-}
-
-void turn_pass(Turn &t, uint32_t next)
-{
-	t.v.store(next);
-	if (t.sleepers.load())
-		syscall(SYS_futex, &t.v, FUTEX_WAKE_PRIVATE, 1, nullptr, nullptr, 0);
-}
-
-// Dave Hansen's case: a task runs on CPU A, migrates to
-// CPU B, and there frees memory, which needs a flush. One worker mm hops
-// around the CPUs in turn (hop h runs on CPU h % N); every CPU also has its
-// own mm, the other process it runs while the worker is elsewhere. A hop:
-// switch to the worker (the migration), read two of its pages, write a third
-// (malloc), madvise(DONTNEED) it (free: the flush), switch back to the CPU's
-// own mm, pass the turn on. With the lazy mask, the CPUs the worker left
-// stay in its mm_cpumask, running another mm: an IPI goes to them only when
-// the mask is trimmed (once per trim_ms per mm) and then clears their bit.
-// Time per iteration: one hop (one migration and one flush). Every switch to
-// the worker finds its generation moved on (the last hop flushed), so it
-// flushes the worker's PCID: the TLB is kSwitchTlb (common.hpp).
+// Dave Hansen's case: a task runs on CPU A, migrates to CPU B, and there
+// frees memory, which needs a flush. One worker task (its own mm) hops
+// around the CPUs (hop h to CPU h % N) by changing its affinity, so the
+// scheduler migrates it (sd_task_set_affinity()); on each CPU a resident
+// task of another process, pinned there, runs while the worker is
+// elsewhere and yields to it when it arrives. A hop: the migration, read
+// two of the worker's pages, write a third (malloc), madvise(DONTNEED) it
+// (free: the flush). With the lazy mask, the CPUs the worker left stay in
+// its mm_cpumask, running a resident: an IPI goes to them only when the
+// mask is trimmed (once per trim_ms per mm) and then clears their bit.
+// An iteration is one hop. Every switch to the worker finds its generation
+// moved on (the last hop flushed), so it flushes the worker's PCID: the TLB
+// is kSwitchTlb (common.hpp). In modelled time a resident's turn is a
+// microsecond of work between yields.
 constexpr uint64_t kFwPages = 4;
 constexpr uint64_t kFwBatch = 2000;
+constexpr uint64_t kFwResidentWorkNs = 1000;
 
-struct FwArg : RunArg {
-	std::unique_ptr<Turn[]> turn;   // per CPU: the hop it may run next
-	unsigned spins = 0;             // pauses before a waiter sleeps
+struct FwArg {
+	uint64_t hops = 0;
+	unsigned cpus = 0;
+	std::atomic<bool> done{false};
+	std::atomic<int> err{0};
 };
 
-void forked_worker_body(sd_cpu *c, void *p)
+void fw_note(FwArg *a, int err)
 {
-	auto *r = static_cast<FwArg *>(static_cast<RunArg *>(p));
-	const unsigned id = sd_cpu_id(c);
-	const unsigned n = sd_machine_nr_cpus(sd_cpu_machine(c));
-	sd_mm *worker = r->rm->mm(0), *own = r->rm->mm(1 + id);
-	int err = sd_switch_mm(c, own);
+	int none = 0;
+	if (err)
+		a->err.compare_exchange_strong(none, err);
+}
 
-	if (!err)
-		err = sd_access(c, kRegion, SD_WRITE, nullptr);
-	for (uint64_t h = id; h < r->count; h += n) {
-		turn_wait(r->turn[id], (uint32_t)h, r->spins);
-		if (!err)
-			err = sd_switch_mm(c, worker);
+void fw_worker(sd_task *self, void *p)
+{
+	auto *a = static_cast<FwArg *>(p);
+	int err = 0;
+
+	for (uint64_t h = 0; !err && h < a->hops; h++) {
+		const std::string cpu = std::to_string(h % a->cpus);
+
+		err = sd_task_set_affinity(self, self, cpu.c_str());
+		sd_cpu *c = sd_task_cpu(self);
 		for (uint64_t pg = 1; !err && pg < 3; pg++)
 			err = sd_access(c, kRegion + pg * SD_PAGE_SIZE, SD_READ, nullptr);
 		if (!err)
 			err = sd_access(c, kRegion, SD_WRITE, nullptr);
 		if (!err)
-			err = sd_madvise_dontneed(c, worker, kRegion, SD_PAGE_SIZE);
-		if (!err)
-			err = sd_switch_mm(c, own);
-		// The last hop of a run hands the first hop of the next run to
-		// CPU 0 (whose own last wait of this run is over by then).
-		if (h + 1 == r->count)
-			turn_pass(r->turn[0], 0);
-		else
-			turn_pass(r->turn[(h + 1) % n], (uint32_t)(h + 1));
+			err = sd_madvise_dontneed(c, sd_task_mm(self), kRegion, SD_PAGE_SIZE);
 	}
-	int serr = sd_switch_mm(c, nullptr);
-	note_error(r, err ? err : serr);
+	a->done.store(true);
+	fw_note(a, err);
+}
+
+void fw_resident(sd_task *self, void *p)
+{
+	auto *a = static_cast<FwArg *>(p);
+	int err = 0;
+
+	while (!err && !a->done.load(std::memory_order_relaxed)) {
+		sd_cpu *c = sd_task_cpu(self);
+		err = sd_access(c, kRegion, SD_WRITE, nullptr);
+		if (!err)
+			err = sd_cpu_work(c, kFwResidentWorkNs);
+		if (!err)
+			err = sd_task_yield(self);
+	}
+	fw_note(a, err);
 }
 
 void BM_forked_worker(State &st, const char *strategy, unsigned cpus)
@@ -114,19 +94,37 @@ void BM_forked_worker(State &st, const char *strategy, unsigned cpus)
 	FwArg arg;
 	sd_stats d = SD_STATS_INIT;
 
-	RunTimes times;
-
 	if (!rm.ok(st))
 		return;
-	arg.turn.reset(new Turn[cpus]);
-	// Pinned, a waiter spins (for a millisecond or so, many hops); when
-	// oversubscribed it would keep the next CPU off its PU, so it sleeps.
-	arg.spins = oversubscribed(rm.m()) ? 64 : 1u << 16;
-	if (!run_batches(st, rm, forked_worker_body, kFwBatch, "forked_worker run", &d, &arg, &times))
+	arg.cpus = cpus;
+	auto create = [&](sd_machine *m, uint64_t batch) {
+		arg.hops = batch;
+		arg.done.store(false);
+		sd_task_config tc = SD_TASK_CONFIG_INIT;
+		tc.mm = rm.mm(0);
+		tc.cpu = 0;
+		tc.affinity = "0";
+		if (int err = sd_task_create(m, &tc, fw_worker, &arg, nullptr))
+			return err;
+		for (unsigned i = 0; i < cpus; i++) {
+			const std::string cpu = std::to_string(i);
+			tc.mm = rm.mm(1 + i);
+			tc.cpu = i;
+			tc.affinity = cpu.c_str();
+			if (int err = sd_task_create(m, &tc, fw_resident, &arg, nullptr))
+				return err;
+		}
+		return 0;
+	};
+	if (!run_task_batches(st, rm, create, kFwBatch, "forked_worker run", &d))
 		return;
-	st.counters["pu_share"] = times.pu_share;
+	if (arg.err.load()) {
+		fail(st, "forked_worker task", arg.err.load());
+		return;
+	}
 	const uint64_t hops = st.iterations();
 	report_ipi_common(st, d);
+	st.counters["migrations_per_hop"] = ratio(d.counter[SD_STAT_TASK_MIGRATE], hops);
 	st.counters["ipis_per_migration"] = ratio(d.counter[SD_STAT_IPI_SENT], hops);
 	st.counters["unneeded_ipis_per_migration"] = ratio(d.counter[SD_STAT_IPI_UNNEEDED], hops);
 	st.counters["cpumask_writes_per_migration"] = ratio(d.counter[SD_STAT_CPUMASK_WRITE], hops);
@@ -136,13 +134,9 @@ void BM_forked_worker(State &st, const char *strategy, unsigned cpus)
 
 void register_forked_worker(Set set)
 {
-	// Not in modelled time: the worker's turn passes from CPU to CPU by a
-	// host-level handoff that carries no modelled time, so each CPU's
-	// clock counts only its own hops and the time per hop would shrink
-	// with the number of CPUs (495 ns at 2, 106 ns at 36 on milan-36).
-	// Carrying the passer's clock needs a wait that holds nobody back in
-	// the window while a CPU waits for its turn outside the library.
-	if (set == Set::patches || !g_opt.profile.empty())
+	// In modelled time too: the hop is a migration by the scheduler, so
+	// the worker's clock goes with it from CPU to CPU.
+	if (set == Set::patches)
 		return;
 	static const std::vector<unsigned> all_cpus = { 2, 4 };
 	static const std::vector<const char *> all = { "ipi:cpumask=eager", "ipi:cpumask=lazy",
