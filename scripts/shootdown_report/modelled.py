@@ -202,7 +202,7 @@ def rows_lazy(res, ref):
     we = med(eager, "cpumask_writes_per_switch") if eager else None
     wl = med(lazy, "cpumask_writes_per_switch") if lazy else None
     fewer = 1 - wl / we if we and wl is not None else None
-    return [["lazy mm_cpumask", "milan-36, 36 CPUs", "eager / lazy a switch", fmt_x(before / after),
+    return [["lazy mm_cpumask", "milan-36, 36 CPUs", "eager / lazy a message", fmt_x(before / after),
              fmt_x(ours), verdict(ours, before / after, speedup=True)],
             ["lazy mm_cpumask", "milan-36, 36 CPUs", "cpumask writes saved",
              ">= %.0f%%" % (100 * fig["min_write_reduction"]),
