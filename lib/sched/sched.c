@@ -523,10 +523,13 @@ struct sd_cpu *sd_sched_preempt_point(struct sd_cpu *c, struct sd_task *self)
 {
 	struct sd_rq *rq = &self->s->rq[c->id];
 
+	/* A reschedule IPI that has run frees its request for the next
+	 * waker at once, or a busy CPU would take every later preemption
+	 * without its IPI. */
+	idle_retire_resched(rq);
 	if (likely(!atomic_load_explicit(&rq->need_resched, memory_order_relaxed)) ||
 	    c->irq_depth)
 		return c;
-	idle_retire_resched(rq);
 	return sd_schedule(c, self, true);
 }
 

@@ -265,20 +265,35 @@ TEST(SchedModelled, StrictRunsAreBitIdenticalWhateverTheHostDoes)
 	Profile p("pack:1 core:2 pu:1", kSchedCosts);
 	Watchdog w("strict ping-pong", 180);
 	for (const char *strategy : {"ipi", "broadcast", "gbcast"}) {
-		sd_model_info info;
-		auto first = modelled_ping_pong(sdtest::strict_config(2, strategy, p), 1, 60, &info);
-		auto second = modelled_ping_pong(sdtest::strict_config(2, strategy, p), 1, 60);
+		sd_model_info info[3];
+		auto first = modelled_ping_pong(sdtest::strict_config(2, strategy, p), 1, 60, &info[0]);
+		auto second = modelled_ping_pong(sdtest::strict_config(2, strategy, p), 1, 60, &info[1]);
 		std::vector<uint64_t> loaded;
 		{
 			sdtest::Hogs hogs(std::thread::hardware_concurrency() + 1);
-			loaded = modelled_ping_pong(sdtest::strict_config(2, strategy, p), 1, 60);
+			loaded = modelled_ping_pong(sdtest::strict_config(2, strategy, p), 1, 60,
+						    &info[2]);
 		}
 		ASSERT_EQ(2u, first.size());
 		// A round crosses an IPI each way at least.
 		EXPECT_GE(first[1], 60u * 2 * (100 + 400)) << strategy;
+		uint64_t stalls = info[0].seq_stalls + info[1].seq_stalls + info[2].seq_stalls;
+#if defined(__SANITIZE_THREAD__)
+		// Under ThreadSanitizer a holder's thread can sleep in the
+		// runtime's own locks (its signal delivery, with busy loops on
+		// every PU) long enough for the watchdog to take the machine:
+		// the run then says it is not exact (seq_stalls), as the
+		// contract has it, and is not compared. The plain build must
+		// have none.
+		if (stalls) {
+			std::printf("[strict %s] %llu stalls reported under TSan: not compared\n",
+				    strategy, (unsigned long long)stalls);
+			continue;
+		}
+#endif
+		EXPECT_EQ(0u, stalls) << strategy;
 		EXPECT_EQ(first, second) << strategy;
 		EXPECT_EQ(first, loaded) << strategy;
-		EXPECT_EQ(0u, info.seq_stalls) << strategy;
 	}
 }
 
@@ -464,6 +479,7 @@ TEST(SchedModelled, SleepEndsAtItsModelledTime)
 
 extern "C" {
 #include "core/ordering.h"
+#include "sched/sched.h"
 }
 
 namespace {
@@ -615,69 +631,115 @@ namespace {
 
 // The reschedule IPI's request is claimed by one sender at a time and
 // reused once its target saw it done. A target that retired it between a
-// claim and the post (seeing the last use's DONE) would let a second
-// sender post the same request while the first does: the request twice in
-// the target's IPI queue, a cycle the target then runs for ever. Hold a
-// claim while the target's preemption points run and other wakers wake.
-std::atomic<unsigned> g_claims{0};
-
-void hold_a_claim(enum sd_order_point point, unsigned cpu)
-{
-	if (point != SD_ORDER_RESCHED_CLAIMED || cpu != 0)
-		return;
-	const unsigned n = ++g_claims;
-	if (n == 5 || n == 9)
-		std::this_thread::sleep_for(std::chrono::milliseconds(3));
-}
-
+// claim and the post (seeing the previous use's DONE) would let a second
+// sender post the same request while the first still holds it: the request
+// twice in the target's IPI queue, a cycle the target then runs for ever.
+// Forced: the first use completes; the second sender's claim is held (an
+// order point) while the target retires at its preemption point and runs
+// a task with interrupts off; a third sender wakes another sleeper of the
+// target's; then the held claim posts, and interrupts come back on.
 struct Claims {
-	sd_waitq *q = nullptr;
-	std::atomic<int> tokens{0};
-	std::atomic<bool> done{false};
-	std::atomic<unsigned> wakers_left{2};
+	sd_waitq *q1 = nullptr, *q2 = nullptr;
+	std::atomic<int> phase{0};
+	std::atomic<bool> held{false}, third_done{false}, second_done{false};
+	std::atomic<bool> finish{false};
+	// Set by sleeper one's condition when it is false: under the queue's
+	// lock, in the hold that queues it, so once seen it is waiting.
+	std::atomic<bool> one_waits{false};
+	sd_rq *rq0 = nullptr;           // CPU 0's run queue (the library's)
 };
+Claims *g_k = nullptr;
 
-void busy_on_cpu0(sd_task *self, void *arg)
+void hold_the_second_claim(enum sd_order_point point, unsigned cpu)
 {
-	auto *k = static_cast<Claims *>(arg);
-	// Each wait's condition holds: a preemption point, nothing else; the
-	// yield lets the sleepers run and go to sleep again.
-	while (!k->done) {
-		ASSERT_EQ(0, sd_task_wait(self, k->q, [](void *) { return true; }, nullptr));
-		ASSERT_EQ(0, sd_task_yield(self));
-	}
+	if (point != SD_ORDER_RESCHED_CLAIMED || cpu != 0 || g_k->phase.load() != 2 ||
+	    g_k->held.exchange(true))
+		return;
+	// The third sender's try, then ours: 200 ms is plenty when it claims,
+	// and what a correct library costs here when it cannot.
+	for (int i = 0; i < 2000 && !g_k->third_done; i++)
+		std::this_thread::sleep_for(std::chrono::microseconds(100));
 }
 
-void sleeper_on_cpu0(sd_task *self, void *arg)
+bool phase_at_least(Claims *k, int p)
 {
-	auto *k = static_cast<Claims *>(arg);
-	for (;;) {
-		int rc = sd_task_wait(self, k->q, [](void *v) {
-			auto *kk = static_cast<Claims *>(v);
-			return kk->tokens.load() > 0 || kk->done.load();
-		}, k);
-		ASSERT_EQ(0, rc) << sd_last_error();
-		if (k->done)
-			return;
-		k->tokens--;
-	}
+	return k->phase.load() >= p || k->finish.load();
 }
 
-void waker(sd_task *self, void *arg)
+bool one_may_go(Claims *k, int p)
+{
+	if (phase_at_least(k, p))
+		return true;
+	k->one_waits = true;
+	return false;
+}
+
+// CPU 0: the target. It computes through preemption points until the
+// sleepers' run is over.
+void target_task(sd_task *self, void *arg)
 {
 	auto *k = static_cast<Claims *>(arg);
-	for (unsigned i = 0; i < 150; i++) {
-		k->tokens++;
-		EXPECT_GE(sd_task_wake(self, k->q, 1), 0);
-		// Until a sleeper took it: the sleepers go back to sleep
-		// between tokens, so every wake wakes one.
-		while (k->tokens.load() > 0)
+	while (!k->finish)
+		ASSERT_EQ(0, sd_task_wait(self, k->q2, [](void *) { return true; }, nullptr));
+}
+
+// CPU 0: woken in phase 1 and 2; in phase 2 it runs with interrupts off
+// until both posts are made, so the IPIs stay queued together.
+void sleeper_one(sd_task *self, void *arg)
+{
+	auto *k = static_cast<Claims *>(arg);
+	ASSERT_EQ(0, sd_task_wait(self, k->q1, [](void *v) {
+		return one_may_go(static_cast<Claims *>(v), 1);
+	}, k));
+	ASSERT_EQ(0, sd_task_wait(self, k->q1, [](void *v) {
+		return one_may_go(static_cast<Claims *>(v), 2);
+	}, k));
+	sd_cpu *c = sd_task_cpu(self);
+	sd_irq_disable(c);
+	k->phase = 3;
+	for (int i = 0; i < 4000 && !(k->second_done && k->third_done); i++)
+		std::this_thread::sleep_for(std::chrono::microseconds(100));
+	EXPECT_EQ(0, sd_irq_enable(c));   // a cycle in the queue: never returns
+}
+
+// CPU 0: woken by the third sender in phase 3.
+void sleeper_two(sd_task *self, void *arg)
+{
+	auto *k = static_cast<Claims *>(arg);
+	ASSERT_EQ(0, sd_task_wait(self, k->q2, [](void *v) {
+		return phase_at_least(static_cast<Claims *>(v), 3);
+	}, k));
+}
+
+// CPU 1: the first use, then the held claim.
+void first_sender(sd_task *self, void *arg)
+{
+	auto *k = static_cast<Claims *>(arg);
+	for (int use = 1; use <= 2; use++) {
+		// Sleeper one waits, and CPU 0 retired the last use (its
+		// preemption points do once the IPI ran).
+		while (!k->one_waits || atomic_load(&k->rq0->resched_inflight))
 			EXPECT_EQ(0, sd_cpu_poll(sd_task_cpu(self)));
+		k->one_waits = false;
+		k->phase = use;
+		if (use == 1) {
+			EXPECT_EQ(1, sd_task_wake(self, k->q1, 1));     // use 1, done by its end
+		}
 	}
-	if (--k->wakers_left == 0) {
-		k->done = true;
-		EXPECT_GE(sd_task_wake(self, k->q, 0), 0);
-	}
+	EXPECT_EQ(1, sd_task_wake(self, k->q1, 1));             // use 2: held
+	k->second_done = true;
+}
+
+// CPU 2: the third sender, once sleeper one runs with interrupts off.
+void third_sender(sd_task *self, void *arg)
+{
+	auto *k = static_cast<Claims *>(arg);
+	while (k->phase.load() < 3)
+		EXPECT_EQ(0, sd_cpu_poll(sd_task_cpu(self)));
+	EXPECT_EQ(1, sd_task_wake(self, k->q2, 1));
+	k->third_done = true;
+	k->finish = true;
+	EXPECT_GE(sd_task_wake(self, k->q2, 0), 0);
 }
 
 TEST(SchedRace, AReschedulingRequestIsPostedOnceAtATime)
@@ -686,21 +748,24 @@ TEST(SchedRace, AReschedulingRequestIsPostedOnceAtATime)
 	ASSERT_NE(nullptr, mach.m);
 	sd_mm *mm = mapped_mm(mach.m, 1);
 	Claims k;
-	ASSERT_EQ(0, sd_waitq_create(mach.m, "claims", &k.q));
-	g_claims = 0;
-	create(mach.m, mm, busy_on_cpu0, &k, 0, "0");
-	create(mach.m, mm, sleeper_on_cpu0, &k, 0, "0");
-	create(mach.m, mm, sleeper_on_cpu0, &k, 0, "0");
-	create(mach.m, mm, waker, &k, 1, "1");
-	create(mach.m, mm, waker, &k, 2, "2");
-	sd_order_set_hook(hold_a_claim);
+	g_k = &k;
+	ASSERT_EQ(0, sd_waitq_create(mach.m, "one", &k.q1));
+	ASSERT_EQ(0, sd_waitq_create(mach.m, "two", &k.q2));
+	create(mach.m, mm, sleeper_one, &k, 0, "0");
+	k.rq0 = &static_cast<sd_sched *>(mach.m->sched)->rq[0];
+	create(mach.m, mm, sleeper_two, &k, 0, "0");
+	create(mach.m, mm, target_task, &k, 0, "0");
+	create(mach.m, mm, first_sender, &k, 1, "1");
+	create(mach.m, mm, third_sender, &k, 2, "2");
+	sd_order_set_hook(hold_the_second_claim);
 	{
-		Watchdog w("resched claims", 60);
+		Watchdog w("resched claims (a cycle in CPU 0's IPI queue?)", 60);
 		EXPECT_EQ(0, sd_sched_run(mach.m)) << sd_last_error();
 	}
 	sd_order_set_hook(nullptr);
-	EXPECT_GE(g_claims.load(), 9u) << "too few reschedule IPIs to CPU 0 to test anything";
-	EXPECT_EQ(0, sd_waitq_destroy(k.q));
+	EXPECT_TRUE(k.held.load()) << "the second claim was never held: nothing tested";
+	EXPECT_EQ(0, sd_waitq_destroy(k.q1));
+	EXPECT_EQ(0, sd_waitq_destroy(k.q2));
 	EXPECT_EQ(0, sd_mm_destroy(mm));
 }
 
