@@ -159,7 +159,9 @@ SD_EXPORT unsigned sd_task_id(const struct sd_task *task);
 /**
  * sd_task_yield() - give the CPU to the next task of its run queue, if any
  * (sched_yield()); the caller goes to the queue's tail. Also a point where
- * a periodic balance may run.
+ * a periodic balance may run. With nothing else queued, the calling host
+ * thread yields its PU to the host (a sched_yield() system call), so that
+ * a loop of yields does not starve the host threads of other tasks.
  * Return: 0; -EPERM if the caller is not @self's thread; -EDEADLK with
  * interrupts off. Task thread.
  */
