@@ -24,6 +24,7 @@
 // --machines 1) repeats every CPU's sequence exactly, not the timing.
 // `none` is broken on purpose: --strategy none is the fuzzer's self-test,
 // which must report oracle violations (meson runs it with should_fail).
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -808,6 +809,11 @@ int main(int argc, char **argv)
 	// under a sanitizer (none in 4 s of ASan once): it keeps its full time.
 	if (family != "none")
 		seconds *= scale;
+	// A soak (--cpus) runs each machine's calls to the end whatever the
+	// time: under a sanitizer's scale its calls shrink too (TSan's 64-CPU
+	// soaks took 30 s each of CI's budget at 150 calls a CPU).
+	if (cpus && scale < 1)
+		ops = std::max(50u, (unsigned)(ops * scale));
 	if (specs_of(family).empty()) {
 		std::fprintf(stderr, "fuzz_api: --strategy wants broadcast, local, ipi, gbcast, user (or none)\n");
 		return 2;
