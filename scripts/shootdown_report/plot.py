@@ -15,8 +15,8 @@ RATE_WORKLOADS = {"tlb_flush2_threads": "loops_per_s", "tlb_flush2_processes": "
 YLABEL = {
     "mprotect_threaded": "time per mprotect per CPU",
     "process_churn": "time per short-lived mm per CPU",
-    "context_switch": "time per context switch per CPU",
-    "forked_worker": "time per migration + flush",
+    "context_switch": "time per message (hackbench on tasks)",
+    "forked_worker": "time per migration + flush (a hop)",
     "tlb_flush2_threads": "loops per second, all threads",
     "tlb_flush2_processes": "loops per second, all processes",
     "trap_dispatch": "wall time of 10^6 reads per thread",
