@@ -631,6 +631,9 @@ void sd_sched_idle_body(struct sd_cpu *c, void *arg)
 	rq_lock(c, rq);
 	atomic_store_explicit(&rq->curr, idle, memory_order_release);
 	rq_unlock(c, rq);
+	/* The first periodic balance an interval in (sd->last_balance starts
+	 * at the domain's creation); an idle CPU pulls at once anyway. */
+	rq->next_balance_ns = sd_cpu_now_ns(c) + balance_interval_ns(s->m);
 	while (!atomic_load(&s->stop) || atomic_load(&rq->nr_queued)) {
 		int seq;
 

@@ -770,3 +770,93 @@ TEST(SchedRace, AReschedulingRequestIsPostedOnceAtATime)
 }
 
 }  // namespace
+
+namespace {
+
+// ---- balancing ----
+
+struct Spread {
+	std::atomic<unsigned> seen_on[4] = {};
+	std::atomic<bool> stop{false};
+	unsigned loops = 200;
+};
+
+void spreader(sd_task *self, void *arg)
+{
+	auto *s = static_cast<Spread *>(arg);
+	for (unsigned i = 0; i < s->loops; i++) {
+		sd_cpu *c = sd_task_cpu(self);
+		s->seen_on[sd_cpu_id(c)]++;
+		EXPECT_EQ(0, sd_cpu_work(c, 1000));
+		EXPECT_EQ(0, sd_task_yield(self));
+	}
+}
+
+// Four tasks queued on CPU 0 of two: CPU 1, idle, pulls waiting ones
+// (newidle balance), so both CPUs run them.
+TEST(SchedBalance, AnIdleCpuPullsWaitingTasks)
+{
+	Machine mach(sdtest::config(2, "ipi"));
+	ASSERT_NE(nullptr, mach.m);
+	sd_mm *mm = mapped_mm(mach.m, 1);
+	Spread s;
+	for (int i = 0; i < 4; i++)
+		create(mach.m, mm, spreader, &s, 0);
+	EXPECT_EQ(0, sd_sched_run(mach.m)) << sd_last_error();
+	EXPECT_GT(s.seen_on[1].load(), 0u) << "CPU 1 never ran a task queued on CPU 0";
+	EXPECT_GE(total(mach.m, SD_STAT_TASK_MIGRATE), 1u);
+	EXPECT_EQ(0, sd_mm_destroy(mm));
+}
+
+struct Busy {
+	std::atomic<bool> stop{false};
+	std::atomic<unsigned> pulled{0};
+	std::atomic<unsigned> left{4};          // queued tasks not yet done
+};
+
+void busy_forever(sd_task *self, void *arg)
+{
+	auto *b = static_cast<Busy *>(arg);
+	while (!b->stop) {
+		EXPECT_EQ(0, sd_cpu_work(sd_task_cpu(self), 2000));
+		EXPECT_EQ(0, sd_task_yield(self));
+	}
+}
+
+void queued_on_cpu0(sd_task *self, void *arg)
+{
+	auto *b = static_cast<Busy *>(arg);
+	for (int i = 0; i < 50; i++) {
+		if (sd_cpu_id(sd_task_cpu(self)) == 1)
+			b->pulled++;
+		EXPECT_EQ(0, sd_cpu_work(sd_task_cpu(self), 2000));
+		EXPECT_EQ(0, sd_task_yield(self));
+	}
+	if (--b->left == 0)
+		b->stop = true;
+}
+
+// CPU 1 never idles (a task pinned there computes and yields), CPU 0 has
+// three more waiting: the periodic balance, every sched_balance_interval
+// of CPU 1's modelled time, pulls from the queue two or more longer.
+TEST(SchedBalance, PeriodicBalanceMovesWorkToABusyButShorterQueue)
+{
+	Profile p("pack:1 core:2 pu:1", {{"sched_balance_interval", 20000}});
+	sd_machine_config cfg = sdtest::strict_config(2, "ipi", p);
+	Machine mach(cfg);
+	ASSERT_NE(nullptr, mach.m);
+	sd_mm *mm = mapped_mm(mach.m, 1);
+	Busy b;
+	create(mach.m, mm, busy_forever, &b, 1, "1");
+	for (int i = 0; i < 4; i++)
+		create(mach.m, mm, queued_on_cpu0, &b, 0);
+	{
+		Watchdog w("periodic balance", 60);
+		EXPECT_EQ(0, sd_sched_run(mach.m)) << sd_last_error();
+	}
+	EXPECT_GT(b.pulled.load(), 0u) << "no task queued on CPU 0 ever ran on CPU 1";
+	EXPECT_GE(total(mach.m, SD_STAT_TASK_MIGRATE), 1u);
+	EXPECT_EQ(0, sd_mm_destroy(mm));
+}
+
+}  // namespace
