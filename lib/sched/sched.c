@@ -575,21 +575,30 @@ void sd_sched_break_deadlock(struct sd_cpu *c, struct sd_sched *s, struct sd_tas
 		self ? " their waits return -EDEADLK" : " they return -EDEADLK");
 	for (unsigned i = 0; i < n; i++) {
 		t = victims[i];
+		/* Under pi_lock, which its writers hold; checked again below
+		 * under the queue's lock too (the order is queue, then pi). */
+		sd_spin_lock(&t->pi_lock);
 		struct sd_waitq *q = t->waiting_on;
+		sd_spin_unlock(&t->pi_lock);
 
-		if (q) {
-			sd_spin_lock(&q->lock);
-			sd_spin_lock(&t->pi_lock);
-			if (t->state == SD_TASK_BLOCKED && t->waiting_on == q) {
-				cds_list_del(&t->wq_node);
-				q->nr_waiters--;
-				t->waiting_on = NULL;
-				t->wait_result = -EDEADLK;
-			}
-			sd_spin_unlock(&t->pi_lock);
-			sd_spin_unlock(&q->lock);
+		/* Taken off and woken in one hold of the queue's lock, as
+		 * sd_task_wake() does; one no longer on it was taken off and
+		 * woken by a waker already. */
+		if (!q)
+			continue;
+		sd_spin_lock(&q->lock);
+		sd_spin_lock(&t->pi_lock);
+		bool mine = t->state == SD_TASK_BLOCKED && t->waiting_on == q;
+		if (mine) {
+			cds_list_del(&t->wq_node);
+			q->nr_waiters--;
+			t->waiting_on = NULL;
+			t->wait_result = -EDEADLK;
 		}
-		sd_try_to_wake_up(c, t);
+		sd_spin_unlock(&t->pi_lock);
+		if (mine)
+			sd_try_to_wake_up(c, t);
+		sd_spin_unlock(&q->lock);
 	}
 }
 

@@ -417,8 +417,7 @@ int sd_task_wait(struct sd_task *self, struct sd_waitq *q, sd_wait_cond cond, vo
 
 int sd_task_wake(struct sd_task *self, struct sd_waitq *q, unsigned nr)
 {
-	struct sd_task *t, *tmp, *woken[32];
-	unsigned n = 0;
+	struct sd_task *t, *tmp;
 	int total = 0;
 	int err = check_self(self, "sd_task_wake");
 
@@ -428,25 +427,28 @@ int sd_task_wake(struct sd_task *self, struct sd_waitq *q, unsigned nr)
 		return sd_fail(-EINVAL, "sd_task_wake: NULL wait queue");
 	if (q->m != self->s->m)
 		return sd_fail(-EINVAL, "sd_task_wake: the wait queue belongs to another machine");
-	do {
-		/* Off the queue under its lock; woken after it, in batches,
-		 * so the lock is not held across other CPUs' run queues. */
-		n = 0;
-		sd_spin_lock(&q->lock);
-		cds_list_for_each_entry_safe(t, tmp, &q->waiters, wq_node) {
-			if ((nr && (unsigned)total + n >= nr) || n == SD_ARRAY_SIZE(woken))
-				break;
-			cds_list_del(&t->wq_node);
-			q->nr_waiters--;
-			sd_spin_lock(&t->pi_lock);
-			t->waiting_on = NULL;
-			sd_spin_unlock(&t->pi_lock);
-			woken[n++] = t;
-		}
-		sd_spin_unlock(&q->lock);
-		for (unsigned i = 0; i < n; i++)
-			total += sd_try_to_wake_up(sd_this_cpu, woken[i]);
-	} while (n == SD_ARRAY_SIZE(woken) && (!nr || (unsigned)total < nr));
+	/*
+	 * Off the queue and woken in one hold of its lock, as the kernel's
+	 * autoremove_wake_function() runs under the wait queue's lock: a
+	 * waiter taken off and woken only after the unlock could be woken by
+	 * another path meanwhile, wait again (on the queue anew), and then
+	 * take this late wake as its own while still on the queue (found by
+	 * sched_stress under ASan: a queue that ended its run with a
+	 * waiter counted and none waiting). Lock order: queue, then the
+	 * task's pi_lock, then run queues (sched.h).
+	 */
+	sd_spin_lock(&q->lock);
+	cds_list_for_each_entry_safe(t, tmp, &q->waiters, wq_node) {
+		if (nr && (unsigned)total >= nr)
+			break;
+		cds_list_del(&t->wq_node);
+		q->nr_waiters--;
+		sd_spin_lock(&t->pi_lock);
+		t->waiting_on = NULL;
+		sd_spin_unlock(&t->pi_lock);
+		total += sd_try_to_wake_up(sd_this_cpu, t);
+	}
+	sd_spin_unlock(&q->lock);
 	sd_sched_preempt_point(sd_this_cpu, self);
 	return total;
 }
