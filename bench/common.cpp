@@ -403,12 +403,12 @@ void timed_body(sd_cpu *c, void *p)
 
 } // namespace
 
-void note_error(RunArg *r, int err)
+void note_first_error(std::atomic<int> &slot, int err)
 {
-	if (err) {
-		int expected = 0;
-		r->err.compare_exchange_strong(expected, err);
-	}
+	int none = 0;
+
+	if (err)
+		slot.compare_exchange_strong(none, err);
 }
 
 bool run_batches(State &st, RunMachine &rm, sd_cpu_fn body, uint64_t batch, const char *what,

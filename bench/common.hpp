@@ -329,8 +329,12 @@ struct RunArg {
 	CpuClocks clocks;               // run_batches(): modelled clocks of the timed runs
 };
 
-// Keep the first error a CPU of the run hit.
-void note_error(RunArg *r, int err);
+// Keep the first error a CPU (or task) of the run hit in @slot.
+void note_first_error(std::atomic<int> &slot, int err);
+inline void note_error(RunArg *r, int err)
+{
+	note_first_error(r->err, err);
+}
 
 // What run_batches() measured besides the counters.
 struct RunTimes {

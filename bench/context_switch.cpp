@@ -149,10 +149,7 @@ void cs_sender(sd_task *self, void *p)
 			if (!err)
 				err = cs_wake(self, pipe.readers);
 		}
-	if (err) {
-		int none = 0;
-		a->err.compare_exchange_strong(none, err);
-	}
+	note_first_error(a->err, err);
 }
 
 void cs_receiver(sd_task *self, void *p)
@@ -170,10 +167,7 @@ void cs_receiver(sd_task *self, void *p)
 		if (!err)
 			err = cs_wake(self, pipe.writers);
 	}
-	if (err) {
-		int none = 0;
-		a->err.compare_exchange_strong(none, err);
-	}
+	note_first_error(a->err, err);
 }
 
 // In modelled time, the pipe: a sender's write or a receiver's read on each

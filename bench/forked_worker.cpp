@@ -42,13 +42,6 @@ struct FwArg {
 	std::atomic<int> err{0};
 };
 
-void fw_note(FwArg *a, int err)
-{
-	int none = 0;
-	if (err)
-		a->err.compare_exchange_strong(none, err);
-}
-
 void fw_worker(sd_task *self, void *p)
 {
 	auto *a = static_cast<FwArg *>(p);
@@ -67,7 +60,7 @@ void fw_worker(sd_task *self, void *p)
 			err = sd_madvise_dontneed(c, sd_task_mm(self), kRegion, SD_PAGE_SIZE);
 	}
 	a->done.store(true);
-	fw_note(a, err);
+	note_first_error(a->err, err);
 }
 
 void fw_resident(sd_task *self, void *p)
@@ -83,7 +76,7 @@ void fw_resident(sd_task *self, void *p)
 		if (!err)
 			err = sd_task_yield(self);
 	}
-	fw_note(a, err);
+	note_first_error(a->err, err);
 }
 
 void BM_forked_worker(State &st, const char *strategy, unsigned cpus)

@@ -31,13 +31,6 @@ struct ChurnShell {
 	std::atomic<int> *err = nullptr;
 };
 
-void note(std::atomic<int> *slot, int err)
-{
-	int none = 0;
-	if (err)
-		slot->compare_exchange_strong(none, err);
-}
-
 void churn_child(sd_task *self, void *p)
 {
 	auto *sh = static_cast<ChurnShell *>(p);
@@ -51,11 +44,11 @@ void churn_child(sd_task *self, void *p)
 		err = sd_access(c, kRegion + pg * SD_PAGE_SIZE, SD_WRITE, nullptr);
 	if (!err)
 		err = sd_munmap(c, mm, kRegion, kChurnPages * SD_PAGE_SIZE);
-	note(sh->err, err);
+	note_first_error(*sh->err, err);
 	// exit(): the parent's wait4() returns.
 	sh->child_done.store(true, std::memory_order_release);
 	int woken = sd_task_wake(self, sh->exited, 1);
-	note(sh->err, woken < 0 ? woken : 0);
+	note_first_error(*sh->err, woken < 0 ? woken : 0);
 }
 
 bool churn_child_done(void *p)
@@ -74,7 +67,7 @@ void churn_shell(sd_task *self, void *p)
 		if (!err)
 			err = sd_task_wait(self, sh->exited, churn_child_done, sh);
 	}
-	note(sh->err, err);
+	note_first_error(*sh->err, err);
 }
 
 void BM_process_churn(State &st, const char *strategy, unsigned cpus)
