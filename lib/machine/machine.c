@@ -453,6 +453,7 @@ struct run_state {
 	SD_ATOMIC(int) error;          /* the first error of the run */
 	char error_msg[200];           /* its detail: written by whoever set error */
 	SD_ATOMIC(int) running;        /* fns not yet returned */
+	SD_ATOMIC(int) ending;         /* CPUs of this machine that will detach */
 };
 
 struct run_thread {
@@ -530,15 +531,25 @@ static void finish_cpu(struct run_thread *t)
 {
 	struct run_state *rs = t->rs;
 	struct sd_cpu *c = sd_this_cpu;
+	bool sequenced = c && c->m == rs->m && c->model.seq;
 
 	if (c) {
 		settle_irqs(t, c);
 		sd_cpu_idle(c);
 	}
+	/* Counted before the gate below opens: whoever passes it reads the
+	 * final count. */
+	if (sequenced)
+		atomic_fetch_add(&rs->ending, 1);
 	gate_add(&rs->running, -1, 0);
 	if (!c)
 		return;
 	gate_wait(&rs->running, 0);
+	/* Strict modelled time: the detaches charge (a switch_mm() to no mm
+	 * writes the mm's cpumask line), so they go in together, in clock
+	 * order, as the bodies started (sd_seq_end_cpu()). */
+	if (sequenced)
+		sd_seq_end_cpu(&c->model, (unsigned)atomic_load(&rs->ending));
 	if (sd_cpu_detach(c))
 		run_error(rs, -EBUSY, "sd_machine_run: CPU %u could not detach: %s", c->id,
 			  sd_last_error());
@@ -619,6 +630,7 @@ int sd_machine_run(struct sd_machine *m, sd_cpu_fn fn, void *arg)
 	atomic_init(&rs.error, 0);
 	rs.error_msg[0] = 0;
 	atomic_init(&rs.running, (int)m->nr_cpus);
+	atomic_init(&rs.ending, 0);
 	if (m->model.seq.on)
 		sd_seq_expect(&m->model.seq, m->nr_cpus);
 	pthread_attr_init(&attr);

@@ -763,12 +763,12 @@ void sd_seq_expect(struct sd_seq *q, unsigned n)
 	seq_unlock(q);
 }
 
-void sd_seq_start_cpu(struct sd_cpu_model *c)
+/* In together (under the lock): RUN at its own clock, the token held back
+ * until the last of those expected is in. */
+static void enter_together(struct sd_seq *q, struct sd_cpu_model *c)
 {
-	struct sd_seq *q = seq_of(c);
 	struct sd_seq_slot *s = &q->slot[c->id];
 
-	seq_lock(q);
 	s->state = SD_SEQ_RUN;
 	/* A post before it started (from a thread that is no CPU) summoned
 	 * it: its sync points run the IPI, as in sd_seq_join(). */
@@ -778,6 +778,32 @@ void sd_seq_start_cpu(struct sd_cpu_model *c)
 		q->expect--;
 	if (atomic_load_explicit(&q->holder, memory_order_relaxed) < 0)
 		grant_next(q);
+}
+
+void sd_seq_start_cpu(struct sd_cpu_model *c)
+{
+	struct sd_seq *q = seq_of(c);
+
+	seq_lock(q);
+	enter_together(q, c);
+	seq_unlock(q);
+	park(q, c);
+	resume(q, c);
+}
+
+void sd_seq_end_cpu(struct sd_cpu_model *c, unsigned n)
+{
+	struct sd_seq *q = seq_of(c);
+
+	seq_lock(q);
+	/* The first of the @n to come back holds the token back for the
+	 * others; no CPU is in the machine now (every body has ended), so
+	 * nobody holds it meanwhile. */
+	if (!q->ending)
+		q->expect = n;
+	if (++q->ending == n)
+		q->ending = 0;
+	enter_together(q, c);
 	seq_unlock(q);
 	park(q, c);
 	resume(q, c);

@@ -97,6 +97,7 @@ struct sd_seq {
 	SD_ATOMIC(bool) polling;
 	bool missed_release;           /* released from away while nobody polled */
 	unsigned expect;               /* CPUs of a sd_machine_run() not yet in */
+	unsigned ending;               /* CPUs back in for a run's end so far */
 	uint64_t epoch_ps;             /* where a run starts: the latest clock that left */
 	uint64_t frontier_ps;          /* the time of the latest grant */
 	struct sd_seq_slot *slot;
@@ -139,6 +140,14 @@ void sd_seq_cpu_rethread(struct sd_cpu_model *c);
 void sd_seq_expect(struct sd_seq *q, unsigned n);
 void sd_seq_start_cpu(struct sd_cpu_model *c);
 void sd_seq_cancel_start(struct sd_seq *q);
+/* The run's end: every body has returned and @n CPUs come back in, each
+ * from AWAY at its own clock, for what their detach charges (a last
+ * switch_mm() to no mm, the strategy's own). The same rule as the start:
+ * nobody gets the token before all @n are in, so the detaches go in
+ * modelled-time order, not in the order the host wakes their threads
+ * (which made a run's last clocks, and so its span, vary with host load).
+ * The CPU leaves again at its offline (sd_seq_cpu_offline()). */
+void sd_seq_end_cpu(struct sd_cpu_model *c, unsigned n);
 
 /* Into the machine (from AWAY) and out of it (idle, or a run's end). */
 void sd_seq_join(struct sd_cpu_model *c);
