@@ -647,6 +647,7 @@ struct Claims {
 	// lock, in the hold that queues it, so once seen it is waiting.
 	std::atomic<bool> one_waits{false};
 	sd_rq *rq0 = nullptr;           // CPU 0's run queue (the library's)
+	sd_task *one = nullptr;         // sleeper one
 };
 Claims *g_k = nullptr;
 
@@ -711,14 +712,27 @@ void sleeper_two(sd_task *self, void *arg)
 	}, k));
 }
 
+// @t is off its CPU and queue: read as __schedule() writes it, under its
+// pi_lock.
+bool switched_out(sd_task *t)
+{
+	sd_spin_lock(&t->pi_lock);
+	const bool out = !t->on_rq;
+	sd_spin_unlock(&t->pi_lock);
+	return out;
+}
+
 // CPU 1: the first use, then the held claim.
 void first_sender(sd_task *self, void *arg)
 {
 	auto *k = static_cast<Claims *>(arg);
 	for (int use = 1; use <= 2; use++) {
-		// Sleeper one waits, and CPU 0 retired the last use (its
+		// Sleeper one waits, off its CPU (a wake before its switch
+		// finds it still running, ttwu_runnable(), and sends no IPI:
+		// nothing to claim), and CPU 0 retired the last use (its
 		// preemption points do once the IPI ran).
-		while (!k->one_waits || atomic_load(&k->rq0->resched_inflight))
+		while (!k->one_waits || !switched_out(k->one) ||
+		       atomic_load(&k->rq0->resched_inflight))
 			EXPECT_EQ(0, sd_cpu_poll(sd_task_cpu(self)));
 		k->one_waits = false;
 		k->phase = use;
@@ -751,7 +765,7 @@ TEST(SchedRace, AReschedulingRequestIsPostedOnceAtATime)
 	g_k = &k;
 	ASSERT_EQ(0, sd_waitq_create(mach.m, "one", &k.q1));
 	ASSERT_EQ(0, sd_waitq_create(mach.m, "two", &k.q2));
-	create(mach.m, mm, sleeper_one, &k, 0, "0");
+	k.one = create(mach.m, mm, sleeper_one, &k, 0, "0");
 	k.rq0 = &static_cast<sd_sched *>(mach.m->sched)->rq[0];
 	create(mach.m, mm, sleeper_two, &k, 0, "0");
 	create(mach.m, mm, target_task, &k, 0, "0");
