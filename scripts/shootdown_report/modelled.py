@@ -154,15 +154,20 @@ def ratio(a, b):
 
 
 def verdict(ours, theirs, speedup=False):
-    """'within' if @ours is inside TOLERANCE of @theirs. A @speedup must
-    also show at least half the patch's gain: 1.02x is within 30% of 1.39x,
-    but it is no reproduction of a 39% gain."""
+    """'within' if @ours is inside TOLERANCE of @theirs. A @speedup (a
+    ratio whose distance from 1 is the patch's effect) must also have the
+    patch's sign and at least half its effect, however small: 1.02x is
+    within 30% of 1.39x but no reproduction of a 39% gain, and 0.85x is
+    within 30% of 1.07x but a 15% loss where the patch gained 7%. A patch
+    figure of exactly 1 claims no effect: tolerance alone."""
     if ours is None or theirs is None:
         return "-"
     if abs(ours / theirs - 1) > TOLERANCE:
         return "miss (%+.0f%%)" % (100 * (ours / theirs - 1))
-    if speedup and theirs > 1 + 0.1 and ours - 1 < (theirs - 1) / 2:
-        return "miss (gain %.0f%% of %.0f%%)" % (100 * (ours - 1), 100 * (theirs - 1))
+    effect, got = theirs - 1, ours - 1
+    if speedup and effect and (got * effect <= 0 or abs(got) < abs(effect) / 2):
+        return "miss (%s %.0f%% of %.0f%%)" % ("gain" if effect > 0 else "loss",
+                                             100 * got, 100 * effect)
     return "within"
 
 
@@ -262,8 +267,8 @@ def report(res, seconds):
     out = ["== Modelled: each patch on a profile of its own machine (%.0f s) ==" % seconds,
            "modelled time, %s mode for every row (one CPU at a time in modelled-time "
            "order: the same numbers on any host, at any load, run after run); "
-           "'within' = inside +-%.0f%% of the patch's figure, and for a speedup at least "
-           "half its gain" % (MODE, 100 * TOLERANCE)]
+           "'within' = inside +-%.0f%% of the patch's figure, and for a speedup the "
+           "patch's sign and at least half its gain" % (MODE, 100 * TOLERANCE)]
     out += table(rows, ["patch", "profile", "measure", "patch's", "modelled", "verdict"], left=3)
     hit = disturbed(res)
     out.append("disturbed runs (not exact; see model_stalls): " + (", ".join(hit) if hit else "none"))

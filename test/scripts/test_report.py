@@ -604,6 +604,16 @@ class Modelled(unittest.TestCase):
         self.assertEqual("within", modelled.verdict(1.0, 1.0, speedup=True))
         self.assertEqual("-", modelled.verdict(None, 1.0))
 
+    def test_verdict_needs_the_sign_and_half_of_a_small_effect(self):
+        # A 7% gain: 0.85x (a loss) and 1.02x (too little) miss; 1.05x is in.
+        self.assertEqual("miss (gain -15% of 7%)", modelled.verdict(0.85, 1.07, speedup=True))
+        self.assertEqual("miss (gain 2% of 7%)", modelled.verdict(1.02, 1.07, speedup=True))
+        self.assertEqual("miss (gain 0% of 7%)", modelled.verdict(1.0, 1.07, speedup=True))
+        self.assertEqual("within", modelled.verdict(1.05, 1.07, speedup=True))
+        # A loss the patch measured needs a loss of at least half its size.
+        self.assertEqual("within", modelled.verdict(0.9, 0.85, speedup=True))
+        self.assertTrue(modelled.verdict(1.01, 0.85, speedup=True).startswith("miss (loss"))
+
     def test_invlpgb_rows_from_model_ns(self):
         base = "tlb_flush2_threads/%s/cpus:36"
         res = self.res([(base % "ipi/lru:global", 68000), (base % "ipi/lru:percpu", 50000),
