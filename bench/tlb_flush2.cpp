@@ -53,8 +53,9 @@ namespace {
 // takes the lruvec lock in vanilla; SD_LRU_PERCPU is the INVLPGB series'
 // lru_add_drain removal.
 // Besides that lock and the flush, the threads of one mm share its lock
-// mmap_lock (read: each madvise, and each fault as the per-VMA lock; write:
-// the munmap and mmap of each pass) and its tlb_gen line.
+// mmap_lock (read: each madvise; write: the munmap and mmap of each pass)
+// and its tlb_gen line; each fault takes its own region's VMA lock (the
+// regions are 1 MiB apart, so they never merge into one VMA).
 constexpr uint64_t kTf2Pages = 256;
 constexpr uint64_t kTf2Batch = 1024;
 

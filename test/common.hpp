@@ -274,4 +274,14 @@ struct Hogs {
 	}
 };
 
+// An attached CPU waits for @done, passing quiescent states and letting
+// IPIs in (nanosleep is where TSan delivers signals).
+inline void wait_for(sd_cpu *c, const std::function<bool()> &done)
+{
+	while (!done()) {
+		sd_cpu_quiescent(c);
+		std::this_thread::sleep_for(std::chrono::microseconds(50));
+	}
+}
+
 } // namespace sdtest

@@ -99,6 +99,11 @@ SD_EXPORT uint64_t sd_mm_id(const struct sd_mm *mm);
 /**
  * sd_mmap() - map [@va, @va + @len) with @prot (MAP_FIXED_NOREPLACE).
  *
+ * A mapping next to one of the same protection extends it rather than
+ * adding one (the kernel's vma_merge(); vma_merges counts them); one of a
+ * different protection stays apart, and its accesses keep their own
+ * protection.
+ *
  * Pages are populated on first access. No flush is needed (nothing was
  * mapped), so none is sent, unless a change of @mm is still flushing: then
  * the range may have been unmapped by it with old translations still cached,
@@ -122,14 +127,19 @@ SD_EXPORT int sd_mmap(struct sd_cpu *cpu, struct sd_mm *mm, uint64_t va,
  * sd_munmap() - unmap [@va, @va + @len), flush, then free the frames, and
  * free emptied page-table pages after an RCU grace period. Unmapped holes in
  * the range are allowed, as with munmap(2).
- * Return: 0; errors as sd_mmap() except -EEXIST and except -ENOMEM (an unmap
- * allocates nothing). Attached thread, interrupts on.
+ * An end of the range inside a mapping splits it (the kernel's
+ * __split_vma()); holes and unmapped ends split nothing.
+ * Return: 0; errors as sd_mmap() except -EEXIST; -ENOMEM only when the host
+ * has no memory for a split's VMA (nothing is unmapped then; munmap(2)
+ * fails the same way). Attached thread, interrupts on.
  */
 SD_EXPORT int sd_munmap(struct sd_cpu *cpu, struct sd_mm *mm, uint64_t va, uint64_t len);
 
 /**
  * sd_mprotect() - change the protection of every mapped page in the range and
- * flush it (leaf entries only: no table is freed).
+ * flush it (leaf entries only: no table is freed). A mapping whose
+ * protection changes in part is split at the range's ends (vma_splits), and
+ * the range merges with neighbours of its new protection (vma_merges).
  * Return: 0; errors as sd_mmap() except -EEXIST; -ENOMEM (ENOMEM as mprotect(2))
  * if part of the range is not mapped, in which case nothing is changed.
  * Attached thread, interrupts on.
@@ -140,7 +150,8 @@ SD_EXPORT int sd_mprotect(struct sd_cpu *cpu, struct sd_mm *mm, uint64_t va,
 /**
  * sd_madvise_dontneed() - drop the frames of populated pages in the range,
  * keeping the mapping (the next access populates a fresh frame), and flush.
- * Return: 0; errors as sd_munmap(). Attached thread, interrupts on.
+ * Return: 0; errors as sd_munmap() except -ENOMEM (it splits no mapping).
+ * Attached thread, interrupts on.
  */
 SD_EXPORT int sd_madvise_dontneed(struct sd_cpu *cpu, struct sd_mm *mm,
 				  uint64_t va, uint64_t len);
@@ -152,7 +163,8 @@ SD_EXPORT int sd_madvise_dontneed(struct sd_cpu *cpu, struct sd_mm *mm,
  * strategy's flush alone (it is counted in flushes but not timed into the
  * latency histogram) and for strategies' own tests; a program that
  * changes mappings through sd_munmap() and friends never needs it.
- * Return: 0; errors as sd_munmap(). Attached thread, interrupts on.
+ * Return: 0; errors as sd_munmap() except -ENOMEM. Attached thread, interrupts
+ * on.
  */
 SD_EXPORT int sd_flush_tlb_range(struct sd_cpu *cpu, struct sd_mm *mm, uint64_t va,
 				 uint64_t len);

@@ -114,7 +114,9 @@ SD_BEGIN_DECLS
 	X(TASK_MIGRATE, "task_migrations")      /* task.h: queued tasks moved to another CPU */ \
 	X(TASK_FORK, "task_forks")              /* task.h: sd_task_fork() */ \
 	X(TASK_EXEC, "task_execs")              /* task.h: sd_task_exec() */ \
-	X(TASK_EXIT, "task_exits")              /* task.h: task bodies that returned */
+	X(TASK_EXIT, "task_exits")              /* task.h: task bodies that returned */ \
+	X(VMA_SPLIT, "vma_splits")              /* mm.h: VMAs split (__split_vma) */ \
+	X(VMA_MERGE, "vma_merges")              /* mm.h: VMAs merged into a neighbour (vma_merge) */
 
 /** Counter ids. */
 enum sd_stat {

@@ -60,6 +60,9 @@ enum sd_order_point {
 	SD_ORDER_RESCHED_CLAIMED, /* a reschedule IPI's request claimed by its
 				  * sender, not yet posted (the CPU is the
 				  * target's) */
+	SD_ORDER_VMA_CHANGED,    /* sd_mprotect(): its VMAs split, given the new
+				  * protection and write-locked under the
+				  * mmap_lock, no PTE edited yet */
 	SD_ORDER_NR_POINTS,
 };
 

@@ -81,4 +81,19 @@ static inline void sd_rcu_synchronize(void)
 	sd_rcu_tsan_acquire();
 }
 
+/* call_rcu() from any thread: it reads its per-thread data under the read
+ * lock, which an offline (idle) thread does not hold. @cb must start with
+ * sd_rcu_tsan_acquire(), the partner of the release here. */
+static inline void sd_rcu_call(struct rcu_head *head, void (*cb)(struct rcu_head *head))
+{
+	bool offline = !sd_rcu_online();
+
+	if (offline)
+		sd_rcu_thread_online();
+	sd_rcu_tsan_release();
+	urcu_qsbr_call_rcu(head, cb);
+	if (offline)
+		sd_rcu_thread_offline();
+}
+
 #endif

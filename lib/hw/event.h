@@ -129,6 +129,9 @@
 	X(TASK_FORK,          TASK_FORK,          INSTANT,  ONE, ONCE(TASK_FORK))                        \
 	X(TASK_EXEC,          TASK_EXEC,          INSTANT,  ONE, FREE)                                   \
 	X(TASK_EXIT,          TASK_EXIT,          INSTANT,  ONE, FREE)                                   \
+	/* VMAs as objects (mm/vma.c): arg the page where one was split or merged */                     \
+	X(VMA_SPLIT,          VMA_SPLIT,          INSTANT,  ONE, ONCE(VMA_SPLIT))                        \
+	X(VMA_MERGE,          VMA_MERGE,          INSTANT,  ONE, ONCE(VMA_MERGE))                        \
 	/* Events that exist for modelled time (model.h): counted nowhere. */                            \
 	X(DSB,                NONE,               UNTRACED, ONE, OUT) /* the flush's barrier */          \
 	X(SYSCALL_ENTER,      NONE,               UNTRACED, ONE, ONCE(SYSCALL_ENTRY))                    \
@@ -217,9 +220,11 @@ enum sd_lock_kind {
 	SD_LOCK_TRAP,           /* trap dispatch, locked: the hook-list lock */
 	SD_LOCK_ASID,           /* arm64: cpu_asid_lock of the ASID allocator */
 	SD_LOCK_MM_READ,        /* an mm's mmap_lock, held for read (aux its rwsem) */
-	SD_LOCK_MM_VMA,         /* read, charged as the per-VMA lock of a fault */
+	SD_LOCK_MM_VMA,         /* a VMA's lock for read: a fault (aux its model), or
+				 * a reclaim's rmap walk (aux the mm's) */
 	SD_LOCK_PTL,            /* a leaf page table's split lock (aux its model) */
 	SD_LOCK_RQ,             /* a CPU's run-queue lock (lib/sched; aux its model) */
+	SD_LOCK_VMA_WRITE,      /* a VMA's lock for write (vma_start_write(); aux its model) */
 	SD_LOCK_KIND_NR
 };
 

@@ -158,12 +158,17 @@ static void charge_count(struct sd_cpu *c, struct sd_model_rwsem *rw)
  * sd_model_rwsem). Taken under the real rwlock, and @rw->lock orders the
  * modelled state among the readers that share it. A CPU holds at most one
  * read hold at a time (the library never nests them): its start is kept
- * in the CPU's own state.
+ * in the CPU's own state. The per-VMA lock's holds (a fault's read,
+ * SD_LOCK_MM_VMA, against the VMA's own sd_model_rwsem; a change's
+ * vma_start_write(), SD_LOCK_VMA_WRITE) touch no mmap_lock count; the write
+ * side is charged its wait for the VMA's readers only, its store being
+ * part of vma_change.
  */
 static void charge_rwsem(struct sd_cpu *c, uint64_t kind, struct sd_model_rwsem *rw, bool acquire)
 {
 	struct sd_model *mod = &c->m->model;
-	bool write = kind == SD_LOCK_MM, vma = kind == SD_LOCK_MM_VMA;
+	bool write = kind == SD_LOCK_MM || kind == SD_LOCK_VMA_WRITE;
+	bool vma = kind == SD_LOCK_MM_VMA || kind == SD_LOCK_VMA_WRITE;
 
 	sd_spin_lock(&rw->lock);
 	if (!acquire) {
@@ -194,7 +199,8 @@ static void charge_rwsem(struct sd_cpu *c, uint64_t kind, struct sd_model_rwsem 
 	if (!vma)
 		charge_count(c, rw);
 	sd_spin_unlock(&rw->lock);
-	c->model.clock_ps += mod->param_ps[SD_MP_LOCK_ACQUIRE];
+	if (kind != SD_LOCK_VMA_WRITE)
+		c->model.clock_ps += mod->param_ps[SD_MP_LOCK_ACQUIRE];
 	c->model.rwsems_held++;
 }
 
@@ -222,7 +228,8 @@ static void charge_lock(struct sd_cpu *c, uint64_t kind, uint64_t aux, bool acqu
 	/* The DVM lock is the interconnect, modelled as a resource. */
 	if (kind == SD_LOCK_DVM)
 		return;
-	if (kind == SD_LOCK_MM || kind == SD_LOCK_MM_READ || kind == SD_LOCK_MM_VMA) {
+	if (kind == SD_LOCK_MM || kind == SD_LOCK_MM_READ || kind == SD_LOCK_MM_VMA ||
+	    kind == SD_LOCK_VMA_WRITE) {
 		charge_rwsem(c, kind, (struct sd_model_rwsem *)(uintptr_t)aux, acquire);
 		return;
 	}

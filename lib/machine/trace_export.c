@@ -76,7 +76,7 @@ static const char *const lock_names[SD_LOCK_KIND_NR] = {
 	[SD_LOCK_DVM] = "dvm", [SD_LOCK_LRU] = "lru", [SD_LOCK_GLOBAL_ASID] = "global_asid",
 	[SD_LOCK_MM] = "mmap_lock", [SD_LOCK_TRAP] = "trap", [SD_LOCK_ASID] = "asid",
 	[SD_LOCK_MM_READ] = "mmap_lock_read", [SD_LOCK_MM_VMA] = "vma_lock",
-	[SD_LOCK_PTL] = "ptl", [SD_LOCK_RQ] = "rq",
+	[SD_LOCK_PTL] = "ptl", [SD_LOCK_RQ] = "rq", [SD_LOCK_VMA_WRITE] = "vma_lock_write",
 };
 
 static const char *reason_name(uint64_t r)

@@ -230,6 +230,7 @@ int sd_mm_destroy(struct sd_mm *mm)
 			sd_event(self, SD_EV_PT_FREE, tables - 1, 0);
 		sd_event(self, SD_EV_MM_DESTROY, 0, 0);
 	}
+	sd_vma_free_all(mm);
 	sd_oracle_floor_fini(&mm->floor);
 	free(mm);
 	atomic_fetch_sub(&m->nr_mms, 1);
@@ -587,6 +588,18 @@ static int build_tables(struct sd_cpu *c, struct sd_mm *mm, uint64_t vpn, uint64
 	return 0;
 }
 
+/* MAP_FIXED_NOREPLACE: the first page of the range a VMA already maps. */
+static int mmap_check_free(struct sd_mm *mm, uint64_t vpn, uint64_t nr)
+{
+	struct sd_vma *v = sd_vma_first_in(mm, vpn, nr);
+	uint64_t start = v ? atomic_load_explicit(&v->start, memory_order_relaxed) : 0;
+
+	if (!v)
+		return 0;
+	return sd_fail(-EEXIST, "sd_mmap: page 0x%llx already mapped",
+		       (unsigned long long)((start > vpn ? start : vpn) << SD_PAGE_SHIFT));
+}
+
 static int do_mmap(struct sd_cpu *c, struct sd_mm *mm, uint64_t va, uint64_t len, unsigned prot)
 {
 	uint64_t vpn = va >> SD_PAGE_SHIFT, nr = len >> SD_PAGE_SHIFT;
@@ -601,18 +614,19 @@ static int do_mmap(struct sd_cpu *c, struct sd_mm *mm, uint64_t va, uint64_t len
 	sd_mmap_lock(c, mm, SD_LOCK_MM);
 	/* The kernel's VMA work (vma_merge or a new VMA), under the lock. */
 	sd_event(c, SD_EV_VMA_CHANGE, 0, 0);
-	for_each_pte(mm, vpn, nr, leaf, slot) {
-		if (atomic_load_explicit(slot, memory_order_relaxed)) {
-			sd_mmap_unlock(c, mm, SD_LOCK_MM);
-			return sd_fail(-EEXIST, "sd_mmap: page 0x%llx already mapped",
-				       (unsigned long long)(__i << SD_PAGE_SHIFT));
-		}
-	}
-	err = build_tables(c, mm, vpn, nr);
+	err = mmap_check_free(mm, vpn, nr);
+	if (!err && sd_vma_reserve(mm, 1))
+		err = sd_fail(-ENOMEM, "sd_mmap: no memory for a VMA");
+	if (!err)
+		err = build_tables(c, mm, vpn, nr);
 	if (err) {
 		sd_mmap_unlock(c, mm, SD_LOCK_MM);
 		return err;
 	}
+	/* The VMA first, as the kernel links it before any fault can find the
+	 * range: a fault that finds the PTEs before we unlock finds the VMA
+	 * write-locked and waits on the mmap_lock. */
+	sd_vma_map(c, mm, vpn, nr, prot);
 	uint32_t version = sd_mm_change_version(mm);
 	uint64_t pte = sd_pte_make(0, SD_PTE_VMA | sd_pte_flags_from_prot(prot), version);
 	for_each_pte(mm, vpn, nr, leaf, slot)
@@ -650,6 +664,13 @@ static int do_munmap(struct sd_cpu *c, struct sd_mm *mm, uint64_t va, uint64_t l
 	sd_mmap_lock(c, mm, SD_LOCK_MM);
 	/* The kernel's VMA work (do_vmi_munmap: split, detach), under the lock. */
 	sd_event(c, SD_EV_VMA_CHANGE, 0, 0);
+	/* Both ends may split a VMA (__split_vma() allocates, and the
+	 * kernel's munmap fails with -ENOMEM when it cannot). */
+	if (sd_vma_reserve(mm, 2)) {
+		sd_mmap_unlock(c, mm, SD_LOCK_MM);
+		return sd_fail(-ENOMEM, "sd_munmap: no memory for a VMA split");
+	}
+	sd_vma_unmap(c, mm, vpn, nr);
 	version = change_begin(c, mm, &g);
 	edit_leaves(c, mm, vpn, nr, &g.owed, unmap_leaf, &g);
 	/* On -ENOMEM the empty tables just stay linked: still correct. */
@@ -767,10 +788,8 @@ static void protect_leaf(void *arg, struct sd_pt *leaf, uint64_t vpn, uint64_t e
 static int do_mprotect(struct sd_cpu *c, struct sd_mm *mm, uint64_t va, uint64_t len, unsigned prot)
 {
 	uint64_t vpn = va >> SD_PAGE_SHIFT, nr = len >> SD_PAGE_SHIFT;
-	struct sd_pt *leaf;
-	SD_ATOMIC(uint64_t) *slot;
 	struct gather g = { 0 };
-	uint64_t mapped = 0;
+	uint64_t mapped;
 	uint32_t version;
 	int err = sd_mm_check_change(c, mm, va, len, "sd_mprotect");
 
@@ -781,13 +800,22 @@ static int do_mprotect(struct sd_cpu *c, struct sd_mm *mm, uint64_t va, uint64_t
 	sd_mmap_lock(c, mm, SD_LOCK_MM);
 	/* The kernel's VMA work (mprotect_fixup: split, merge), under the lock. */
 	sd_event(c, SD_EV_VMA_CHANGE, 0, 0);
-	for_each_pte(mm, vpn, nr, leaf, slot)
-		mapped += !!(atomic_load_explicit(slot, memory_order_relaxed) & SD_PTE_VMA);
+	mapped = sd_vma_mapped(mm, vpn, nr);
 	if (mapped != nr) {
 		sd_mmap_unlock(c, mm, SD_LOCK_MM);
 		return sd_fail(-ENOMEM, "sd_mprotect: %llu of %llu pages are not mapped",
 			       (unsigned long long)(nr - mapped), (unsigned long long)nr);
 	}
+	/* mprotect of the middle of a VMA splits it twice. */
+	if (sd_vma_reserve(mm, 2)) {
+		sd_mmap_unlock(c, mm, SD_LOCK_MM);
+		return sd_fail(-ENOMEM, "sd_mprotect: no memory for a VMA split");
+	}
+	sd_vma_protect(c, mm, vpn, nr, prot);
+	/* Test instrumentation: the VMAs split, merged and write-locked, no
+	 * PTE edited yet (a fault of the range now falls back to the
+	 * mmap_lock and waits for us). */
+	sd_order_point(SD_ORDER_VMA_CHANGED, c->id);
 	version = change_begin(c, mm, &g);
 	struct protect pr = { .g = &g, .flags = sd_pte_flags_from_prot(prot), .version = version };
 	edit_leaves(c, mm, vpn, nr, &g.owed, protect_leaf, &pr);
@@ -898,7 +926,11 @@ static int do_fork(struct sd_cpu *c, struct sd_mm *parent, struct sd_mm **out)
 	/* dup_mmap(): the parent's mmap_lock for write, its VMAs copied. */
 	sd_mmap_lock(c, parent, SD_LOCK_MM);
 	sd_event(c, SD_EV_VMA_CHANGE, 0, 0);
-	err = fork_tables(c, parent, child);
+	err = sd_vma_dup(c, parent, child);
+	if (err)
+		err = sd_fail(-ENOMEM, "sd_mm_fork: no memory for the child's VMAs");
+	else
+		err = fork_tables(c, parent, child);
 	if (err) {
 		sd_mmap_unlock(c, parent, SD_LOCK_MM);
 		(void)sd_mm_destroy(child);
@@ -1005,11 +1037,55 @@ static int refuse_fault_irqs_off(struct sd_cpu *c, uint64_t vpn, const char *wha
 		       (unsigned long long)(vpn << SD_PAGE_SHIFT), what);
 }
 
+/* What a VMA's protection permits (access_error()). */
+static inline bool prot_allows(unsigned prot, enum sd_access_kind kind)
+{
+	return prot & (kind == SD_WRITE ? SD_PROT_WRITE : SD_PROT_READ);
+}
+
+/*
+ * The lock a fault holds (do_user_addr_fault()): its VMA's, for read, found
+ * under RCU (lock_vma_under_rcu()); when that fails, because no VMA was
+ * found or it is being changed (write-locked, or detached), the mmap_lock
+ * for read and the VMA looked up under it (lock_mm_and_find_vma(), the
+ * kernel's retry). @vma is NULL when no VMA maps the page: the caller
+ * changes nothing, and the access's walk again finds no mapping (-EFAULT,
+ * as before VMAs were objects).
+ */
+struct fault_lock {
+	struct sd_vma *vma;
+	bool mm_locked;
+};
+
+static void fault_lock(struct sd_cpu *c, struct sd_mm *mm, uint64_t vpn, struct fault_lock *f)
+{
+	f->vma = sd_lock_vma_under_rcu(c, mm, vpn);
+	f->mm_locked = !f->vma;
+	if (f->vma)
+		return;
+	sd_mmap_lock(c, mm, SD_LOCK_MM_READ);
+	f->vma = sd_vma_find(mm, vpn);
+}
+
+static void fault_unlock(struct sd_cpu *c, struct sd_mm *mm, struct fault_lock *f)
+{
+	if (f->mm_locked)
+		sd_mmap_unlock(c, mm, SD_LOCK_MM_READ);
+	else
+		sd_vma_end_read(c, f->vma);
+}
+
+/* The VMA's protection, stable under either hold of fault_lock(). */
+static unsigned fault_prot(const struct fault_lock *f)
+{
+	return atomic_load_explicit(&f->vma->prot, memory_order_relaxed);
+}
+
 /*
  * First touch: populate the page (interrupts on, as the kernel's fault
- * handler runs), under the mmap_lock for read, charged as the per-VMA lock
- * the kernel's fault takes (lock_vma_under_rcu()), and the split lock of
- * the page's table (do_anonymous_page()). A read maps the shared zero page,
+ * handler runs), under the VMA's lock (fault_lock()) and the split lock of
+ * the page's table (do_anonymous_page()), with the VMA's protection (the
+ * kernel's vma->vm_page_prot): -EACCES if it forbids the access. A read maps the shared zero page,
  * write-protected: no frame, no LRU add, as do_anonymous_page() does for a
  * read of a private anonymous page. A write takes a frame, allocated before
  * the split lock as the kernel allocates the folio first; a fault that
@@ -1026,9 +1102,19 @@ static int populate(struct sd_cpu *c, struct sd_mm *mm, uint64_t vpn, enum sd_ac
 		return refuse_fault_irqs_off(c, vpn, "is not present");
 	if (!zero && sd_frame_alloc(&c->m->frames, &c->frames, &pfn))
 		return sd_fail(-ENOMEM, "sd_access: out of frames");
-	sd_mmap_lock(c, mm, SD_LOCK_MM_VMA);
-	/* Tables are linked and unlinked under the lock for write only. */
-	leaf = sd_pt_walk_leaf(mm->pgd, vpn);
+	struct fault_lock f;
+	int err = 0;
+
+	fault_lock(c, mm, vpn, &f);
+	/* Tables are linked and unlinked under the mmap_lock for write only,
+	 * and never a table that maps a page of a VMA that is not changed
+	 * (sd_pt_unlink_empty() takes empty ones), which ours is not while
+	 * we hold its lock. */
+	leaf = f.vma ? sd_pt_walk_leaf(mm->pgd, vpn) : NULL;
+	if (leaf && !prot_allows(fault_prot(&f), kind)) {
+		err = -EACCES;
+		leaf = NULL;
+	}
 	if (leaf) {
 		sd_ptl_lock(c, leaf);
 		uint64_t pte = atomic_load_explicit(pte_slot(leaf, vpn), memory_order_relaxed);
@@ -1039,7 +1125,8 @@ static int populate(struct sd_cpu *c, struct sd_mm *mm, uint64_t vpn, enum sd_ac
 			 * out of memory, a missed check, never a false alarm. */
 			if (c->checked)
 				(void)sd_oracle_floor_touch(&mm->floor, vpn);
-			uint64_t flags = (pte & (SD_PTE_VMA | SD_PTE_PROT_MASK)) | SD_PTE_PRESENT;
+			uint64_t flags = SD_PTE_VMA | sd_pte_flags_from_prot(fault_prot(&f)) |
+					 SD_PTE_PRESENT;
 			atomic_store_explicit(pte_slot(leaf, vpn),
 					      sd_pte_make(pfn, zero ? flags | SD_PTE_WRPROTECT : flags,
 							  sd_mm_change_version(mm)),
@@ -1049,7 +1136,7 @@ static int populate(struct sd_cpu *c, struct sd_mm *mm, uint64_t vpn, enum sd_ac
 		}
 		sd_ptl_unlock(c, leaf);
 	}
-	sd_mmap_unlock(c, mm, SD_LOCK_MM_VMA);
+	fault_unlock(c, mm, &f);
 	/* A population (page_faults), charged the exception's entry and exit
 	 * outside the locks, where the kernel pays them; a new page its
 	 * allocation, zeroing and charge, and it joins this CPU's LRU batch
@@ -1067,7 +1154,7 @@ static int populate(struct sd_cpu *c, struct sd_mm *mm, uint64_t vpn, enum sd_ac
 	} else if (!zero) {
 		sd_frame_free(&c->m->frames, &c->frames, pfn);
 	}
-	return 0;
+	return err;
 }
 
 /*
@@ -1135,8 +1222,15 @@ static int wp_fault(struct sd_cpu *c, struct sd_mm *mm, uint64_t vpn)
 	 * (given back if the page is reused or the PTE changed meanwhile). */
 	if (sd_frame_alloc(&c->m->frames, &c->frames, &w.pfn))
 		return sd_fail(-ENOMEM, "sd_access: out of frames");
-	sd_mmap_lock(c, mm, SD_LOCK_MM_VMA);
-	leaf = sd_pt_walk_leaf(mm->pgd, vpn);
+	struct fault_lock f;
+	int err = 0;
+
+	fault_lock(c, mm, vpn, &f);
+	leaf = f.vma ? sd_pt_walk_leaf(mm->pgd, vpn) : NULL;
+	if (leaf && !prot_allows(fault_prot(&f), SD_WRITE)) {
+		err = -EACCES;
+		leaf = NULL;
+	}
 	if (leaf) {
 		sd_ptl_lock(c, leaf);
 		/* Test instrumentation: another CPU's break may be waiting. */
@@ -1150,11 +1244,11 @@ static int wp_fault(struct sd_cpu *c, struct sd_mm *mm, uint64_t vpn)
 			done = wp_handle(c, mm, slot, vpn, pte, &w);
 		sd_ptl_unlock(c, leaf);
 	}
-	sd_mmap_unlock(c, mm, SD_LOCK_MM_VMA);
+	fault_unlock(c, mm, &f);
 	if (done != WP_COPIED)
 		sd_frame_free(&c->m->frames, &c->frames, w.pfn);
 	if (done == WP_RACED)
-		return 0;
+		return err;
 	sd_event(c, SD_EV_PAGE_FAULT, vpn, 0);
 	sd_event(c, SD_EV_WP_FAULT, vpn, 0);
 	if (done == WP_REUSED)
@@ -1218,7 +1312,9 @@ static int walk_and_fill(struct sd_cpu *c, struct sd_mm *mm, uint64_t vpn,
 			sd_irq_on(c);
 			return -EFAULT;
 		}
-		if (!vma_allows(pte, kind)) {
+		/* A present page: its PTE carries its VMA's protection. A page
+		 * not present faults, and the fault asks the VMA. */
+		if ((pte & SD_PTE_PRESENT) && !vma_allows(pte, kind)) {
 			sd_irq_on(c);
 			return -EACCES;
 		}

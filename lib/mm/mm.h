@@ -18,6 +18,7 @@
 #include "../hw/event.h"
 #include "../hw/oracle.h"
 #include "pgtable.h"
+#include "vma.h"
 
 struct sd_machine;
 
@@ -50,6 +51,13 @@ struct sd_mm {
 	 */
 	struct sd_rwsem mmap_lock;
 	struct sd_model_rwsem mmap_model;  /* @mmap_lock in modelled time */
+	/*
+	 * The VMAs (vma.h): changed under @mmap_lock for write, each VMA
+	 * write-locked first; read by faults under RCU. The PTEs' mapping
+	 * bits stay what the walks read; the list is the object layer over
+	 * them (the count, the boundaries, the per-VMA lock).
+	 */
+	struct sd_vma_list vmas;
 	void *strategy;                /* the strategy's per-mm state */
 	struct sd_oracle_floor floor;  /* checked mode only */
 	/* TLB batches that owe this mm a flush (mm->tlb_flush_batched). */
@@ -105,9 +113,10 @@ void sd_mm_free_frames(struct sd_cpu *c, const uint64_t *pfns, size_t n);
 /*
  * @kind says how: SD_LOCK_MM for write (mmap, munmap, mprotect);
  * SD_LOCK_MM_READ for read (madvise, munmap after its downgrade);
- * SD_LOCK_MM_VMA for read, charged as
- * the per-VMA lock of a fault or the rmap walk of a reclaim, which the
- * kernel does without the mmap_lock's count.
+ * SD_LOCK_MM_VMA for read, charged as the rmap walk of a reclaim, which
+ * the kernel does without the mmap_lock's count. A fault takes its VMA's
+ * own lock (vma.c, sd_lock_vma_under_rcu()) and this one for read only
+ * when that fails (mm.c, fault_lock()).
  */
 static inline void sd_mmap_lock(struct sd_cpu *c, struct sd_mm *mm, enum sd_lock_kind kind)
 {
@@ -127,9 +136,12 @@ static inline void sd_mmap_lock(struct sd_cpu *c, struct sd_mm *mm, enum sd_lock
 	sd_event(c, SD_EV_LOCK_ACQUIRE, kind, (uint64_t)(uintptr_t)&mm->mmap_model);
 }
 
-/* Its partner, with the @kind it was taken with. */
+/* Its partner, with the @kind it was taken with. A writer's VMA locks go
+ * first (mmap_write_unlock()'s vma_end_write_all()). */
 static inline void sd_mmap_unlock(struct sd_cpu *c, struct sd_mm *mm, enum sd_lock_kind kind)
 {
+	if (kind == SD_LOCK_MM)
+		sd_vma_end_write_all(c, mm);
 	sd_event(c, SD_EV_LOCK_RELEASE, kind, (uint64_t)(uintptr_t)&mm->mmap_model);
 	if (kind == SD_LOCK_MM)
 		sd_rwsem_up_write(&mm->mmap_lock);
@@ -139,9 +151,11 @@ static inline void sd_mmap_unlock(struct sd_cpu *c, struct sd_mm *mm, enum sd_lo
 }
 
 /* mmap_write_downgrade(): the write hold becomes a read hold (release it
- * as SD_LOCK_MM_READ), with no gap a writer could take. */
+ * as SD_LOCK_MM_READ), with no gap a writer could take; the writer's VMA
+ * locks go first, as the kernel's downgrade ends them (vma_end_write_all()). */
 static inline void sd_mmap_downgrade(struct sd_cpu *c, struct sd_mm *mm)
 {
+	sd_vma_end_write_all(c, mm);
 	sd_event(c, SD_EV_LOCK_DOWNGRADE, SD_LOCK_MM, (uint64_t)(uintptr_t)&mm->mmap_model);
 	sd_rwsem_downgrade(&mm->mmap_lock);
 }

@@ -266,15 +266,7 @@ void sd_pt_free_deferred(struct sd_pt_freelist *fl)
 	}
 	b->n = fl->n;
 	b->tables = fl->tables;
-	/* call_rcu() reads its per-thread data under the read lock, which
-	 * an offline (idle) CPU does not hold. */
-	bool offline = !sd_rcu_online();
-	if (offline)
-		sd_rcu_thread_online();
-	sd_rcu_tsan_release();
-	urcu_qsbr_call_rcu(&b->head, free_batch_cb);
-	if (offline)
-		sd_rcu_thread_offline();
+	sd_rcu_call(&b->head, free_batch_cb);
 }
 
 static uint64_t free_level(struct sd_pt *pt, unsigned level,

@@ -76,7 +76,9 @@
 	X(SCHED_WAKEUP,      "sched_wakeup",      "try_to_wake_up() on the waker's CPU: select_task_rq(), the enqueue on the target's run queue, apart from a reschedule IPI and the run-queue lock's line (optional, 0 when left out)") \
 	X(SCHED_MIGRATE,     "sched_migrate",     "moving a queued task to another CPU's run queue: detach_task(), set_task_cpu(), attach_task(), on the CPU that moves it (optional, 0 when left out)") \
 	X(TASK_FORK,         "task_fork",         "fork()'s work apart from dup_mmap() (charged as its parts): copy_process()'s task struct, credentials, files and signal state, and wake_up_new_task() (optional, 0 when left out)") \
-	X(SCHED_BALANCE_INTERVAL, "sched_balance_interval", "modelled time between two periodic load balances of a CPU (sched_balance_domains(): the domain's balance_interval, in ms, is its weight); 0 or left out: 4 ms (optional)")
+	X(SCHED_BALANCE_INTERVAL, "sched_balance_interval", "modelled time between two periodic load balances of a CPU (sched_balance_domains(): the domain's balance_interval, in ms, is its weight); 0 or left out: 4 ms (optional)") \
+	X(VMA_SPLIT,         "vma_split",         "one VMA split by munmap or mprotect (__split_vma(): the new VMA's allocation and copy, the tree's update), on top of the call's vma_change (optional, 0 when left out)") \
+	X(VMA_MERGE,         "vma_merge",         "one VMA merged into its neighbour by mmap or mprotect (vma_merge(): the neighbour expanded, the other removed from the tree and freed), on top of the call's vma_change (optional, 0 when left out)")
 
 /* X(enum suffix, JSON key, what one charge is), each a table by distance
  * class (enum sd_model_distance: core, llc, package, system). */

@@ -211,7 +211,8 @@ static int read_dist_table(struct json_object *o, const char *name, double out[S
  * the LRU's per-folio work, a broadcast's cost to its receivers and a new
  * page's allocation, zeroing and charge (absent: 0, as in profiles older
  * than them, whose page_fault_entry held a whole fault), the scheduler's
- * (lib/sched: absent, 0, and the balance interval its default). */
+ * (lib/sched: absent, 0, and the balance interval its default), a VMA's
+ * split and merge (absent, 0: their work then sits in vma_change). */
 static bool param_optional(int i)
 {
 	return i == SD_MP_VCPU_PREEMPT_INTERVAL || i == SD_MP_VCPU_PREEMPT ||
@@ -219,7 +220,8 @@ static bool param_optional(int i)
 	       i == SD_MP_INVLPGB_RECV || i == SD_MP_KPTI_TRAMPOLINE || i == SD_MP_PAGE_ALLOC ||
 	       i == SD_MP_PAGE_ZERO || i == SD_MP_PAGE_COPY || i == SD_MP_MEMCG_CHARGE ||
 	       i == SD_MP_SCHED_SWITCH || i == SD_MP_SCHED_WAKEUP || i == SD_MP_SCHED_MIGRATE ||
-	       i == SD_MP_TASK_FORK || i == SD_MP_SCHED_BALANCE_INTERVAL;
+	       i == SD_MP_TASK_FORK || i == SD_MP_SCHED_BALANCE_INTERVAL ||
+	       i == SD_MP_VMA_SPLIT || i == SD_MP_VMA_MERGE;
 }
 
 /*

@@ -1944,6 +1944,7 @@ const std::map<std::pair<std::string, int>, const char *> kNotForced = {
 	{{"sd_tlbbatch_add", -ENOMEM}, "realloc failing"},
 	{{"sd_reclaim", -ENOMEM}, "realloc failing"},
 	{{"sd_mm_destroy", -ENOMEM}, "malloc failing"},
+	{{"sd_munmap", -ENOMEM}, "malloc failing (a VMA split's spare)"},
 	{{"sd_access", -ENOMEM}, "driven in test_mm.cpp, which runs a machine out of frames"},
 	{{"sd_smp_call_single", -ESRCH}, "driven in test_smp.cpp: a raw thread exit while "
 					  "attached, in a death test"},

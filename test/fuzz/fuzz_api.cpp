@@ -295,6 +295,14 @@ struct Cpu {
 		case 2:
 			call("sd_mmap", {0, -EEXIST, -ENOMEM}, "0/-EEXIST/-ENOMEM",
 			     [&] { return sd_mmap(c, mm, va, n, p); });
+			// A neighbour, often of the same protection: VMAs merge
+			// (and split again under munmap and mprotect) while the
+			// other CPUs fault on them, under the oracle.
+			if (rng.chance(40)) {
+				unsigned q = rng.chance(60) ? p : prot();
+				call("sd_mmap(adjacent)", {0, -EEXIST, -ENOMEM}, "0/-EEXIST/-ENOMEM",
+				     [&] { return sd_mmap(c, mm, va + n, len(), q); });
+			}
 			break;
 		case 3:
 			call("sd_munmap", {0}, "0", [&] { return sd_munmap(c, mm, va, n); });
@@ -449,7 +457,17 @@ struct Cpu {
 		     [&] { return sd_mmap(c, mine, va, n, SD_PROT_READ | SD_PROT_WRITE); });
 		call("sd_access(private)", {0, -ENOMEM}, "0/-ENOMEM",
 		     [&] { return sd_access(c, va, SD_WRITE, nullptr); });
-		call("sd_munmap(private)", {0}, "0", [&] { return sd_munmap(c, mine, va, n); });
+		// A read-only neighbour never merges into the writable range:
+		// a write to it is refused whatever the VMA boundaries (a merge
+		// of different protections would let it through).
+		uint64_t n2 = len();
+		int mapped = -1;
+		call("sd_mmap(private, read-only neighbour)", {0, -ENOMEM}, "0/-ENOMEM",
+		     [&] { return mapped = sd_mmap(c, mine, va + n, n2, SD_PROT_READ); });
+		if (!mapped)
+			call("sd_access(private, write to the read-only neighbour)", {-EACCES}, "-EACCES",
+			     [&] { return sd_access(c, va + n + rng.below(n2 / P) * P, SD_WRITE, nullptr); });
+		call("sd_munmap(private)", {0}, "0", [&] { return sd_munmap(c, mine, va, n + n2); });
 		if (rng.chance(50)) {
 			call("sd_cpu_idle(private)", {0}, "0", [&] { return sd_cpu_idle(c); });
 			call("sd_mm_destroy(private, lazy here)", {0, -EBUSY}, "0/-EBUSY",

@@ -38,13 +38,7 @@ uint64_t stat(sd_machine *m, sd_stat id)
 	return s.counter[id];
 }
 
-void wait_for(sd_cpu *c, const std::function<bool()> &done)
-{
-	while (!done()) {
-		sd_cpu_quiescent(c);
-		std::this_thread::sleep_for(std::chrono::microseconds(50));
-	}
-}
+using sdtest::wait_for;
 
 class Cow : public ::testing::TestWithParam<const char *> {};
 

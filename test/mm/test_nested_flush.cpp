@@ -120,14 +120,7 @@ void hold_first_flush(enum sd_order_point point, unsigned cpu)
 	r->cpu0_released.store(true);
 }
 
-// Waits let IPIs in: nanosleep is where TSan delivers signals.
-void wait_for(sd_cpu *c, const std::function<bool()> &done)
-{
-	while (!done()) {
-		sd_cpu_quiescent(c);
-		std::this_thread::sleep_for(std::chrono::microseconds(50));
-	}
-}
+using sdtest::wait_for;
 
 void first_call(sd_cpu *c, Race *r)
 {

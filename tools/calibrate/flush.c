@@ -134,8 +134,12 @@ int host_flush(void)
 	    "(checks, mm lock, range walk, flush bookkeeping)", mp1);
 	set(&host, P_SYSCALL_EXIT, call, "sd-calibrate --only flush: the other half (see "
 	    "syscall_entry)");
-	set(&host, P_VMA_CHANGE, 0, "0: the emulator keeps no VMAs; its mapping calls' own path "
-	    "is in syscall_entry and syscall_exit");
+	set(&host, P_VMA_CHANGE, 0, "0: the emulator's VMA list (mm/vma.c) is part of its "
+	    "mapping calls' own path, which is in syscall_entry and syscall_exit");
+	set(&host, P_VMA_SPLIT, 0, "0: not measured apart; the emulator's split is in its "
+	    "mapping call's own path (syscall_entry, syscall_exit)");
+	set(&host, P_VMA_MERGE, 0, "0: not measured apart; the emulator's merge is in its "
+	    "mapping call's own path (syscall_entry, syscall_exit)");
 	set(&host, P_PIPE_MESSAGE, 0, "0: the emulator passes no messages; a workload that does "
 	    "measures its own");
 	set(&host, P_LRU_PAGE, 0, "0: the emulator keeps no LRU lists; under its LRU lock it "
@@ -193,6 +197,10 @@ static int kern_flush(void)
 	    "(%.1f ns: the VMA split in three, merged back by the next call) minus getppid() "
 	    "(%.1f ns), one PTE write (pte_update) and one INVLPG (local_flush_range_page)",
 	    split, sys);
+	set(&kern, P_VMA_SPLIT, 0, "0: not measured apart; vma_change's measurement (an "
+	    "mprotect splitting a VMA in three, merged back by the next call) holds its splits");
+	set(&kern, P_VMA_MERGE, 0, "0: not measured apart; vma_change's measurement (an "
+	    "mprotect splitting a VMA in three, merged back by the next call) holds its merges");
 	set(&kern, P_PAGE_FREE, sl - psl, "sd-calibrate --only flush: per-page slope of "
 	    "madvise(DONTNEED) over 64-512 pages (%.1f ns) minus that of mprotect (%.1f ns): the "
 	    "freeing of the page", sl, psl);
