@@ -13,6 +13,7 @@
 #include <cpuid.h>
 #endif
 #include <linux/futex.h>
+#include <pthread.h>
 #include <linux/membarrier.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
@@ -305,25 +306,43 @@ int pu_os_index(unsigned pu)
 	return obj ? (int)obj->os_index : (int)pu;
 }
 
+void *pause_forever(void *)
+{
+	for (;;)
+		pause();
+	return nullptr;
+}
+
 void BM_mprotect(State &st, unsigned workers, bool processes)
 {
-	// Three pages, the outer two PROT_NONE: the worker's page is a VMA of
-	// its own, which the kernel cannot merge with a neighbour's.
-	Regions pages(workers);
+	// The patch thread's mprotect-attacker-threaded.c (mprotect_threaded.cpp
+	// says where): 4 MiB written whole, then mprotect of all of it, read-only
+	// and back. Guard pages of PROT_NONE on both sides keep each worker's
+	// buffer a VMA of its own, which a neighbour's cannot merge with (threads
+	// of one process would otherwise share one). A process also gets the
+	// program's second thread, which only sleeps.
+	constexpr size_t kLen = 1024 * kPage;
+	Regions bufs(workers);
 	Body b;
-	b.setup = [&pages](unsigned id) {
-		int err = pages.map(id, 3 * kPage);
-		if (!err && (mprotect(pages.at[id], kPage, PROT_NONE) ||
-			     mprotect(pages.at[id] + 2 * kPage, kPage, PROT_NONE)))
+	b.setup = [&bufs, processes](unsigned id) {
+		int err = bufs.map(id, kLen + 2 * kPage);
+		if (!err && (mprotect(bufs.at[id], kPage, PROT_NONE) ||
+			     mprotect(bufs.at[id] + kPage + kLen, kPage, PROT_NONE)))
 			err = -errno;
+		if (!err)
+			memset(bufs.at[id] + kPage, 1, kLen);
+		pthread_t sleeper;
+		if (!err && processes) {
+			err = -pthread_create(&sleeper, nullptr, pause_forever, nullptr);
+			if (!err)
+				pthread_detach(sleeper);
+		}
 		return err;
 	};
-	b.run = [&pages](unsigned id, uint64_t n) {
-		volatile char *p = pages.at[id] + kPage;
+	b.run = [&bufs](unsigned id, uint64_t n) {
+		char *buf = bufs.at[id] + kPage;
 		for (uint64_t i = 0; i < n; i += 2) {
-			*p = 1;
-			if (mprotect((void *)p, kPage, PROT_READ) ||
-			    mprotect((void *)p, kPage, PROT_READ | PROT_WRITE))
+			if (mprotect(buf, kLen, PROT_READ) || mprotect(buf, kLen, PROT_READ | PROT_WRITE))
 				return -errno;
 		}
 		return 0;

@@ -13,11 +13,13 @@
 
 namespace native {
 
-// mprotect_threaded/native:mode={threads,processes}/cpus:N: N workers, each with
-// its own touched page, each iteration one mprotect (RO, then RW, with a
-// write between pairs). Threads share one mm, so every mprotect is a
+// mprotect_threaded/native:mode={threads,processes}/cpus:N: N workers, each
+// with its own 4 MiB buffer written whole, each iteration one mprotect of
+// all of it (read-only, then back): the patch thread's program
+// (mprotect_threaded.cpp). Threads share one mm, so every mprotect is a
 // shootdown to the other workers' CPUs; processes (the arm64 "skip tlbi
-// broadcast" patch's for-each-cpu.sh) never need one.
+// broadcast" patch's for-each-cpu.sh, each with the program's sleeping
+// second thread) never need one.
 void BM_mprotect(benchmark::State &st, unsigned workers, bool processes);
 
 // tlb_flush2_threads/native/cpus:N: will-it-scale tlb_flush2, threads of one

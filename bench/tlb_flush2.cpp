@@ -36,32 +36,45 @@
 namespace sdbench {
 namespace {
 
-// will-it-scale tlb_flush2, threads mode: the CPUs are threads of one mm,
-// each with a private 1 MiB region (in a leaf table of its own). A loop:
-// write a page, madvise(DONTNEED) it (a flush), read it again (will-it-scale
-// asserts it reads 0: the read maps the shared zero page, no frame). After
-// each pass over the 256 pages the
-// region is unmapped (a full flush that frees its table) and mapped again,
-// as will-it-scale does. Time per iteration: one loop, as each thread sees
-// it; loops_per_s is the total over all threads. Processes mode is the same
-// loop with every CPU in its own mm.
+// will-it-scale tlb_flush2 (tests/tlb_flush2.c, antonblanchard/will-it-scale
+// at 75f66e4), threads mode: the CPUs are threads of one mm, each bound to
+// its own core (will-it-scale's default affinity), each with a private
+// 1 MiB region. A loop: write a page, madvise(DONTNEED) it (a flush), read
+// it again (will-it-scale asserts it reads 0: the read maps the shared zero
+// page, no frame). After each pass over the 256 pages the region is
+// unmapped and mapped again. Time per iteration: one loop, as each thread
+// sees it; loops_per_s is the total over all threads. Processes mode is the
+// same loop with every CPU in its own mm.
+//
+// The regions sit side by side, as mmap(NULL, 1 MiB) places them: the
+// kernel's top-down search hands out the highest free gap below the last
+// mapping, so the threads' first mmaps are adjacent, and each munmap leaves
+// a 1 MiB hole its own thread's next mmap fills again. Being adjacent,
+// anonymous and of one protection, they merge into one VMA (vma_merge():
+// a new anonymous mapping has no anon_vma yet, so nothing keeps it apart);
+// every munmap splits that VMA and every mmap merges it back, and two
+// regions share each 2 MiB page-table leaf. Where this differs: here a
+// thread's region keeps its address (the kernel may hand a thread the hole
+// another thread left higher up).
 //
 // Every loop frees one page, the madvise's (the zero page the read maps is
 // on no LRU, and its munmap frees nothing): with SD_LRU_GLOBAL (a machine
 // setting, whatever the strategy) each free takes the machine-wide LRU lock,
-// as release_pages()
-// takes the lruvec lock in vanilla; SD_LRU_PERCPU is the INVLPGB series'
-// lru_add_drain removal.
-// Besides that lock and the flush, the threads of one mm share its lock
-// mmap_lock (read: each madvise; write: the munmap and mmap of each pass)
-// and its tlb_gen line; each fault takes its own region's VMA lock (the
-// regions are 1 MiB apart, so they never merge into one VMA).
+// as release_pages() takes the lruvec lock in vanilla; SD_LRU_PERCPU is the
+// INVLPGB series' lru_add_drain removal. Besides that lock and the flush,
+// the threads share the mm's mmap_lock (read: each madvise; write: the
+// munmap and mmap of each pass), its tlb_gen line, and the one VMA's lock,
+// which faults take for read and a munmap or mmap takes for write (a fault
+// that finds it write-locked falls back to the mmap_lock, as the kernel's
+// lock_vma_under_rcu() retry does).
 constexpr uint64_t kTf2Pages = 256;
 constexpr uint64_t kTf2Batch = 1024;
 
+// Side by side from the 2 MiB boundary above RunMachine's page at kRegion
+// (a leaf table apart, so that page never joins their VMA).
 inline uint64_t tf2_region(unsigned id)
 {
-	return kRegion + (uint64_t)(id + 1) * 512 * SD_PAGE_SIZE;    // 2 MiB apart
+	return kRegion + (512 + (uint64_t)id * kTf2Pages) * SD_PAGE_SIZE;
 }
 
 void tlb_flush2_body(sd_cpu *c, void *p)
@@ -198,6 +211,12 @@ void BM_tlb_flush2(State &st, const char *strategy, unsigned lru, unsigned cpus,
 	// what oversubscription and sleeping hide.
 	st.counters["cpu_ns_per_loop"] = loops > 0 ? (double)arg.thread_cpu_ns.load() / loops : 0;
 	st.counters["flushes_per_loop"] = loops > 0 ? (double)flushes / loops : 0;
+	// Per pass over a region (kTf2Pages loops): its munmap splits the
+	// threads' shared VMA (two splits in its middle, one at an end) and
+	// its mmap merges it back.
+	const double passes = loops / kTf2Pages;
+	st.counters["vma_splits_per_pass"] = ratio(d.counter[SD_STAT_VMA_SPLIT], passes);
+	st.counters["vma_merges_per_pass"] = ratio(d.counter[SD_STAT_VMA_MERGE], passes);
 	st.counters["remote_invalidations_per_flush"] = ratio(d.counter[SD_STAT_REMOTE_INVAL], flushes);
 	// The machine-wide LRU lock: folios added or removed under it per
 	// loop, 0 with SD_LRU_PERCPU, else 2: the write fault's page added and
