@@ -39,7 +39,7 @@ def limit_of(strategy):
 # name's strategy spec, with /lru:... where the workload varies the lock.
 WORKLOADS = [
     {"key": "mprotect_threaded", "patch": SKIP_BROADCAST,
-     "what": "mprotect of a touched page, every CPU its own mm; time per mprotect per CPU",
+     "what": "mprotect of a written 4 MiB buffer, read-only and back, a process per CPU; time per mprotect per process",
      "before": "broadcast",
      "strategies": ["broadcast", "local", "ipi", "gbcast", "native:mode=processes", "native:mode=threads"],
      "native": "native:mode=processes"},
