@@ -241,7 +241,9 @@ SD_EXPORT void sd_machine_config_init(struct sd_machine_config *cfg);
  * synthetic string, a model_window_ns above 1 s or without a profile, a strategy spec
  * of 64 characters or more, a malformed (blanks included), repeated or
  * out-of-range strategy option); -ENOENT for an unknown strategy or
- * option, or a profile that sd_profile_locate() (model.h) cannot find; a
+ * option, or a profile that sd_profile_locate() (model.h) cannot find (or
+ * the base a profile "inherits"); -ELOOP for a profile whose bases go
+ * more than four deep (guide: "What if: a profile that inherits"); a
  * trace path that cannot be written (trace_path says which code); -EBUSY if 8 distinct IPI signals are already in use by other
  * machines, or if the program already installed a handler on ipi_signal
  * and SD_MACHINE_TAKE_SIGNAL is not set (SIG_IGN is not a handler: it is

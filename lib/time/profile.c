@@ -503,40 +503,142 @@ static struct json_object *parse_json(const char *path, const char *text, size_t
 	return root;
 }
 
+/* A what-if inherits at most this deep: a base of a base of a base. */
+#define PROFILE_MAX_INHERIT 4
+
+static const char *const profile_fields[] = {
+	"format", "name", "description", "topology", "costs", "notes", "mechanisms", "features",
+	"inherits",
+};
+
+static int check_fields(struct json_object *root, const char *path)
+{
+	if (!json_object_is_type(root, json_type_object))
+		return sd_fail(-EINVAL, "profile '%s': the top level is not an object", path);
+	json_object_object_foreach(root, key, val) {
+		size_t i = 0;
+
+		(void)val;
+		while (i < sizeof(profile_fields) / sizeof(profile_fields[0]) &&
+		       strcmp(key, profile_fields[i]))
+			i++;
+		if (i == sizeof(profile_fields) / sizeof(profile_fields[0]))
+			return sd_fail(-EINVAL, "profile '%s': unknown field '%s'", path, key);
+	}
+	return 0;
+}
+
+/*
+ * Where "inherits": @name of the profile at @path is: beside @path first
+ * (NAME.json in its directory; a relative path is taken from there too),
+ * then wherever sd_profile_locate() finds a name.
+ */
+static int locate_base(const char *path, const char *name, char *out, size_t len)
+{
+	const char *slash = strrchr(path, '/');
+	int dir_len = slash ? (int)(slash - path) : 1;
+	const char *dir = slash ? path : ".";
+
+	if (name[0] != '/' && !name_is_path(name)) {
+		if (name_is_clean(name) &&
+		    (size_t)snprintf(out, len, "%.*s/%s.json", dir_len, dir, name) < len &&
+		    !access(out, R_OK))
+			return 0;
+		return sd_profile_locate(name, out, len);
+	}
+	if (name[0] != '/') {
+		char rel[PATH_MAX];
+
+		if ((size_t)snprintf(rel, sizeof(rel), "%.*s/%s", dir_len, dir, name) >= sizeof(rel))
+			return sd_fail(-ENAMETOOLONG, "profile '%s': inherits '%s': path too long",
+				       path, name);
+		return sd_profile_locate(rel, out, len);
+	}
+	return sd_profile_locate(name, out, len);
+}
+
+/* The child's fields over its base's: each cost by its key, the other
+ * fields whole. Consumes @child; returns @base. */
+static struct json_object *overlay(struct json_object *base, struct json_object *child)
+{
+	struct json_object *base_costs = NULL;
+
+	json_object_object_get_ex(base, "costs", &base_costs);
+	json_object_object_foreach(child, key, val) {
+		if (!strcmp(key, "inherits"))
+			continue;
+		if (!strcmp(key, "costs") && base_costs &&
+		    json_object_is_type(val, json_type_object)) {
+			json_object_object_foreach(val, ckey, cval)
+				json_object_object_add(base_costs, ckey, json_object_get(cval));
+			continue;
+		}
+		json_object_object_add(base, key, json_object_get(val));
+	}
+	json_object_object_del(base, "inherits");
+	json_object_put(child);
+	return base;
+}
+
+/*
+ * The profile at @path as one JSON object, "inherits" resolved: a what-if
+ * file names a profile and the few values it changes (each with its own
+ * source), as a gem5 or ZSim user changes one setting. NULL after
+ * reporting the error in *@err.
+ */
+static struct json_object *load_root(const char *path, unsigned depth, int *err)
+{
+	struct json_object *root, *inherits, *base;
+	char *text = NULL, base_path[PATH_MAX], format[64] = "";
+	size_t n = 0;
+
+	if ((*err = read_file(path, &text, &n)))
+		return NULL;
+	root = parse_json(path, text, n);
+	free(text);
+	if (!root) {
+		*err = -EINVAL;
+		return NULL;
+	}
+	if ((*err = check_fields(root, path)) ||
+	    (*err = read_string(root, "format", format, sizeof(format), true)))
+		goto fail;
+	if (strcmp(format, "shootdown-profile-1")) {
+		*err = sd_fail(-EINVAL, "profile '%s': format '%s' is not shootdown-profile-1", path,
+			       format);
+		goto fail;
+	}
+	if (!json_object_object_get_ex(root, "inherits", &inherits))
+		return root;
+	if (!json_object_is_type(inherits, json_type_string) ||
+	    !*json_object_get_string(inherits)) {
+		*err = sd_fail(-EINVAL, "profile '%s': \"inherits\" is not a profile's name or path",
+			       path);
+		goto fail;
+	}
+	if (depth >= PROFILE_MAX_INHERIT) {
+		*err = sd_fail(-ELOOP, "profile '%s': inherits more than %u deep (a cycle?)", path,
+			       PROFILE_MAX_INHERIT);
+		goto fail;
+	}
+	if ((*err = locate_base(path, json_object_get_string(inherits), base_path,
+				sizeof(base_path))))
+		goto fail;
+	if (!(base = load_root(base_path, depth + 1, err)))
+		goto fail;
+	return overlay(base, root);
+fail:
+	json_object_put(root);
+	return NULL;
+}
+
 static int read_profile(const char *path, struct sd_model *mod, char *synthetic, size_t len)
 {
 	struct json_object *root, *costs;
-	char format[64] = "", *text = NULL;
-	size_t n = 0;
 	int err;
 
-	if ((err = read_file(path, &text, &n)))
+	if (!(root = load_root(path, 0, &err)))
 		return err;
-	root = parse_json(path, text, n);
-	free(text);
-	if (!root)
-		return -EINVAL;
-	err = -EINVAL;
-	if (!json_object_is_type(root, json_type_object)) {
-		sd_fail(err, "profile '%s': the top level is not an object", path);
-		goto out;
-	}
-	json_object_object_foreach(root, key, val) {
-		(void)val;
-		if (strcmp(key, "format") && strcmp(key, "name") && strcmp(key, "description") &&
-		    strcmp(key, "topology") && strcmp(key, "costs") && strcmp(key, "notes") &&
-		    strcmp(key, "mechanisms") && strcmp(key, "features")) {
-			sd_fail(err, "profile '%s': unknown field '%s'", path, key);
-			goto out;
-		}
-	}
-	if ((err = read_string(root, "format", format, sizeof(format), true)))
-		goto out;
-	if (strcmp(format, "shootdown-profile-1")) {
-		err = sd_fail(-EINVAL, "profile '%s': format '%s' is not shootdown-profile-1", path,
-			      format);
-		goto out;
-	}
 	if ((err = read_string(root, "name", mod->name, sizeof(mod->name), true)) ||
 	    (err = read_topology(root, synthetic, len)) ||
 	    (err = read_mechanisms(root, &mod->mechanisms)) ||

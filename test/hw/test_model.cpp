@@ -1066,6 +1066,73 @@ TEST(ModelProfile, FoundByNameAndTopologyOverridden)
 	EXPECT_EQ(2.0, sd_model_cost_ns(mach.m, "tlb_l1_hit"));
 }
 
+// A what-if file inherits a profile and changes a few costs, each with its
+// own source: the rest, topology and features included, are the base's.
+// A base of a base works; a cycle, a missing base and a bad "inherits" are
+// refused with the field named, and a cost the child names must still be
+// a whole cost.
+void write_file(const std::string &path, const std::string &text)
+{
+	std::ofstream f(path);
+	f << text;
+}
+
+std::string what_if(const std::string &name, const std::string &inherits,
+		    const std::string &costs)
+{
+	return "{\"format\": \"shootdown-profile-1\", \"name\": \"" + name +
+	       "\", \"inherits\": " + inherits + ", \"costs\": {" + costs + "}}";
+}
+
+double cost_of(const char *profile, const char *param, int *err)
+{
+	sd_machine_config c = sdtest::config(2, "broadcast");
+	c.profile = profile;
+	sd_machine *m = nullptr;
+	*err = sd_machine_create(&c, &m);
+	if (*err)
+		return -1;
+	double ns = sd_model_cost_ns(m, param);
+	sd_machine_destroy(m);
+	return ns;
+}
+
+TEST(ModelProfile, AWhatIfInheritsItsBaseAndChangesAFewCosts)
+{
+	Profile p("pack:1 core:2 pu:1", {{"tlb_l1_hit", 2}, {"dvm_target", 3}});
+	const std::string dir = p.path.substr(0, p.path.rfind('/'));
+	const std::string base = p.path.substr(dir.size() + 1, p.path.size() - dir.size() - 6);
+	const std::string one = dir + "/sd-test-whatif-1.json", two = dir + "/sd-test-whatif-2.json";
+	int err;
+
+	write_file(one, what_if("whatif", "\"" + base + "\"",
+				"\"dvm_target\": {\"ns\": 50, \"source\": \"what-if\"}"));
+	EXPECT_EQ(50.0, cost_of(one.c_str(), "dvm_target", &err)) << sd_last_error();
+	EXPECT_EQ(2.0, cost_of(one.c_str(), "tlb_l1_hit", &err)) << sd_last_error();
+	// A base of a base, named by a path relative to the file.
+	write_file(two, what_if("whatif2", "\"sd-test-whatif-1.json\"",
+				"\"tlb_l1_hit\": {\"ns\": 7, \"source\": \"what-if\"}"));
+	EXPECT_EQ(50.0, cost_of(two.c_str(), "dvm_target", &err)) << sd_last_error();
+	EXPECT_EQ(7.0, cost_of(two.c_str(), "tlb_l1_hit", &err)) << sd_last_error();
+	// A cycle: one inherits two, which inherits one.
+	write_file(one, what_if("whatif", "\"sd-test-whatif-2\"", ""));
+	cost_of(two.c_str(), "dvm_target", &err);
+	EXPECT_EQ(-ELOOP, err);
+	EXPECT_NE(nullptr, std::strstr(sd_last_error(), "inherits more than"));
+	write_file(one, what_if("whatif", "\"sd-test-no-such-profile\"", ""));
+	cost_of(one.c_str(), "dvm_target", &err);
+	EXPECT_EQ(-ENOENT, err);
+	write_file(one, what_if("whatif", "7", ""));
+	cost_of(one.c_str(), "dvm_target", &err);
+	EXPECT_EQ(-EINVAL, err);
+	EXPECT_NE(nullptr, std::strstr(sd_last_error(), "inherits"));
+	write_file(one, what_if("whatif", "\"" + base + "\"", "\"dvm_target\": {\"ns\": 50}"));
+	cost_of(one.c_str(), "dvm_target", &err);
+	EXPECT_EQ(-EINVAL, err);
+	std::remove(one.c_str());
+	std::remove(two.c_str());
+}
+
 // The user's own directory (where sd-calibrate writes) is searched too.
 TEST(ModelProfile, FoundInTheUsersDirectory)
 {

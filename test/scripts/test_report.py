@@ -19,6 +19,7 @@ SCRIPTS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
 sys.path.insert(0, SCRIPTS)
 
 from shootdown_report import ab, compare, fmt, model, modelled, names, ratios, reference, results  # noqa: E402,E501
+from shootdown_report import whatif  # noqa: E402
 
 
 def bench(name, reps, time_unit="ns", **counters):
@@ -317,6 +318,60 @@ class Reference(unittest.TestCase):
         self.assertEqual(reference.by_count(ref["trap_dispatch"])[64][0], 65.40)
         with open(reference.PATH) as f:
             self.assertNotIn("seed", f.read().lower())
+
+
+class WhatIf(unittest.TestCase):
+    """scripts/what-if: the overlay it writes, the figures it reads back,
+    and the lines scripts/compare prints from decides.json."""
+
+    def test_overlay_inherits_and_changes_one_cost(self):
+        with tempfile.TemporaryDirectory() as d:
+            path = whatif.write_overlay("ampere-emag-32", "dvm_target", 50.0, d)
+            with open(path) as f:
+                doc = json.load(f)
+            self.assertEqual("shootdown-profile-1", doc["format"])
+            self.assertTrue(doc["inherits"].endswith("profiles/ampere-emag-32.json"))
+            self.assertEqual({"dvm_target": {"ns": 50.0, "source": "what-if"}}, doc["costs"])
+            table = whatif.scaled({"core": 10.0, "llc": 20.0}, 1.5)
+            path = whatif.write_overlay("milan-36", "line_transfer", table, d)
+            with open(path) as f:
+                cost = json.load(f)["costs"]["line_transfer"]
+            self.assertEqual({"ns": 30.0, "source": "what-if"}, cost["llc"])
+
+    def test_figures_read_back_as_numbers(self):
+        self.assertEqual(1.06, whatif.fig_value("1.06x"))
+        self.assertEqual(329000, whatif.fig_value("329k/s"))
+        self.assertEqual(81.7, whatif.fig_value("81.7%"))
+        self.assertEqual(90, whatif.fig_value(">= 90%"))
+        self.assertIsNone(whatif.fig_value("-"))
+
+    def test_estimates_are_told_from_sourced_values(self):
+        self.assertTrue(whatif.is_estimate("no published figure found; estimate: ~6 cycles"))
+        self.assertTrue(whatif.is_estimate("fitted to the 2.1 us round trip"))
+        self.assertFalse(whatif.is_estimate("AnandTech, 'The Ampere eMAG System' (2020)"))
+
+    def test_decided_lines_mark_a_changed_profile_stale(self):
+        with tempfile.TemporaryDirectory() as d:
+            saved = whatif.DECIDES
+            whatif.DECIDES = os.path.join(d, "decides.json")
+            try:
+                self.assertIn("not computed", whatif.decided_lines([])[0])
+                row = {"patch": "skip_broadcast", "profile": "ampere-emag-32",
+                       "measure": "ampere-emag-32, 32 CPUs: broadcast / local",
+                       "modelled": 1.06, "theirs": 15.56,
+                       "top": [{"param": "dvm_target", "at_half": 1.03,
+                                "at_one_and_a_half": 1.09, "moves": 0.03, "estimate": True}]}
+                for digest, stale in ((whatif.profile_hash("ampere-emag-32"), False),
+                                      ("0" * 40, True)):
+                    with open(whatif.DECIDES, "w") as f:
+                        json.dump({"commit": "abc", "date": "2026-11-27",
+                                   "profiles": {"ampere-emag-32": digest},
+                                   "rows": {"skip_broadcast/x": row}}, f)
+                    lines = whatif.decided_lines([])
+                    self.assertIn("dvm_target* 1.03..1.09", lines[1])
+                    self.assertEqual(stale, "stale" in lines[1])
+            finally:
+                whatif.DECIDES = saved
 
 
 class Plot(unittest.TestCase):
