@@ -91,8 +91,10 @@ def pus():
 
 def run_file(run):
     """The JSON file of one bench run of the section: modelled-<key>.json,
-    or modelled-<key>-<part>.json for a patch run in parts."""
-    return "modelled-%s%s.json" % (run["key"], "-" + run["part"] if "part" in run else "")
+    or modelled-<key>-<part>.json for a patch run in parts (the half-length
+    runs: modelled-<key>[-<part>]-half.json)."""
+    return "modelled-%s%s.json" % (run.get("file_key", run["key"]),
+                                   "-" + run["part"] if "part" in run else "")
 
 
 def run_one(bench, run, tiny, out_dir, pu, t0):
@@ -138,10 +140,28 @@ def run_all(bench, out_dir, tiny=False):
 
     # The longest first (lazy cpumask's 40000 switches a CPU, ~35 s a part).
     order = sorted(RUNS, key=lambda r: r["key"] != "lazy_cpumask")
+    if not tiny:
+        order += [half_run(r) for r in order]
     with concurrent.futures.ThreadPoolExecutor(max_workers=free.qsize()) as pool:
         for key, out in pool.map(job, order):
             res.setdefault(key, {}).update(out)
     return res, time.time() - t0
+
+
+HALF = "half:"
+
+
+def half_run(run):
+    """@run at half its length: its iteration counts halved. Its results go
+    under HALF + key; a row that moves between the two depends on a
+    setting of this section, not on the workload and the profile alone."""
+    args = []
+    for a in run["args"]:
+        m = re.match(r"^(--sd_iterations=|--sd_trap_reads=)(\d+)$", a)
+        args.append(m.group(1) + str(int(m.group(2)) // 2) if m else a)
+    part = run.get("part", "") + ("-" if "part" in run else "") + "half"
+    return dict(run, key=HALF + run["key"], args=args, part=part,
+                file_key=run["key"])
 
 
 def model_ns(res, name):
@@ -259,25 +279,64 @@ def disturbed(res):
     return out
 
 
+def all_rows(res, ref, prefix=""):
+    return (rows_skip_broadcast(res.get(prefix + "skip_broadcast", {}), ref)
+            + rows_mrs(res.get(prefix + "mrs", {}), ref)
+            + rows_lazy(res.get(prefix + "lazy_cpumask", {}), ref)
+            + rows_invlpgb(res.get(prefix + "invlpgb", {}), ref))
+
+
+# A row's figure may move this much between the run and its half: beyond
+# it the row depends on the section's run length (a setting), not within.
+HALF_TOLERANCE = 0.01
+
+
+def with_half(rows, half):
+    """Each row with its figure at half the run's length, and its verdict
+    refused if the two differ by more than HALF_TOLERANCE."""
+    from .whatif import fig_value
+    out = []
+    for row, h in zip(rows, half):
+        full, short = fig_value(row[4]), fig_value(h[4])
+        v = row[5]
+        if full and short and abs(short / full - 1) > HALF_TOLERANCE:
+            v = ("not within" if v.startswith("within") else v) + \
+                " (moves with the run's length)"
+        out.append(row[:5] + [h[4], v])
+    return out
+
+
 def report(res, seconds):
     """The section's lines and its rows (for the JSON)."""
     ref = reference.load()
-    rows = (rows_skip_broadcast(res.get("skip_broadcast", {}), ref) + rows_mrs(res.get("mrs", {}), ref)
-            + rows_lazy(res.get("lazy_cpumask", {}), ref) + rows_invlpgb(res.get("invlpgb", {}), ref))
+    rows = all_rows(res, ref)
+    half = any(k.startswith(HALF) for k in res)
+    if half:
+        rows = with_half(rows, all_rows(res, ref, HALF))
+    else:
+        rows = [row[:5] + ["-", row[5]] for row in rows]
     out = ["== Modelled: each patch on a profile of its own machine (%.0f s) ==" % seconds,
            "modelled time, %s mode for every row (one CPU at a time in modelled-time "
            "order: the same numbers on any host, at any load, run after run); "
            "'within' = inside +-%.0f%% of the patch's figure, and for a speedup the "
            "patch's sign and at least half its gain" % (MODE, 100 * TOLERANCE)]
-    out += table(rows, ["patch", "profile", "measure", "patch's", "modelled", "verdict"], left=3)
+    out.append("'half run': the same rows at half the iterations; a row that moves by more "
+               "than %.0f%% between the two is not within (it depends on a setting of this "
+               "section)" % (100 * HALF_TOLERANCE))
+    out += table(rows, ["patch", "profile", "measure", "patch's", "modelled", "half run",
+                        "verdict"], left=3)
     hit = disturbed(res)
     out.append("disturbed runs (not exact; see model_stalls): " + (", ".join(hit) if hit else "none"))
     fitted = fitted_params()
     out.append("fitted parameters (their figures do not count as reproduced):"
                if fitted else "fitted parameters: none")
     out += ["  %s %s: %s" % (p, k, s[:150] + ("..." if len(s) > 150 else "")) for p, k, s in fitted]
+    # What each row rests on, computed offline (it takes minutes): whatif
+    # imports this module, so it is imported here.
+    from . import whatif
+    out += whatif.decided_lines(rows)
     out.append("profiles and every value's source: docs/profiles.md; why each miss is a miss: "
-               "BENCHMARKS.md")
+               "BENCHMARKS.md; ask what-if: scripts/what-if PATCH PARAM")
     return out, rows
 
 
@@ -333,7 +392,8 @@ def check(res, tiny=False):
 def write_json(path, rows, seconds):
     with open(path, "w") as f:
         json.dump({"seconds": seconds, "tolerance": TOLERANCE,
-                   "columns": ["patch", "profile", "measure", "patch's", "modelled", "verdict"],
+                   "columns": ["patch", "profile", "measure", "patch's", "modelled", "half run",
+                               "verdict"],
                    "rows": rows,
                    "fitted": [{"profile": p, "param": k, "source": s}
                               for p, k, s in fitted_params()],

@@ -341,7 +341,7 @@ def figures(out, res):
 
 # modelled.png: the patch's figure, and a row's verdict ("within ...", "miss ...").
 PATCH = "tab:orange"
-VERDICT = {"within": "tab:green", "miss": "tab:red"}
+VERDICT = {"within": "tab:green", "miss": "tab:red", "not": "tab:red"}
 
 
 def read(path):
@@ -380,7 +380,9 @@ def modelled_figure(out, doc):
                label="within ±%.0f%% of the patch's figure" % (100 * tol))
     ax.axvline(1, color=PATCH, linestyle="--", label="the patch's figure")
     dots, ratios = {}, [1 - tol, 1 + tol]
-    for y, (patch, _, _, theirs, ours, verdict) in enumerate(rows):
+    for y, row in enumerate(rows):
+        # 6 cells, or 7 with the half run's figure before the verdict.
+        patch, theirs, ours, verdict = row[0], row[3], row[4], row[-1]
         mine, fig_value = number(ours), number(theirs)
         colour = VERDICT.get(verdict.split()[0], "grey")
         if mine and fig_value:

@@ -706,7 +706,25 @@ class Modelled(unittest.TestCase):
         lines, rows = modelled.report({}, 0)
         text = "\n".join(lines)
         self.assertIn("thunderx2-64-vm ipi_delivery: fitted", text)
-        self.assertTrue(all(len(r) == 6 for r in rows))
+        self.assertTrue(all(len(r) == 7 for r in rows))
+
+    def test_a_row_that_moves_with_the_run_length_is_not_within(self):
+        full = [["p", "prof", "m", "1.39x", "1.30x", "within"],
+                ["p", "prof", "m2", "2.00x", "1.00x", "miss (-50%)"],
+                ["p", "prof", "m3", "1.50x", "1.45x", "within"]]
+        half = [["p", "prof", "m", "1.39x", "1.20x", "within"],
+                ["p", "prof", "m2", "2.00x", "1.20x", "miss (-40%)"],
+                ["p", "prof", "m3", "1.50x", "1.45x", "within"]]
+        rows = modelled.with_half(full, half)
+        self.assertEqual(["p", "prof", "m", "1.39x", "1.30x", "1.20x",
+                          "not within (moves with the run's length)"], rows[0])
+        self.assertEqual("miss (-50%) (moves with the run's length)", rows[1][6])
+        self.assertEqual("within", rows[2][6])
+        run = {"key": "mrs", "args": ["--sd_trap_reads=5000", "--sd_other=3"]}
+        h = modelled.half_run(run)
+        self.assertEqual(["--sd_trap_reads=2500", "--sd_other=3"], h["args"])
+        self.assertEqual("modelled-mrs-half.json", modelled.run_file(h))
+        self.assertEqual(modelled.HALF + "mrs", h["key"])
 
 
 if __name__ == "__main__":
