@@ -103,7 +103,8 @@ const char *sd_strerror(int err)
 	case -EROFS:
 		return "the trace file's file system is read-only";
 	case -ELOOP:
-		return "too many symbolic links in the trace file's path";
+		return "too many symbolic links in the trace file's path, or a profile's "
+		       "bases more than four deep";
 	default:
 		return err < 0 ? "a system call's error (sd_last_error() has the detail)"
 			       : "not an error code";

@@ -1020,6 +1020,28 @@ TEST(Errors, LastErrorIsPerThread)
 	EXPECT_STREQ(kPrimer, sd_last_error());
 }
 
+// A profile whose bases go round (it inherits itself): -ELOOP, and nothing
+// created. The guide's "What if: a profile that inherits".
+TEST(Errors, ProfileThatInheritsItselfIsALoop)
+{
+	char tmpl[] = "/tmp/sd-test-loop-XXXXXX";
+	ASSERT_NE(nullptr, mkdtemp(tmpl));
+	const std::string path = std::string(tmpl) + "/loop.json";
+	{
+		std::ofstream f(path);
+		f << "{\"format\": \"shootdown-profile-1\", \"name\": \"loop\", "
+		     "\"inherits\": \"loop\", \"costs\": {}}";
+	}
+	sd_machine_config c = cfg_cpus(2);
+	c.profile = path.c_str();
+	sd_machine *m = nullptr;
+	EXPECT_EQ(-ELOOP, driven(-ELOOP, "sd_machine_create", sd_machine_create(&c, &m)));
+	EXPECT_EQ(nullptr, m);
+	EXPECT_NE(nullptr, std::strstr(sd_last_error(), "inherits more than"));
+	std::remove(path.c_str());
+	rmdir(tmpl);
+}
+
 TEST(Errors, TooManyDistinctIpiSignals)
 {
 	// The library keeps one handler per distinct signal (8 slots); a
