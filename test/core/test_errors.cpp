@@ -1638,8 +1638,15 @@ TEST(Errors, TraceWriteRefusals)
 		ASSERT_NE(nullptr, m.m);
 		prime_last_error();
 		check_error(sd_machine_trace_write(m.m, nullptr), -EINVAL, {"NULL"});
+		// The refusal keeps the trace at the directory's temporary name
+		// (sd_machine_trace_write() never loses one): removed before and
+		// after, or a later run that gets this pid finds it there.
+		const std::string kept = dir + "." + std::to_string(getpid()) + ".tmp";
+		std::filesystem::remove(kept);
 		prime_last_error();
 		check_error(sd_machine_trace_write(m.m, dir.c_str()), -EISDIR, {"directory"});
+		EXPECT_TRUE(std::filesystem::exists(kept)) << "the refused trace was not kept";
+		std::filesystem::remove(kept);
 		const std::string tmp = path + "." + std::to_string(getpid()) + ".tmp";
 		std::ofstream(tmp) << "someone else's";
 		prime_last_error();
