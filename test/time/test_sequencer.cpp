@@ -135,21 +135,35 @@ TEST(Strict, RunsAreBitIdenticalWhateverTheHostDoes)
 			continue;
 		Profile p("pack:1 l3:2 core:4 pu:1", kCosts);
 		Watchdog w("Strict: a run stuck", 240);
-		sd_model_info info;
-		auto first = run_shape(strict(6, strategy, p), shape_loops(), &info);
-		auto second = run_shape(strict(6, strategy, p), shape_loops());
+		sd_model_info info[3];
+		auto first = run_shape(strict(6, strategy, p), shape_loops(), &info[0]);
+		auto second = run_shape(strict(6, strategy, p), shape_loops(), &info[1]);
 		std::vector<uint64_t> loaded;
 		{
 			Hogs hogs(std::thread::hardware_concurrency() + 1);
-			loaded = run_shape(strict(6, strategy, p), shape_loops());
+			loaded = run_shape(strict(6, strategy, p), shape_loops(), &info[2]);
 		}
 		ASSERT_EQ(6u, first.size());
 		EXPECT_GT(first[0], 0u) << strategy;
+		EXPECT_EQ(1, info[0].strict);
+		EXPECT_GT(info[0].seq_handoffs, 0u) << strategy;
+		const uint64_t stalls = info[0].seq_stalls + info[1].seq_stalls + info[2].seq_stalls;
+#if defined(__SANITIZE_THREAD__)
+		// As SchedModelled's: under ThreadSanitizer, beside busy loops,
+		// a holder's thread can sleep in the runtime's own locks past
+		// the stall threshold (1 run in 4-6 here, the process's first,
+		// before and after the run's end went into clock order). The
+		// run says it is not exact, as the contract has it, and is not
+		// compared; the plain build must have none.
+		if (stalls) {
+			std::printf("[strict %s] %llu stalls reported under TSan: not compared\n",
+				    strategy, (unsigned long long)stalls);
+			continue;
+		}
+#endif
+		EXPECT_EQ(0u, stalls) << strategy;
 		EXPECT_EQ(first, second) << strategy << ": two quiet runs differ";
 		EXPECT_EQ(first, loaded) << strategy << ": a loaded run differs";
-		EXPECT_EQ(1, info.strict);
-		EXPECT_EQ(0u, info.seq_stalls) << strategy;
-		EXPECT_GT(info.seq_handoffs, 0u) << strategy;
 	}
 }
 
@@ -198,12 +212,18 @@ TEST(Strict, RunEndsInClockOrder)
 		loaded = run_ending_apart(strict(6, "ipi", p), &busy);
 	}
 	EXPECT_GT(first, 0u);
+	for (const sd_model_info *i : {&quiet, &again, &busy})
+		EXPECT_EQ(0u, i->seq_late) << "a detach came back behind the frontier";
+#if defined(__SANITIZE_THREAD__)
+	// Not compared if ThreadSanitizer's runtime stalled a holder (see
+	// RunsAreBitIdenticalWhateverTheHostDoes).
+	if (quiet.seq_stalls + again.seq_stalls + busy.seq_stalls)
+		return;
+#endif
+	for (const sd_model_info *i : {&quiet, &again, &busy})
+		EXPECT_EQ(0u, i->seq_stalls);
 	EXPECT_EQ(first, second);
 	EXPECT_EQ(first, loaded) << "a loaded run's end differs";
-	for (const sd_model_info *i : {&quiet, &again, &busy}) {
-		EXPECT_EQ(0u, i->seq_late) << "a detach came back behind the frontier";
-		EXPECT_EQ(0u, i->seq_stalls);
-	}
 }
 
 // The window is lax synchronisation's; strict mode has no window to
