@@ -338,6 +338,8 @@ static bool pull_task(struct sd_cpu *c, struct sd_sched *s, unsigned min_queued)
 	for (unsigned i = 0; i < s->nr_cpus; i++) {
 		struct sd_rq *rq = &s->rq[i];
 		unsigned n = atomic_load_explicit(&rq->nr_queued, memory_order_relaxed);
+		/* Acquire: pairs with the release stores of rq->curr in
+		 * sd_schedule() and the idle body, so curr->idle is seen. */
 		struct sd_task *curr = atomic_load_explicit(&rq->curr, memory_order_acquire);
 
 		/* detach_tasks() leaves a queue with one runnable task: a

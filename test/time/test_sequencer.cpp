@@ -148,19 +148,8 @@ TEST(Strict, RunsAreBitIdenticalWhateverTheHostDoes)
 		EXPECT_EQ(1, info[0].strict);
 		EXPECT_GT(info[0].seq_handoffs, 0u) << strategy;
 		const uint64_t stalls = info[0].seq_stalls + info[1].seq_stalls + info[2].seq_stalls;
-#if defined(__SANITIZE_THREAD__)
-		// As SchedModelled's: under ThreadSanitizer, beside busy loops,
-		// a holder's thread can sleep in the runtime's own locks past
-		// the stall threshold (1 run in 4-6 here, the process's first,
-		// before and after the run's end went into clock order). The
-		// run says it is not exact, as the contract has it, and is not
-		// compared; the plain build must have none.
-		if (stalls) {
-			std::printf("[strict %s] %llu stalls reported under TSan: not compared\n",
-				    strategy, (unsigned long long)stalls);
+		if (sdtest::tsan_stalled(strategy, stalls))
 			continue;
-		}
-#endif
 		EXPECT_EQ(0u, stalls) << strategy;
 		EXPECT_EQ(first, second) << strategy << ": two quiet runs differ";
 		EXPECT_EQ(first, loaded) << strategy << ": a loaded run differs";
@@ -214,12 +203,8 @@ TEST(Strict, RunEndsInClockOrder)
 	EXPECT_GT(first, 0u);
 	for (const sd_model_info *i : {&quiet, &again, &busy})
 		EXPECT_EQ(0u, i->seq_late) << "a detach came back behind the frontier";
-#if defined(__SANITIZE_THREAD__)
-	// Not compared if ThreadSanitizer's runtime stalled a holder (see
-	// RunsAreBitIdenticalWhateverTheHostDoes).
-	if (quiet.seq_stalls + again.seq_stalls + busy.seq_stalls)
+	if (sdtest::tsan_stalled("run end", quiet.seq_stalls + again.seq_stalls + busy.seq_stalls))
 		return;
-#endif
 	for (const sd_model_info *i : {&quiet, &again, &busy})
 		EXPECT_EQ(0u, i->seq_stalls);
 	EXPECT_EQ(first, second);
