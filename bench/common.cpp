@@ -424,7 +424,8 @@ bool run_batches(State &st, RunMachine &rm, sd_cpu_fn body, uint64_t batch, cons
 	int err = 0;
 	ModelSpan model(rm.m());
 	const auto t0 = std::chrono::steady_clock::now();
-	while (st.KeepRunningBatch(batch)) {
+	for (uint64_t n; st.KeepRunningBatch(n = next_batch(st, batch));) {
+		r.count = n;
 		if (!err && !r.err.load())
 			err = sd_machine_run(rm.m(), timed_body, &r);
 	}
@@ -446,15 +447,15 @@ bool run_batches(State &st, RunMachine &rm, sd_cpu_fn body, uint64_t batch, cons
 
 bool run_task_batches(State &st, RunMachine &rm,
 		      const std::function<int(sd_machine *, uint64_t)> &create, uint64_t batch,
-		      const char *what, sd_stats *d, RunTimes *times)
+		      const char *what, sd_stats *d, RunTimes *times, uint64_t unit)
 {
 	sd_stats before = all_stats(rm.m());
 	int err = 0;
 	ModelSpan model(rm.m());
 	const auto t0 = std::chrono::steady_clock::now();
-	while (st.KeepRunningBatch(batch)) {
+	for (uint64_t n; st.KeepRunningBatch(n = next_batch(st, batch, unit));) {
 		if (!err)
-			err = create(rm.m(), batch);
+			err = create(rm.m(), n);
 		if (!err)
 			err = sd_sched_run(rm.m());
 	}

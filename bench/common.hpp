@@ -21,6 +21,8 @@
 
 #include <shootdown/shootdown.h>
 
+#include "batch.hpp"
+
 #include "native.hpp"
 
 namespace sdbench {
@@ -84,6 +86,12 @@ benchmark::internal::Benchmark *reg(const std::string &name, F f)
 	if (g_opt.iterations)
 		b->Iterations((benchmark::IterationCount)g_opt.iterations);
 	return b->UseRealTime();
+}
+
+// The next batch's size under --sd_iterations: batch.hpp.
+inline uint64_t next_batch(const State &st, uint64_t batch, uint64_t unit = 1)
+{
+	return sdbench_batch::next_batch(st, batch, unit, g_opt.iterations != 0);
 }
 
 inline std::string cpus_tail(unsigned n)
@@ -343,7 +351,8 @@ struct RunTimes {
 };
 
 // Time batches of @batch iterations, each one sd_machine_run of @body in
-// which every CPU does @batch operations. Returns the counters' delta, or
+// which every CPU does @batch operations (fewer in the last one under
+// --sd_iterations: next_batch(); the body reads RunArg::count). Returns the counters' delta, or
 // false after reporting an error. @arg: the body's argument, for bodies
 // that need more than RunArg (its rm and count are set here); @times: wall
 // time, and the share of a PU the CPUs' threads got while running the body:
@@ -354,12 +363,14 @@ bool run_batches(State &st, RunMachine &rm, sd_cpu_fn body, uint64_t batch, cons
 		 sd_stats *d, RunArg *arg = nullptr, RunTimes *times = nullptr);
 
 // The same for workloads of tasks (task.h): each batch of @batch iterations
-// is @create(machine, batch) making its tasks, then one sd_sched_run().
+// (fewer for the last one under --sd_iterations, a multiple of @unit:
+// next_batch()) is @create(machine, n) making its tasks for n iterations,
+// then one sd_sched_run().
 // @create returns 0 or the -errno that stops the run. Modelled time: the
 // machine's largest clock over the runs (ModelSpan), per iteration.
 bool run_task_batches(State &st, RunMachine &rm,
 		      const std::function<int(sd_machine *, uint64_t)> &create, uint64_t batch,
-		      const char *what, sd_stats *d, RunTimes *times = nullptr);
+		      const char *what, sd_stats *d, RunTimes *times = nullptr, uint64_t unit = 1);
 
 } // namespace sdbench
 

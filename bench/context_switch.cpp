@@ -236,7 +236,10 @@ void BM_context_switch(State &st, const char *strategy, unsigned cpus,
 	};
 	RunTimes times;
 	const uint64_t messages = cs_messages(groups);
-	if (!run_task_batches(st, rm, create, messages, "context_switch run", &d, &times))
+	// One batch is one whole hackbench run (every task created, 100
+	// loops): it does not split, so --sd_iterations rounds up to runs.
+	if (!run_task_batches(st, rm, create, messages, "context_switch run", &d, &times,
+			      messages))
 		return;
 	for (CsPipe &p : pipes_of(arg)) {
 		sd_waitq_destroy(p.readers);

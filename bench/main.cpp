@@ -161,7 +161,10 @@ void usage(FILE *f)
 		"  --sd_iterations=N       run every benchmark exactly N iterations instead of\n"
 		"                          as many as fill --benchmark_min_time: the same work\n"
 		"                          in every run, for modelled time (trap_dispatch keeps\n"
-		"                          its own 2)\n"
+		"                          its own 2; a workload whose batch does not split\n"
+		"                          rounds N up: mprotect_threaded to pairs, process_churn\n"
+		"                          to a child a CPU, context_switch to whole hackbench\n"
+		"                          runs)\n"
 		"  --sd_machine            print the machine (hwloc, CPU, kernel, pinning) and exit\n"
 		"  --sd_profile=NAME|PATH  modelled time: every workload machine gets this machine\n"
 		"                          profile (a name as sd_profile_locate() finds it, or a\n"
@@ -228,6 +231,7 @@ bool parse_options(int *argc, char **argv)
 			g_opt.iterations = strtoull(a + 16, &end, 10);
 			if (*end || !g_opt.iterations || g_opt.iterations > 1000000000ull)
 				return false;
+			native::exact_iterations = true;
 		} else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
 			// Ours first; Google Benchmark then prints its own and exits.
 			usage(stdout);

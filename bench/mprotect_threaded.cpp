@@ -150,8 +150,9 @@ void BM_mprotect_threaded(State &st, const char *strategy, unsigned cpus)
 		}
 		return 0;
 	};
+	// Pairs: each loop is an mprotect to read-only and one back.
 	const bool ran = run_task_batches(st, rm, create, kMprotectBatch,
-					  "mprotect_threaded run", &d);
+					  "mprotect_threaded run", &d, nullptr, 2);
 	for (auto &proc : procs)
 		sd_waitq_destroy(proc.paused);
 	if (!ran)

@@ -7,6 +7,7 @@
 // runs the batch and counts itself done. The same futex words serve threads
 // and forked processes (no FUTEX_PRIVATE_FLAG).
 #include "native.hpp"
+#include "batch.hpp"
 
 #include <hwloc.h>
 #if defined(__x86_64__) || defined(__i386__)
@@ -32,6 +33,9 @@
 #include <vector>
 
 namespace native {
+
+bool exact_iterations = false;
+
 namespace {
 
 using benchmark::Counter;
@@ -263,9 +267,9 @@ private:
 void run_batches(State &st, Workers &w, uint64_t batch, const char *what)
 {
 	int err = w.error();
-	while (st.KeepRunningBatch(batch))
+	for (uint64_t n; st.KeepRunningBatch(n = sdbench_batch::next_batch(st, batch, 1, exact_iterations));)
 		if (!err)
-			err = w.run(batch);
+			err = w.run(n);
 	if (err)
 		st.SkipWithError((std::string(what) + ": " + strerror(-err)).c_str());
 }

@@ -13,6 +13,9 @@
 
 namespace native {
 
+// Run a fixed --sd_iterations count exactly (batch.hpp); main() sets it.
+extern bool exact_iterations;
+
 // mprotect_threaded/native:mode={threads,processes}/cpus:N: N workers, each
 // with its own 4 MiB buffer written whole, each iteration one mprotect of
 // all of it (read-only, then back): the patch thread's program

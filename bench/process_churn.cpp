@@ -100,7 +100,7 @@ void BM_process_churn(State &st, const char *strategy, unsigned cpus)
 		return 0;
 	};
 	const bool ran = run_task_batches(st, rm, create, kChurnBatch * cpus, "process_churn run",
-					  &d);
+					  &d, nullptr, cpus);
 	for (auto &sh : shells)
 		sd_waitq_destroy(sh.exited);
 	if (!ran)

@@ -116,9 +116,9 @@ void BM_array_probe(State &st)
 	auto probe = [&a](uint64_t key, uint64_t *payload) { return a.probe(key, payload); };
 	uint64_t misses = 0;
 
-	while (st.KeepRunningBatch(kProbeBatch)) {
-		misses += dependent ? probe_loop<true>(kRegionVpn, probe_order(), kProbeBatch, probe)
-				    : probe_loop<false>(kRegionVpn, probe_order(), kProbeBatch, probe);
+	for (uint64_t n; st.KeepRunningBatch(n = next_batch(st, kProbeBatch));) {
+		misses += dependent ? probe_loop<true>(kRegionVpn, probe_order(), n, probe)
+				    : probe_loop<false>(kRegionVpn, probe_order(), n, probe);
 	}
 	st.counters["misses"] = (double)misses;
 	st.counters["oversubscribed"] = 0;
@@ -138,8 +138,8 @@ void BM_tlb_lookup_l1(State &st)
 		return sd_tlb_probe(cpu, vpn << SD_PAGE_SHIFT, pfn) == 1;
 	};
 	ModelSpan model(s.m(), s.cpu());
-	while (st.KeepRunningBatch(kProbeBatch))
-		misses += probe_loop<true>(kRegionVpn, probe_order(), kProbeBatch, probe);
+	for (uint64_t n; st.KeepRunningBatch(n = next_batch(st, kProbeBatch));)
+		misses += probe_loop<true>(kRegionVpn, probe_order(), n, probe);
 	model.report(st, (double)st.iterations());
 	st.counters["misses"] = (double)misses;
 	st.counters["oversubscribed"] = oversubscribed(s.m());
@@ -157,8 +157,8 @@ void BM_tlb_lookup_sd_access(State &st)
 		return;
 	sd_stats before = cpu_stats(s.m(), 0);
 	ModelSpan model(s.m(), s.cpu());
-	while (st.KeepRunningBatch(kProbeBatch)) {
-		for (uint64_t i = 0; i < kProbeBatch; i++, k++) {
+	for (uint64_t n; st.KeepRunningBatch(n = next_batch(st, kProbeBatch));) {
+		for (uint64_t i = 0; i < n; i++, k++) {
 			// pfn < 2^24, so pfn >> 63 is 0, but only once the last access returned.
 			uint64_t va = kRegion + ((uint64_t)order[k % kProbeEntries] << SD_PAGE_SHIFT) +
 				      ((pfn >> 63) << SD_PAGE_SHIFT);

@@ -5,9 +5,8 @@
                                 [--strategies ipi,broadcast,gbcast] [--json FILE]
 
 will-it-scale's tlb_flush2 in threads mode (bench/tlb_flush2.cpp, the
-main set's lru:percpu row), 1000 loops a thread (--sd_iterations=1000,
-which Google Benchmark rounds up to 1024), on milan-36's costs laid out on
-N CPUs ('pack:2 core:N/2 pu:1'), strict mode, one run per cell. For each
+main set's lru:percpu row), 1000 loops a thread (--sd_iterations=1000),
+on milan-36's costs laid out on N CPUs ('pack:2 core:N/2 pu:1'), strict mode, one run per cell. For each
 cell: the host seconds of the whole process, modelled ns a loop, host ns a
 loop, and host seconds per modelled second (host ns / modelled ns). Goals:
 ipi at 128 CPUs, broadcast and gbcast at 256, each within 180 host s.

@@ -720,6 +720,10 @@ class Modelled(unittest.TestCase):
                           "not within (moves with the run's length)"], rows[0])
         self.assertEqual("miss (-50%) (moves with the run's length)", rows[1][6])
         self.assertEqual("within", rows[2][6])
+        # A row with no half run (a whole run of the source's length) says
+        # n/a and keeps its verdict.
+        none = modelled.with_half([full[0]], [["p", "prof", "m", "1.39x", "-", "-"]])
+        self.assertEqual(["n/a", "within"], none[0][5:])
         run = {"key": "mrs", "args": ["--sd_trap_reads=5000", "--sd_other=3"]}
         h = modelled.half_run(run)
         self.assertEqual(["--sd_trap_reads=2500", "--sd_other=3"], h["args"])
