@@ -586,8 +586,10 @@ def parse_args(argv, doc):
     if args.modelled_only and (args.no_model or args.filter):
         ap.error("--modelled-only runs the modelled section alone: not with --no-model, "
                  "--profile or --filter")
+    # Three repetitions: the fewest that give a median and a spread; five
+    # took the main job past 6 minutes on 2 PUs (--repetitions 5 for more).
     if args.repetitions is None:
-        args.repetitions = 1 if (args.quick or args.tiny or args.profile) else 5
+        args.repetitions = 1 if (args.quick or args.tiny or args.profile) else 3
     if args.min_time is None:
         args.min_time = 0.001 if args.tiny else 0.05 if args.quick else 0.1
     return args
