@@ -153,25 +153,136 @@ out:
 	return ret;
 }
 
+/*
+ * A VMA of @n written pages between two PROT_NONE guard pages, so that an
+ * mprotect of all of it neither splits it nor merges it with a neighbour:
+ * the mprotect-threaded benchmark's call (QI Fuli's program mprotects its
+ * whole buffer). Returns its first page, or NULL; unmap @n + 2 pages from
+ * one page below it.
+ */
+static char *guarded_vma(unsigned n)
+{
+	char *g = mmap(NULL, ((size_t)n + 2) * 4096, PROT_READ | PROT_WRITE,
+		       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+	if (g == MAP_FAILED)
+		return NULL;
+	if (mprotect(g, 4096, PROT_NONE) ||
+	    mprotect(g + ((size_t)n + 1) * 4096, 4096, PROT_NONE)) {
+		munmap(g, ((size_t)n + 2) * 4096);
+		return NULL;
+	}
+	return g + 4096;
+}
+
+/* Median of an mprotect of all @n pages at @p, averaged over read-only and
+ * back to read-write, as the program alternates them. */
+static double mprotect_pair_ns(char *p, unsigned n)
+{
+	double v[256];
+	int k = cal.quick ? 41 : 151;
+
+	for (int i = -4; i < k; i++) {
+		double t0 = now_ns();
+
+		mprotect(p, (size_t)n * 4096, PROT_READ);
+		mprotect(p, (size_t)n * 4096, PROT_READ | PROT_WRITE);
+		if (i >= 0)
+			v[i] = (now_ns() - t0 - clock_overhead()) / 2;
+	}
+	return median(v, k);
+}
+
+/* Fit an mprotect of a whole guarded VMA of x[i] pages, written once
+ * before the first call, as mprotect_pair_ns() times it: intercept @a (the
+ * call, the VMA's change, a full flush on the way to read-only; noisy, as
+ * the slope's noise carries into it) and per-page slope @b (the PTE
+ * writes). */
+static int fit_whole_vma(const double *x, int n, double *a, double *b)
+{
+	double y[8];
+
+	for (int i = 0; i < n; i++) {
+		char *p = guarded_vma((unsigned)x[i]);
+
+		if (!p)
+			return sys_fail("mmap");
+		/* Written once, as the program writes its buffer once: the
+		 * calls that follow touch no page in between. */
+		memset(p, 1, (size_t)x[i] * 4096);
+		y[i] = mprotect_pair_ns(p, (unsigned)x[i]);
+		munmap(p - 4096, ((size_t)x[i] + 2) * 4096);
+	}
+	fit(x, y, n, a, b);
+	return 0;
+}
+
+/* Medians of mprotect(RW -> R) of the one written page in the middle of a
+ * guarded 3-page VMA (@split: the VMA split in three) and of the call back
+ * to RW (@merge: the three merged back into one). */
+static int split_merge_ns(double *split, double *merge)
+{
+	double vs[256], vm[256];
+	int k = cal.quick ? 41 : 151;
+	char *p = guarded_vma(3);
+
+	if (!p)
+		return sys_fail("mmap");
+	for (int i = -4; i < k; i++) {
+		p[4096] = 1;
+		double t0 = now_ns();
+
+		mprotect(p + 4096, 4096, PROT_READ);
+		double t1 = now_ns();
+
+		mprotect(p + 4096, 4096, PROT_READ | PROT_WRITE);
+		double t2 = now_ns();
+
+		if (i >= 0) {
+			vs[i] = t1 - t0 - clock_overhead();
+			vm[i] = t2 - t1 - clock_overhead();
+		}
+	}
+	munmap(p - 4096, 5 * 4096);
+	*split = median(vs, k);
+	*merge = median(vm, k);
+	return 0;
+}
+
 static int kern_flush(void)
 {
 	static const double small[] = { 1, 4, 8, 16, 32 }, large[] = { 64, 128, 256, 512 };
+	static const double whole[] = { 64, 128, 256, 512, 1024 };
 	char *p = mmap(NULL, 512 * 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	double cs, ss, cl, sl, pcl, psl, sys = syscall_ns();
+	double cs, ss, cl, sl, wa, wb, split, merge, sys = syscall_ns();
 
 	if (p == MAP_FAILED)
 		return sys_fail("mmap");
 	bind_self(cal.pu0);
 	double one = madvise_ns(p, 1, true, false), none = madvise_ns(p, 1, false, false);
-	/* A page in the middle: each mprotect splits the VMA in three and
-	 * the one back merges it (the mprotect-threaded benchmark's case). */
-	double split = madvise_ns(p + 256 * 4096, 1, true, true);
 
 	fit_sizes(p, small, 5, false, &cs, &ss);
 	fit_sizes(p, large, 4, false, &cl, &sl);
-	fit_sizes(p, large, 4, true, &pcl, &psl);
+	char *lone = guarded_vma(1);
+	int err = !lone || fit_whole_vma(whole, 5, &wa, &wb) || split_merge_ns(&split, &merge);
+	double pair1 = 0;
+
+	if (lone) {
+		lone[0] = 1;
+		pair1 = mprotect_pair_ns(lone, 1);
+		munmap(lone - 4096, 3 * 4096);
+	}
 	unbind_self();
 	munmap(p, 512 * 4096);
+	if (err)
+		return lone ? -1 : sys_fail("mmap");
+	/* Besides a VMA's change, a one-page mprotect is the system call,
+	 * one PTE, and on the way to read-only a one-page range flush: x86's
+	 * pte_needs_flush() skips the flush of a write-enable. The fit over
+	 * 64-1024 pages gives the PTE's slope; its intercept would carry that
+	 * slope's noise, so the change comes from a one-page VMA. */
+	const double flush1 = pos(cs - none) + pos(ss - sl);
+	const double change = pos(pair1 - sys - wb - flush1 / 2);
 	set(&kern, P_LOCAL_FLUSH_PAGE, one - sys, "sd-calibrate --only flush: median madvise("
 	    "MADV_DONTNEED) of one written private page (%.1f ns) minus getppid() (%.1f ns): the "
 	    "VMA lookup, the PTE clear, the page freed, the mmu_gather and its INVLPG", one, sys);
@@ -190,20 +301,26 @@ static int kern_flush(void)
 	set(&kern, P_TLB_SCAN_ENTRY, 0, "0 by construction: a hardware whole-PCID invalidation "
 	    "(INVPCID single-context, a CR3 write without NOFLUSH) is no software scan; its cost "
 	    "is local_flush_asid whatever the TLB's size");
-	set(&kern, P_PTE_UPDATE, psl, "sd-calibrate --only flush: per-page slope of mprotect(RW -> "
-	    "R) over 64-512 written pages (one full flush, so only the PTE writes grow)");
-	set(&kern, P_VMA_CHANGE, pos(split - sys - psl - (ss - sl)), "sd-calibrate --only flush: "
-	    "median mprotect(RW -> R) of one written page in the middle of a 512-page mapping "
-	    "(%.1f ns: the VMA split in three, merged back by the next call) minus getppid() "
-	    "(%.1f ns), one PTE write (pte_update) and one INVLPG (local_flush_range_page)",
-	    split, sys);
-	set(&kern, P_VMA_SPLIT, 0, "0: not measured apart; vma_change's measurement (an "
-	    "mprotect splitting a VMA in three, merged back by the next call) holds its splits");
-	set(&kern, P_VMA_MERGE, 0, "0: not measured apart; vma_change's measurement (an "
-	    "mprotect splitting a VMA in three, merged back by the next call) holds its merges");
-	set(&kern, P_PAGE_FREE, sl - psl, "sd-calibrate --only flush: per-page slope of "
-	    "madvise(DONTNEED) over 64-512 pages (%.1f ns) minus that of mprotect (%.1f ns): the "
-	    "freeing of the page", sl, psl);
+	set(&kern, P_PTE_UPDATE, wb, "sd-calibrate --only flush: per-page slope of mprotect of a "
+	    "whole VMA of 64-1024 pages between PROT_NONE guard pages, written once before, "
+	    "averaged over read-only and back (one full flush at most, no split: only the PTE "
+	    "writes grow)");
+	set(&kern, P_VMA_CHANGE, change, "sd-calibrate --only flush: median mprotect of a whole "
+	    "one-page VMA between guard pages, averaged over read-only and back (%.1f ns: the "
+	    "mprotect-threaded benchmark's call on one page: no split, no merge), minus getppid() "
+	    "(%.1f ns), one pte_update and half a one-page range flush (local_flush_range + "
+	    "local_flush_range_page, %.1f ns: x86 flushes on the way to read-only only)", pair1,
+	    sys, flush1);
+	set(&kern, P_VMA_SPLIT, pos(split - sys - wb - flush1 - change) / 2, "sd-calibrate --only "
+	    "flush: half of (median mprotect(RW -> R) of the written middle page of a guarded "
+	    "3-page VMA, %.1f ns: the VMA split in three) minus getppid(), pte_update, the one-page "
+	    "range flush and vma_change", split);
+	set(&kern, P_VMA_MERGE, pos(merge - sys - wb - change) / 2, "sd-calibrate --only flush: "
+	    "half of (median mprotect back to RW of that page, %.1f ns: the three VMAs merged into "
+	    "one; no flush for a write-enable) minus getppid(), pte_update and vma_change", merge);
+	set(&kern, P_PAGE_FREE, pos(sl - wb), "sd-calibrate --only flush: per-page slope of "
+	    "madvise(DONTNEED) over 64-512 pages (%.1f ns) minus that of mprotect (pte_update, "
+	    "%.1f ns): the freeing of the page", sl, wb);
 	return 0;
 }
 int group_flush(void)
