@@ -380,6 +380,21 @@ bool RunMachine::ok(State &st) const
 	return !err_;
 }
 
+// In modelled time, the pipe: a sender's write or a receiver's read on each
+// switch, its system call's entry and exit and half of the profile's
+// pipe_message (the two calls' bodies and the copy). A profile without
+// pipe_message (the host's own, which times the emulator, not a kernel)
+// models no message, so the switch alone is charged as before.
+uint64_t message_half_ns(const sd_machine *m)
+{
+	double msg = sd_model_cost_ns(m, "pipe_message");
+
+	if (msg <= 0)
+		return 0;
+	return (uint64_t)(sd_model_cost_ns(m, "syscall_entry") +
+			  sd_model_cost_ns(m, "syscall_exit") + msg / 2 + 0.5);
+}
+
 // ---- batches of sd_machine_run() ----
 
 namespace {

@@ -337,6 +337,11 @@ struct RunArg {
 	CpuClocks clocks;               // run_batches(): modelled clocks of the timed runs
 };
 
+// In modelled time, one side of a pipe message (a write or a read): its
+// system call's entry and exit and half of the profile's pipe_message; 0
+// for a profile without pipe_message (context_switch.cpp says why).
+uint64_t message_half_ns(const sd_machine *m);
+
 // Keep the first error a CPU (or task) of the run hit in @slot.
 void note_first_error(std::atomic<int> &slot, int err);
 inline void note_error(RunArg *r, int err)

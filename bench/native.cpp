@@ -477,9 +477,13 @@ void BM_trap_cpuid(State &st, unsigned threads, uint64_t reads)
 #endif
 }
 
-void BM_membarrier(State &st)
+void BM_membarrier(State &st, unsigned targets)
 {
-	if (nr_pus() < 2) {
+	if (targets > 1) {
+		st.SkipWithError("membarrier: at most 1 spinning target");
+		return;
+	}
+	if (targets && nr_pus() < 2) {
 		st.SkipWithError("membarrier needs 2 PUs the process may use");
 		return;
 	}
@@ -487,12 +491,14 @@ void BM_membarrier(State &st)
 		st.SkipWithError((std::string("membarrier register: ") + strerror(errno)).c_str());
 		return;
 	}
-	std::atomic<int> stop{0}, ready{0};
-	std::thread spinner([&] {
-		ready.store(bind_self(1) ? -1 : 1);
-		while (!stop.load(std::memory_order_relaxed))
-			;
-	});
+	std::atomic<int> stop{0}, ready{targets ? 0 : 1};
+	std::thread spinner;
+	if (targets)
+		spinner = std::thread([&] {
+			ready.store(bind_self(1) ? -1 : 1);
+			while (!stop.load(std::memory_order_relaxed))
+				;
+		});
 	while (!ready.load())
 		;
 	ScopedBind pin(0);
@@ -501,7 +507,8 @@ void BM_membarrier(State &st)
 		if (!err && syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0))
 			err = -errno;
 	stop.store(1);
-	spinner.join();
+	if (spinner.joinable())
+		spinner.join();
 	if (err)
 		st.SkipWithError((std::string("membarrier: ") + strerror(-err)).c_str());
 	st.counters["oversubscribed"] = 0;

@@ -45,9 +45,10 @@ void BM_context_switch(benchmark::State &st, unsigned pairs);
 void BM_trap_cpuid(benchmark::State &st, unsigned threads, uint64_t reads);
 
 // baseline/membarrier: membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED), after
-// registering, with a second thread of this process spinning on PU 1: one
-// kernel IPI round trip to it.
-void BM_membarrier(benchmark::State &st);
+// registering, with @targets (0 or 1) other threads of this process
+// spinning on PU 1: with one, one kernel IPI round trip to it; with none,
+// the system call alone (the kernel IPIs only CPUs running the mm).
+void BM_membarrier(benchmark::State &st, unsigned targets = 1);
 
 // PUs the process may use (its affinity mask and cpuset, as hwloc reports
 // them at the first call, which main() makes before anything is pinned; at

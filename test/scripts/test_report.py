@@ -19,7 +19,7 @@ SCRIPTS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
 sys.path.insert(0, SCRIPTS)
 
 from shootdown_report import ab, compare, fmt, model, modelled, names, ratios, reference, results  # noqa: E402,E501
-from shootdown_report import whatif  # noqa: E402
+from shootdown_report import components, whatif  # noqa: E402
 
 
 def bench(name, reps, time_unit="ns", **counters):
@@ -634,12 +634,34 @@ class Model(unittest.TestCase):
 
     def test_native_pairs_twins(self):
         doc = {"benchmarks": [self.bench("context_switch/native/cpus:1", 1000),
-                              self.bench("context_switch/ipi:cpumask=lazy/cpus:1", 50, 700),
+                              self.bench("component/pipe_pingpong/ipi/cpus:1", 50, 700),
                               self.bench("context_switch/native/cpus:2", 1000),
-                              self.bench("context_switch/ipi:cpumask=lazy/cpus:2", 50, 600)]}
-        rows = model.native(results.from_doc(doc))
+                              self.bench("component/pipe_pingpong/ipi/cpus:2", 50, 600)]}
+        table = [t for t in model.native_table() if "context_switch" in t[2]]
+        rounds = [components.ratios(results.from_doc(doc), table)]
+        rows = components.rows(rounds, table, model.NATIVE_TOL)
         self.assertEqual(["pass", "miss"], [r[-1] for r in rows])
         self.assertEqual("0.70", rows[0][3])
+
+    def test_components_take_the_median_round(self):
+        """A component's verdict is its median round's ratio; the range of
+        the rounds is shown; a native figure that is a difference (the IPI
+        round trip: membarrier with a target less without) is taken as one."""
+        def doc(nat1, nat0, emu):
+            return {"benchmarks": [
+                self.bench("component/ipi_roundtrip/native/targets:1", nat1),
+                self.bench("component/ipi_roundtrip/native/targets:0", nat0),
+                self.bench("component/ipi_roundtrip/ipi/targets:1", 5, emu)]}
+        table = [c for c in components.COMPONENTS if c[0].startswith("IPI")]
+        rounds = [components.ratios(results.from_doc(doc(n, 200, 1000)), table)
+                  for n in (1200, 700, 2200)]
+        row = components.rows(rounds, table, components.COMPONENT_TOL)[0]
+        self.assertEqual(["1.00", "0.50-2.00", "pass"], row[3:])
+        rounds = [components.ratios(results.from_doc(doc(n, 200, 1000)), table)
+                  for n in (700, 700, 2200)]
+        self.assertEqual("miss", components.rows(rounds, table, 0.25)[0][-1])
+        missing = [components.ratios(results.from_doc({"benchmarks": []}), table)]
+        self.assertEqual("no result", components.rows(missing, table, 0.25)[0][-1])
 
 
 class Modelled(unittest.TestCase):

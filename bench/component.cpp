@@ -1,0 +1,258 @@
+// SPDX-License-Identifier: MIT
+//
+// Components of the model, each beside a native microbenchmark of the same
+// operation on this machine's kernel, for scripts/model-check --components:
+// with the host-kernel profile (sd-calibrate), each emulated component
+// should predict its native twin. They validate the model part by part,
+// where a headline ratio can agree by two errors cancelling.
+//
+//   component/ipi_roundtrip/ipi/targets:1        sd_smp_call_single() from CPU 0
+//                                            to CPU 1, which is busy in the same
+//                                            mm; modelled ns a call
+//   component/ipi_roundtrip/native/targets:{0,1} membarrier(PRIVATE_EXPEDITED) with
+//                                            that many other threads of the process
+//                                            running (0: no IPI); the round trip is
+//                                            the difference
+//   component/pipe_pingpong/ipi/cpus:{1,2}       a pair of tasks per CPU, each task its
+//                                            own mm, passing a message back and forth
+//                                            through two pipes; ns a switch (native
+//                                            twin: context_switch/native/cpus:N, N
+//                                            pairs of processes, a PU each)
+//
+// Targets beyond 1 need an emulated multicast (smp_call_function_many(), not
+// in the public API yet) and more than 2 PUs natively; not registered.
+#include "common.hpp"
+
+#include <atomic>
+#include <string>
+#include <vector>
+
+namespace sdbench {
+namespace {
+
+constexpr uint64_t kIpiBatch = 2000;
+
+struct IpiArg : RunArg {
+	std::atomic<bool> done{false};
+	uint64_t initiator_ns = 0;      // CPU 0's modelled time in its calls
+};
+
+void ipi_noop(sd_cpu *, void *)
+{
+}
+
+// CPU 0 sends, CPU 1 stays busy in the mm (the native twin's spinning
+// thread, which membarrier IPIs because it runs the process's mm).
+void ipi_body(sd_cpu *c, void *p)
+{
+	auto *a = static_cast<IpiArg *>(p);
+	int err = sd_switch_mm(c, a->rm->mm(0));
+
+	if (sd_cpu_id(c) == 1) {
+		while (!err && !a->done.load(std::memory_order_acquire))
+			err = sd_access(c, kRegion, SD_READ, nullptr);
+	} else {
+		const uint64_t t0 = sd_cpu_clock_ns(c);
+
+		for (uint64_t i = 0; !err && i < a->count; i++)
+			err = sd_smp_call_single(c, 1, ipi_noop, nullptr);
+		a->initiator_ns += sd_cpu_clock_ns(c) - t0;
+		// Pairs with CPU 1's acquire load: it stops after the last call.
+		a->done.store(true, std::memory_order_release);
+	}
+	const int serr = sd_switch_mm(c, nullptr);
+	note_error(a, err ? err : serr);
+}
+
+void BM_ipi_roundtrip(State &st)
+{
+	RunMachine rm(2, SD_ORACLE_OFF, 1, 1, spec_of("ipi"));
+	IpiArg a;
+	int err = 0;
+
+	if (!rm.ok(st))
+		return;
+	a.rm = &rm;
+	ModelSpan model(rm.m());
+	for (uint64_t n; st.KeepRunningBatch(n = next_batch(st, kIpiBatch));) {
+		a.count = n;
+		a.done.store(false);
+		if (!err && !a.err.load())
+			err = sd_machine_run(rm.m(), ipi_body, &a);
+	}
+	model.stop(a.initiator_ns);
+	if (err || a.err.load()) {
+		fail(st, "ipi_roundtrip run", err ? err : a.err.load());
+		return;
+	}
+	model.report(st, (double)st.iterations());
+	st.counters["oversubscribed"] = oversubscribed(rm.m());
+}
+
+// ---- a pipe ping-pong between two tasks on one CPU ----
+
+constexpr uint64_t kPingBatch = 4000;
+
+struct PingPipe {
+	std::atomic<unsigned> queued{0};
+	sd_waitq *readers = nullptr;
+};
+
+struct PingArg {
+	uint64_t rounds = 0;            // round trips a batch: two switches each
+	uint64_t message_ns = 0;        // modelled: one side of a message
+	std::atomic<int> err{0};
+};
+
+struct PingPair {
+	PingPipe pipe[2];               // [0]: task 0 to task 1; [1]: back
+};
+
+struct PingTask {
+	PingArg *a;
+	PingPair *pair;
+	unsigned id;                    // 0 writes first, 1 echoes
+};
+
+bool ping_has_message(void *p)
+{
+	return static_cast<PingPipe *>(p)->queued.load(std::memory_order_acquire) > 0;
+}
+
+// One side of a message, as context_switch.cpp's cs_side() without its
+// flushes: the write's or read's system call and half the pipe's work in
+// modelled time, and the one-byte buffer touched.
+int ping_side(sd_task *self, PingArg *a, bool write)
+{
+	sd_cpu *c = sd_task_cpu(self);
+	int err = a->message_ns ? sd_cpu_work(c, a->message_ns) : 0;
+
+	return err ? err : sd_access(c, kRegion, write ? SD_WRITE : SD_READ, nullptr);
+}
+
+int ping_write(sd_task *self, PingArg *a, PingPipe &to)
+{
+	int err = ping_side(self, a, true);
+
+	to.queued.fetch_add(1, std::memory_order_release);
+	const int woken = err ? 0 : sd_task_wake(self, to.readers, 1);
+	return err ? err : woken < 0 ? woken : 0;
+}
+
+int ping_read(sd_task *self, PingArg *a, PingPipe &from)
+{
+	int err = sd_task_wait(self, from.readers, ping_has_message, &from);
+
+	if (!err)
+		err = ping_side(self, a, false);
+	from.queued.fetch_sub(1, std::memory_order_acq_rel);
+	return err;
+}
+
+// Task 0 writes and waits for the echo; task 1 echoes, as the native
+// twin's forked partner does.
+void ping_task(sd_task *self, void *p)
+{
+	auto *t = static_cast<PingTask *>(p);
+	PingArg *a = t->a;
+	PingPipe *pipe = t->pair->pipe;
+	int err = 0;
+
+	for (uint64_t i = 0; !err && i < a->rounds; i++) {
+		if (t->id == 0) {
+			err = ping_write(self, a, pipe[0]);
+			if (!err)
+				err = ping_read(self, a, pipe[1]);
+		} else {
+			err = ping_read(self, a, pipe[0]);
+			if (!err)
+				err = ping_write(self, a, pipe[1]);
+		}
+	}
+	note_first_error(a->err, err);
+}
+
+// @cpus pairs, pair i held to CPU i (affinity), as the native twin puts
+// pair i on PU i: ns a switch as each CPU sees it.
+void BM_pipe_pingpong(State &st, unsigned cpus)
+{
+	MachineSpec spec = spec_of("ipi");
+	spec.tlb = kSwitchTlb;
+	RunMachine rm(cpus, SD_ORACLE_OFF, 2 * cpus, 1, spec);
+	PingArg a;
+	std::vector<PingPair> pairs(cpus);
+	std::vector<PingTask> tasks(2 * cpus);
+	std::vector<std::string> affinity(cpus);
+	sd_stats d = SD_STATS_INIT;
+	bool made = true;
+
+	if (!rm.ok(st))
+		return;
+	a.message_ns = message_half_ns(rm.m());
+	for (unsigned i = 0; i < cpus; i++) {
+		affinity[i] = std::to_string(i);
+		for (PingPipe &p : pairs[i].pipe)
+			made = made && !sd_waitq_create(rm.m(), "pipe", &p.readers);
+	}
+	auto destroy = [&] {
+		for (PingPair &pr : pairs)
+			for (PingPipe &p : pr.pipe)
+				sd_waitq_destroy(p.readers);
+	};
+	if (!made) {
+		destroy();
+		fail(st, "sd_waitq_create", -ENOMEM);
+		return;
+	}
+	auto create = [&](sd_machine *m, uint64_t switches) {
+		a.rounds = switches / 2;
+		for (unsigned i = 0; i < 2 * cpus; i++) {
+			const unsigned pair = i / 2, id = 1 - i % 2;     // the echo first
+			tasks[i] = PingTask{&a, &pairs[pair], id};
+			for (PingPipe &p : pairs[pair].pipe)
+				p.queued.store(0);
+		}
+		for (unsigned i = 0; i < 2 * cpus; i++) {
+			sd_task_config tc = SD_TASK_CONFIG_INIT;
+			tc.mm = rm.mm(i);
+			tc.cpu = i / 2;
+			tc.affinity = affinity[i / 2].c_str();
+			if (int e = sd_task_create(m, &tc, ping_task, &tasks[i], nullptr))
+				return e;
+		}
+		return 0;
+	};
+	const bool ran = run_task_batches(st, rm, create, kPingBatch, "pipe_pingpong run", &d,
+					  nullptr, 2);
+	destroy();
+	if (!ran)
+		return;
+	if (a.err.load()) {
+		fail(st, "pipe_pingpong task", a.err.load());
+		return;
+	}
+	st.counters["task_switches_per_iteration"] =
+		ratio(d.counter[SD_STAT_TASK_SWITCH], (double)st.iterations() * cpus);
+	st.counters["oversubscribed"] = oversubscribed(rm.m());
+}
+
+void register_component(Set set)
+{
+	// In the main set too, beside the x86 twins (mprotect_threaded/ipi)
+	// that scripts/model-check --components runs with them.
+	if (set == Set::patches)
+		return;
+	reg("component/ipi_roundtrip/ipi/targets:1", BM_ipi_roundtrip);
+	for (unsigned t : {0u, 1u})
+		reg("component/ipi_roundtrip/native/targets:" + std::to_string(t),
+		    [t](State &st) { native::BM_membarrier(st, t); });
+	for (unsigned n : {1u, 2u})
+		reg("component/pipe_pingpong/ipi" + cpus_tail(n),
+		    [n](State &st) { BM_pipe_pingpong(st, n); });
+}
+
+} // namespace
+
+SD_BENCH_FAMILY(component, 95, register_component);
+
+} // namespace sdbench
