@@ -821,6 +821,16 @@ def main(argv=None, doc=__doc__):
     if args.check and not interrupted:
         bad = check([names.base_name(n) for n in full_names], res) + (
             [] if args.no_model else modelled.check(model_res, tiny=args.tiny))
+        if not args.no_model and not args.profile:
+            # The model part by part, what holds whatever the timing:
+            # every component present, each cost charged once.
+            from . import components
+            guard_bad = components.guard(args.bench)
+            print("check: components on %s: %s" % (
+                components.GUARD_PROFILE, "%d problem(s)" % len(guard_bad) if guard_bad
+                else "every component present, each of %d costs charged as the kernel "
+                "pays it" % sum(len(w) for _, w in components.GUARD.values())))
+            bad += guard_bad
         for b in bad:
             print("CHECK FAILED: " + b)
         print("check: %d benchmarks, %d problem(s)" % (len(full_names), len(bad)))

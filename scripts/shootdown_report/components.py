@@ -25,6 +25,7 @@ through the public API): a contended lock handoff against the number of
 waiters, and a line bounced among N sharers. On 2 PUs no component can have
 more than one target, waiter or sharer natively.
 """
+import json
 import os
 import subprocess
 import sys
@@ -33,6 +34,7 @@ import tempfile
 from . import fmt, loadavg, results
 
 COMPONENT_TOL = 0.25
+PROFILES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "profiles")
 
 # (label, emulated benchmark, native benchmark, native baseline or None):
 # the native figure is the native benchmark's real time less the
@@ -118,6 +120,87 @@ def report(rounds, profile, before, after, table=COMPONENTS, tol=COMPONENT_TOL,
     passed = sum(1 for r in out if r[-1] == "pass")
     lines.append("%d of %d %s within %d%%" % (passed, len(out), what, round(tol * 100)))
     return lines, out
+
+
+# ---- the main job's guard: every component present, each cost charged once ----
+
+# What must hold whatever the timing: on a fixed profile (GUARD_PROFILE,
+# strict mode, so every figure is exact), doubling one cost moves a
+# component's modelled time per operation by that cost times the number of
+# times the kernel pays it per operation: 1 for the IPI's parts on the
+# initiator's path, 0 for the target's irq_exit (after the ack), 2 system
+# calls a switch (a write and a read), 1024 PTEs an mprotect, and for
+# will-it-scale's loop two faults, one zap and one munmapped PTE, with an
+# mmap and a munmap each 256 loops. A cost charged twice, or where the
+# kernel pays none (an mmap's PTE writes, found this way), breaks it.
+GUARD_PROFILE = "milan-36"
+GUARD_TOL = 0.01
+GUARD = {
+    "component/ipi_roundtrip/ipi/targets:1": (512, {
+        "ipi_send": 1, "ipi_delivery": 1, "irq_entry": 1, "ipi_handler": 1, "irq_exit": 0}),
+    "component/pipe_pingpong/ipi/cpus:1": (512, {
+        "syscall_entry": 2, "syscall_exit": 2, "pipe_message": 1, "context_switch": 1,
+        "sched_switch": 1, "ipi_send": 0}),
+    "mprotect_threaded/ipi/cpus:1": (64, {
+        "syscall_entry": 1, "syscall_exit": 1, "vma_change": 1, "pte_update": 1024,
+        "local_flush_asid": 1, "ipi_send": 0}),
+    "tlb_flush2_threads/ipi/lru:global/cpus:1": (512, {
+        "page_fault_entry": 2, "page_alloc": 1, "page_zero": 1, "page_free": 1,
+        "local_flush_page": 1, "pte_update": 4, "syscall_entry": 1 + 2 / 256,
+        "lru_page": 2, "vma_change": 2 / 256}),
+}
+
+
+def guard_models(bench, profile):
+    """{benchmark: model_ns} of GUARD's benchmarks on @profile (a name or
+    a path), strict, each at its fixed iteration count."""
+    out = {}
+    for name, (iters, _) in GUARD.items():
+        proc = subprocess.run([bench] + bench_args() + [
+            "--sd_profile=" + profile, "--sd_iterations=%d" % iters,
+            "--benchmark_filter=^" + name + "/", "--benchmark_format=json"],
+            capture_output=True, text=True)
+        try:
+            res = results.from_doc(json.loads(proc.stdout))
+        except ValueError:
+            res = {}
+        r = res.get(name)
+        out[name] = results.med(r, "model_ns") if r and not r["errors"] else None
+    return out
+
+
+def guard(bench, profile_dir=None):
+    """The guard's problems (strings, none if it holds): a component with
+    no modelled time, or a cost whose doubling moves a component by other
+    than GUARD's count of it."""
+    base_path = os.path.join(profile_dir or PROFILES, GUARD_PROFILE + ".json")
+    with open(base_path) as f:
+        costs = json.load(f)["costs"]
+    base = guard_models(bench, GUARD_PROFILE)
+    bad = ["component %s: no model_ns on %s" % (n, GUARD_PROFILE)
+           for n, v in base.items() if not v]
+    if bad:
+        return bad
+    keys = sorted({k for _, want in GUARD.values() for k in want})
+    with tempfile.TemporaryDirectory() as tmp:
+        for key in keys:
+            was = costs[key]["ns"]
+            now = 2 * was if was else 100.0
+            path = os.path.join(tmp, key + ".json")
+            with open(path, "w") as f:
+                json.dump({"format": "shootdown-profile-1", "name": "guard-" + key,
+                           "inherits": os.path.abspath(base_path),
+                           "costs": {key: {"ns": now, "source": "model-check guard: "
+                                           "the base's value changed to see it move"}}}, f)
+            got = guard_models(bench, path)
+            for name, (_, want) in GUARD.items():
+                if key not in want or got.get(name) is None:
+                    continue
+                count = (got[name] - base[name]) / (now - was)
+                if abs(count - want[key]) > GUARD_TOL * max(1, want[key]):
+                    bad.append("%s: %s charged %.3f times an operation, not %g"
+                               % (name, key, count, want[key]))
+    return bad
 
 
 def calibrate(bench, out_dir):

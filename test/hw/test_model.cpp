@@ -395,7 +395,8 @@ TEST(ModelByHand, LruDrainAndReleaseAreTwoHoldsBeforeTheDrainRemoval)
 // lock, not the mmap_lock: the count's handoff from CPU 0 and its
 // acquisition), then write-locks the VMAs it changes: an mmap next to the
 // faulting page merges into its VMA and waits for e0 (vma_start_write(),
-// no charge of its own), then writes the PTE; an mmap of a page apart
+// no charge of its own), and writes no PTE (the kernel's mmap leaves them
+// to the faults: no pte_update); an mmap of a page apart
 // changes no VMA the fault holds and does not wait (the per-VMA lock's
 // point: before VMAs were objects, every writer waited for the fault).
 enum class Rw { Reader, Writer, WriterElsewhere };
@@ -451,13 +452,15 @@ TEST(ModelByHand, MmapLockReadersShareTheirHolds)
 TEST(ModelByHand, MmapLockWriterWaitsForTheReaders)
 {
 	uint64_t b0, e0, end = rwsem_second(Rw::Writer, &b0, &e0);
-	EXPECT_EQ(e0 + 1000, end) << "an mmap merging into a fault's VMA did not wait for its hold";
+	EXPECT_EQ(e0, end) << "an mmap merging into a fault's VMA did not wait for its hold, "
+			      "or was charged a PTE write the kernel's mmap does not make";
 }
 
 TEST(ModelByHand, MmapLockWriterElsewhereDoesNotWaitForAFaultsVma)
 {
 	uint64_t b0, e0, end = rwsem_second(Rw::WriterElsewhere, &b0, &e0);
-	EXPECT_EQ(b0 + 1 + 300 + 7 + 1000, end) << "an mmap of another VMA waited for a fault";
+	EXPECT_EQ(b0 + 1 + 300 + 7, end) << "an mmap of another VMA waited for a fault, or was "
+					    "charged a PTE write";
 }
 
 // @cpus CPUs each run 1000 locked MRS traps on profile @p with @window_ns;

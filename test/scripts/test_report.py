@@ -664,6 +664,62 @@ class Model(unittest.TestCase):
         self.assertEqual("no result", components.rows(missing, table, 0.25)[0][-1])
 
 
+class ComponentGuard(unittest.TestCase):
+    """The guard doubles each cost and wants each component to move by the
+    cost times the kernel's count of it per operation."""
+
+    def fake_models(self, extra):
+        """guard_models() on a model that charges GUARD's counts, plus
+        @extra {(benchmark, cost): count} on top."""
+        base = json.load(open(os.path.join(components.PROFILES,
+                                           components.GUARD_PROFILE + ".json")))["costs"]
+
+        def models(bench, profile):
+            costs = {k: v["ns"] for k, v in base.items() if "ns" in v}
+            if profile != components.GUARD_PROFILE:
+                with open(profile) as f:
+                    for k, v in json.load(f)["costs"].items():
+                        costs[k] = v["ns"]
+            out = {}
+            for name, (_, want) in components.GUARD.items():
+                counts = dict(want)
+                for (n, k), c in extra.items():
+                    if n == name:
+                        counts[k] = counts.get(k, 0) + c
+                out[name] = 1000.0 + sum(c * costs[k] for k, c in counts.items())
+            return out
+        return models
+
+    def guard_with(self, extra):
+        saved = components.guard_models
+        components.guard_models = self.fake_models(extra)
+        try:
+            return components.guard("bench")
+        finally:
+            components.guard_models = saved
+
+    def test_counts_as_the_kernel_pays_them_pass(self):
+        self.assertEqual([], self.guard_with({}))
+
+    def test_a_cost_charged_once_too_often_is_named(self):
+        bad = self.guard_with({("tlb_flush2_threads/ipi/lru:global/cpus:1", "pte_update"): 1})
+        self.assertEqual(["tlb_flush2_threads/ipi/lru:global/cpus:1: pte_update charged "
+                          "5.000 times an operation, not 4"], bad)
+        bad = self.guard_with({("component/ipi_roundtrip/ipi/targets:1", "irq_exit"): 1})
+        self.assertEqual(1, len(bad))
+        self.assertIn("irq_exit charged 1.000 times an operation, not 0", bad[0])
+
+    def test_a_missing_component_is_named(self):
+        saved = components.guard_models
+        components.guard_models = lambda bench, profile: {n: None for n in components.GUARD}
+        try:
+            bad = components.guard("bench")
+        finally:
+            components.guard_models = saved
+        self.assertEqual(len(components.GUARD), len(bad))
+        self.assertIn("no model_ns", bad[0])
+
+
 class Modelled(unittest.TestCase):
     """compare's modelled section: rows beside the patches' figures, verdicts,
     and the guard's checks (no time asserted)."""
