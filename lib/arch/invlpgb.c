@@ -5,7 +5,7 @@
 
 #include "../core/error.h"
 #include "../hw/event.h"
-#include "../hw/machine.h"
+#include "../hw/machine_state.h"
 #include "invlpgb.h"
 
 /* The CPU this thread issued unsynced INVLPGBs as, plus one (0: none),

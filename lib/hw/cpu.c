@@ -12,7 +12,7 @@
 
 #include "../core/error.h"
 #include "event.h"
-#include "machine.h"
+#include "machine_state.h"
 #include "smp.h"
 
 size_t sd_cpu_area_size(unsigned l1, unsigned sets, unsigned ways)

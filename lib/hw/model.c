@@ -26,7 +26,7 @@
 #include "../core/backoff.h"
 #include "../core/error.h"
 #include "event.h"
-#include "machine.h"
+#include "machine_state.h"
 #include "model.h"
 
 _Static_assert(SD_LOCK_KIND_NR <= SD_MODEL_LOCK_KINDS, "model.h: too few lock kinds");

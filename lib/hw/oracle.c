@@ -3,7 +3,7 @@
 #include <stdlib.h>
 
 #include "../core/error.h"
-#include "machine.h"
+#include "machine_state.h"
 #include "oracle.h"
 
 void sd_oracle_init(struct sd_oracle *o)

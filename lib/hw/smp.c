@@ -29,7 +29,7 @@
 #include "../core/ordering.h"
 #include "../core/tsan.h"
 #include "../core/ipi_signal.h"
-#include "machine.h"
+#include "machine_state.h"
 #include "../time/sequencer.h"
 #include "smp.h"
 

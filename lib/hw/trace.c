@@ -17,7 +17,7 @@
 #include "../core/error.h"
 #include "../core/ordering.h"
 #include "event.h"
-#include "machine.h"
+#include "machine_state.h"
 #include "trace.h"
 
 #define SD_TRACE_DEFAULT_PER_CPU 65536u

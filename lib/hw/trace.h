@@ -62,7 +62,7 @@ struct sd_trace {
 char *sd_trace_tmp_name(const char *path);
 int sd_trace_path_check(const char *path, bool try_create);
 
-/* The machine's halves (machine/machine.c). Setup: resolve the config and
+/* The machine's halves (machine/create.c). Setup: resolve the config and
  * SD_TRACE into @m->trace, check the path (sd_trace_path_check(), so a
  * trace that could not be written is refused now, not after the run) and
  * give each CPU its ring (-ENOMEM, -EINVAL, that check's codes; nothing

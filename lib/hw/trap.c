@@ -15,7 +15,7 @@
 
 #include "../core/error.h"
 #include "event.h"
-#include "machine.h"
+#include "machine_state.h"
 #include "trap.h"
 
 /* ---- built-in emulations ---- */

@@ -12,7 +12,7 @@
 #include <shootdown/mm.h>
 
 #include "../core/error.h"
-#include "../hw/machine.h"
+#include "../hw/machine_state.h"
 #include "../mm/flush_ops.h"
 
 /*

@@ -11,7 +11,7 @@
 #include <shootdown/stats.h>
 
 #include "../core/error.h"
-#include "../hw/machine.h"
+#include "../hw/machine_state.h"
 #include "../mm/flush_ops.h"
 
 const char *sd_mechanism_name(unsigned mechanism)

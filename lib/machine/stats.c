@@ -10,7 +10,7 @@
 #include <shootdown/stats.h>
 
 #include "../core/error.h"
-#include "../hw/machine.h"
+#include "../hw/machine_state.h"
 
 static const char *const stat_names[SD_STAT_NR] = {
 #define SD_STAT_NAME(id, name) name,

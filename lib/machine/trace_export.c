@@ -18,7 +18,7 @@
 
 #include "../core/error.h"
 #include "../hw/event.h"
-#include "../hw/machine.h"
+#include "../hw/machine_state.h"
 #include "../hw/trace.h"
 #include "report.h"
 

@@ -23,7 +23,7 @@
  */
 #include "../core/spinlock.h"
 #include "../hw/event.h"
-#include "../hw/machine.h"
+#include "../hw/machine_state.h"
 #include "lru.h"
 
 /*

@@ -47,7 +47,7 @@ struct sd_mm {
 	 * readers behind a waiting writer. The built-in strategies flush
 	 * under it as the kernel does: madvise(DONTNEED) under its read hold,
 	 * mprotect under the write hold, munmap under the read hold it
-	 * downgrades to (mm.c, finish_change_locked()).
+	 * downgrades to (change.c, finish_change_locked()).
 	 */
 	struct sd_rwsem mmap_lock;
 	struct sd_model_rwsem mmap_model;  /* @mmap_lock in modelled time */
@@ -81,6 +81,15 @@ struct sd_cpu;
  * interrupts): 0 or -EPERM / -EINVAL naming @what. */
 int sd_mm_check_change(struct sd_cpu *c, struct sd_mm *mm, uint64_t va, uint64_t len,
 		       const char *what);
+/* A change's flush of @nr pages from @vpn (or, @whole_mm, of the mm), by
+ * the machine's strategy with the calling CPU as initiator: the flush
+ * half of flush_tlb_mm_range(). Also the copy-on-write break's one-page
+ * shootdown (access.c, ptep_clear_flush()). */
+void sd_mm_flush_change(struct sd_cpu *c, struct sd_mm *mm, uint64_t vpn, uint64_t nr,
+			bool whole_mm, bool freed_tables);
+/* Pass a quiescent state every this many accesses (and changes), so a CPU
+ * that only reads never holds a grace period back for long. */
+#define SD_ACCESSES_PER_QS 64
 /* The oracle version of a change (0 unchecked). */
 uint32_t sd_mm_change_version(struct sd_mm *mm);
 /* zap_pte_range(): drop the frame of every present page of the range, keep
@@ -116,7 +125,7 @@ void sd_mm_free_frames(struct sd_cpu *c, const uint64_t *pfns, size_t n);
  * SD_LOCK_MM_VMA for read, charged as the rmap walk of a reclaim, which
  * the kernel does without the mmap_lock's count. A fault takes its VMA's
  * own lock (vma.c, sd_lock_vma_under_rcu()) and this one for read only
- * when that fails (mm.c, fault_lock()).
+ * when that fails (access.c, fault_lock()).
  */
 static inline void sd_mmap_lock(struct sd_cpu *c, struct sd_mm *mm, enum sd_lock_kind kind)
 {

@@ -47,6 +47,12 @@ static inline unsigned sd_pt_index(uint64_t vpn, unsigned level)
 struct sd_pt *sd_pt_alloc(void);
 void sd_pt_free(struct sd_pt *pt);
 
+/* The slot of @vpn's PTE in its leaf table @leaf. */
+static inline SD_ATOMIC(uint64_t) *sd_pt_slot(struct sd_pt *leaf, uint64_t vpn)
+{
+	return &leaf->e[vpn & (SD_PT_ENTRIES - 1)];
+}
+
 /* Lockless: the leaf table covering @vpn, or NULL. */
 static inline struct sd_pt *sd_pt_walk_leaf(struct sd_pt *pgd, uint64_t vpn)
 {

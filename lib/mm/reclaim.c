@@ -9,7 +9,7 @@
 
 #include "../core/error.h"
 #include "../core/ordering.h"
-#include "../hw/machine.h"
+#include "../hw/machine_state.h"
 #include "mm.h"
 #include "tlbbatch.h"
 

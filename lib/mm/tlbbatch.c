@@ -13,7 +13,7 @@
 #include "../core/error.h"
 #include "../hw/event.h"
 #include "../core/ordering.h"
-#include "../hw/machine.h"
+#include "../hw/machine_state.h"
 #include "flush_ops.h"
 #include "mm.h"
 #include "tlbbatch.h"

@@ -14,7 +14,7 @@
 #include <shootdown/task.h>
 
 #include "../core/spinlock.h"
-#include "../hw/machine.h"
+#include "../hw/machine_state.h"
 #include "../hw/smp.h"
 #include "../time/resource.h"
 

@@ -12,7 +12,7 @@
 
 #include "../core/error.h"
 #include "../hw/event.h"
-#include "../hw/machine.h"
+#include "../hw/machine_state.h"
 #include "../mm/mm.h"
 #include "broadcast.h"
 #include "builtin.h"

@@ -36,7 +36,7 @@
 #include "../hw/event.h"
 #include "../core/error.h"
 #include "../core/ordering.h"
-#include "../hw/machine.h"
+#include "../hw/machine_state.h"
 #include "../mm/mm.h"
 #include "ipi.h"
 #include "builtin.h"

@@ -9,7 +9,7 @@
 
 #include "../core/cpumask.h"
 #include "../core/options.h"
-#include "../hw/machine.h"
+#include "../hw/machine_state.h"
 #include "../hw/smp.h"
 #include "../mm/mm.h"
 

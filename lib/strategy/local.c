@@ -34,7 +34,7 @@
 
 #include "../core/ordering.h"
 #include "../hw/event.h"
-#include "../hw/machine.h"
+#include "../hw/machine_state.h"
 #include "../mm/mm.h"
 #include "broadcast.h"
 #include "builtin.h"

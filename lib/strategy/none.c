@@ -6,7 +6,7 @@
  * show the oracle catching a strategy that breaks invariant 1. Its state is
  * broadcast's own (sd_broadcast_machine_create()), so broadcast's ops serve.
  */
-#include "../hw/machine.h"
+#include "../hw/machine_state.h"
 #include "../mm/mm.h"
 #include "broadcast.h"
 #include "builtin.h"

@@ -25,7 +25,7 @@
 #include "../core/compiler.h"
 #include "../core/cpumask.h"
 #include "../core/error.h"
-#include "../hw/machine.h"
+#include "../hw/machine_state.h"
 #include "../mm/mm.h"
 #include "broadcast.h"
 #include "builtin.h"
@@ -282,7 +282,7 @@ int sd_tlb_invalidate_broadcast(struct sd_cpu *cpu, struct sd_mm *mm, uint64_t v
 	int err = check_block(cpu, mm, va, len, "sd_tlb_invalidate_broadcast");
 
 	/* The what-if a profile without TLBI broadcasts allows only when
-	 * asked (machine.c, check_mechanisms()): a strategy that declared no
+	 * asked (machine/create.c, check_mechanisms()): a strategy that declared no
 	 * mechanisms is refused here instead of at creation. */
 	if (!err && cpu->m->model.on && !(cpu->m->model.mechanisms & SD_MECH_TLBI_BROADCAST) &&
 	    !(cpu->m->cfg.flags & SD_MACHINE_ANY_MECHANISM))

@@ -13,11 +13,18 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 DEFAULT_BENCH = os.path.join(ROOT, "build", "bench", "shootdown-bench")
 
 
-def loadavg():
-    """The host's load average (1, 5, 15 min), for reports that say how
-    loaded the machine was; "?" where /proc has none."""
+def load_values():
+    """The host's load average (1, 5, 15 min) as numbers, or None where
+    /proc has none: the package's one reading of it."""
     try:
         with open("/proc/loadavg") as f:
-            return " ".join(f.read().split()[:3])
-    except OSError:
-        return "?"
+            return [float(x) for x in f.read().split()[:3]]
+    except (OSError, ValueError):
+        return None
+
+
+def loadavg():
+    """load_values() as the reports print it ("0.52 0.61 0.70"), "?" where
+    there is none."""
+    v = load_values()
+    return " ".join("%.2f" % x for x in v) if v else "?"

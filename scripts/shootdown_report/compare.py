@@ -8,7 +8,7 @@ import subprocess
 import sys
 import time
 
-from . import DEFAULT_BENCH, ROOT, modelled, names
+from . import DEFAULT_BENCH, ROOT, load_values, modelled, names
 from .fmt import NOISY_SPREAD, fmt_rate, fmt_time, fmt_x, noisy, table
 from .results import UNIT_NS, load, med
 
@@ -433,6 +433,11 @@ def load_verdict(busy, shares, pus, load1=None):
             "loaded": bool(why), "why": "; ".join(why)}
 
 
+def load1_text(load):
+    """The 1-minute load average a verdict recorded, as printed ("?": none)."""
+    return "?" if load.get("load1_before") is None else "%.2f" % load["load1_before"]
+
+
 def load_warning(load):
     return ("WARNING: the machine was loaded (%s): times are spread and the ratios to "
             "machine limits are not shown (lim ?); run again on a quiet machine"
@@ -636,8 +641,8 @@ def quiet_seconds(runs, min_time):
 def measure_load(pus):
     """The load just before a run: what others use of the machine and the
     share of a PU a busy loop gets (load_verdict())."""
-    load1 = os.getloadavg()[0]
-    return load_verdict(others_busy(), [cpu_share()], pus, load1)
+    load = load_values()
+    return load_verdict(others_busy(), [cpu_share()], pus, load[0] if load else None)
 
 
 def plan_lines(args, runs, load):
@@ -645,9 +650,9 @@ def plan_lines(args, runs, load):
     starts: on a busy machine the measured section is slow and disturbed,
     and the modelled section, which no load changes, can be had alone."""
     out = ["machine load before the run: others used %s PUs, a busy loop got %.0f%% of a PU "
-           "(1-minute load average %.2f)"
+           "(1-minute load average %s)"
            % ("?" if load["others_busy_pus"] is None else "%.2f" % load["others_busy_pus"],
-              100 * load["cpu_share"][0], load["load1_before"])]
+              100 * load["cpu_share"][0], load1_text(load))]
     quiet = quiet_seconds(runs, args.min_time)
     if runs:
         out.append("measured section: %d runs, about %.0f s on a quiet machine" % (runs, quiet))
@@ -736,10 +741,10 @@ def measured_text(args, m, lines, pus, verdict, state):
         "± half the range of the repetitions; "
         "x = speedup over the patch's before strategy; * oversubscribed"
         % (m.took, m.progress.total // max(args.repetitions, 1), args.repetitions),
-        "machine load: others used %s PUs just before the run (1-minute load average %.2f); "
+        "machine load: others used %s PUs just before the run (1-minute load average %s); "
         "a busy loop got %s of a PU before and after"
         % ("?" if verdict["others_busy_pus"] is None else "%.2f" % verdict["others_busy_pus"],
-           verdict["load1_before"],
+           load1_text(verdict),
            " and ".join("%.0f%%" % (100 * s) for s in verdict["cpu_share"]))]
     if state:
         head.append("INTERRUPTED: " + state + "; what follows is what finished")

@@ -221,7 +221,7 @@ def calibrate(bench, out_dir):
 
 def main(run, bench, profile, reps, min_time, nr_rounds=3, table=COMPONENTS,
          tol=COMPONENT_TOL, what="components", cpus="1"):
-    """Run @table's benchmarks (COMPONENTS, or model.py's native pairs) with
+    """Run @table's benchmarks (COMPONENTS, or model_check.py's native pairs) with
     @run (model.run) @nr_rounds times and print the table. With no
     @profile, each round calibrates first (calibrate()) and uses its
     host-kernel."""

@@ -72,3 +72,11 @@ def table(rows, header, indent="  ", left=1):
     return [indent + "  ".join(v.ljust(w) if i < left else v.rjust(w)
                                for i, (v, w) in enumerate(zip(r, widths)))
             for r in rows]
+
+
+def fig_value(text):
+    """A row's figure as a number: '1.06x' 1.06, '329k/s' 329000, '81.7%' 81.7."""
+    m = re.match(r"^(>= )?([0-9.]+)\s*([kM]?)", text or "")
+    if not m:
+        return None
+    return float(m.group(2)) * {"": 1, "k": 1e3, "M": 1e6}[m.group(3)]

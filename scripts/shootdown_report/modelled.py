@@ -297,7 +297,7 @@ HALF_TOLERANCE = 0.01
 def with_half(rows, half):
     """Each row with its figure at half the run's length, and its verdict
     refused if the two differ by more than HALF_TOLERANCE."""
-    from .whatif import fig_value
+    from .fmt import fig_value
     out = []
     for row, h in zip(rows, half):
         full, short = fig_value(row[4]), fig_value(h[4])
@@ -337,8 +337,8 @@ def report(res, seconds):
     out += ["  %s %s: %s" % (p, k, s[:150] + ("..." if len(s) > 150 else "")) for p, k, s in fitted]
     # What each row rests on, computed offline (it takes minutes): whatif
     # imports this module, so it is imported here.
-    from . import whatif
-    out += whatif.decided_lines(rows)
+    from . import decided
+    out += decided.decided_lines(rows)
     out.append("profiles and every value's source: docs/profiles.md; why each miss is a miss: "
                "BENCHMARKS.md; ask what-if: scripts/what-if PATCH PARAM")
     return out, rows

@@ -10,7 +10,7 @@ import subprocess
 import sys
 import time
 
-from . import DEFAULT_BENCH, ROOT, names, reference
+from . import DEFAULT_BENCH, ROOT, load_values, names, reference
 from .fmt import fmt_ns, fmt_rate, fmt_x, table
 from .results import ByName, from_doc, median, one_run
 
@@ -356,14 +356,6 @@ def host_info():
     return info
 
 
-def loadavg():
-    try:
-        with open("/proc/loadavg") as f:
-            return [float(x) for x in f.read().split()[:3]]
-    except OSError:
-        return None
-
-
 def parse_run(doc):
     """Benchmarks of one run: base name -> {real_ns, cpu_ns, iterations, counters, error}."""
     return one_run(from_doc(doc))
@@ -468,14 +460,14 @@ def run_bench(args, i):
         cmd.append("--benchmark_filter=" + args.filter)
     print("run %d/%d: %s" % (i + 1, args.runs, " ".join(shlex.quote(c) for c in cmd)),
           file=sys.stderr, flush=True)
-    before = loadavg()
+    before = load_values()
     t0 = datetime.datetime.now()
     proc = subprocess.run(cmd, capture_output=True, text=True)
     secs = (datetime.datetime.now() - t0).total_seconds()
     if proc.returncode != 0:
         sys.stderr.write(proc.stderr)
         raise SystemExit("shootdown-bench exited with status %d" % proc.returncode)
-    return json.loads(proc.stdout), {"loadavg_before": before, "loadavg_after": loadavg(),
+    return json.loads(proc.stdout), {"loadavg_before": before, "loadavg_after": load_values(),
                                      "busy_before": busy,
                                      "seconds": secs, "command": cmd}
 

@@ -26,11 +26,9 @@ minutes on two PUs.
 """
 import argparse
 import concurrent.futures
-import hashlib
 import json
 import os
 import queue
-import re
 import subprocess
 import sys
 import tempfile
@@ -38,6 +36,8 @@ import time
 
 from . import ROOT, reference
 from . import modelled, plot
+from .decided import DECIDES, profile_hash, profile_path
+from .fmt import fig_value
 
 ROWS = {"skip_broadcast": modelled.rows_skip_broadcast, "mrs": modelled.rows_mrs,
         "lazy_cpumask": modelled.rows_lazy, "invlpgb": modelled.rows_invlpgb}
@@ -46,18 +46,7 @@ ROWS = {"skip_broadcast": modelled.rows_skip_broadcast, "mrs": modelled.rows_mrs
 # taken at 32 CPUs (the section also runs 1 and 8 for the plots).
 FILTERS = {"skip_broadcast": r"^mprotect_threaded/(broadcast|local)/cpus:32/"}
 
-DECIDES = os.path.join(ROOT, "scripts", "shootdown_report", "decides.json")
-
 ESTIMATE_WORDS = ("estimate", "no published figure", "fitted")
-
-
-def profile_path(name):
-    return os.path.join(ROOT, "profiles", name + ".json")
-
-
-def profile_hash(name):
-    with open(profile_path(name), "rb") as f:
-        return hashlib.sha1(f.read()).hexdigest()
 
 
 def profile_costs(name):
@@ -117,14 +106,6 @@ def run_patch(bench, patch, profile, out_dir, pu):
             raise RuntimeError(line)
         res.update(out)
     return res
-
-
-def fig_value(text):
-    """A row's figure as a number: '1.06x' 1.06, '329k/s' 329000, '81.7%' 81.7."""
-    m = re.match(r"^(>= )?([0-9.]+)\s*([kM]?)", text or "")
-    if not m:
-        return None
-    return float(m.group(2)) * {"": 1, "k": 1e3, "M": 1e6}[m.group(3)]
 
 
 def rows_of(patch, res):
@@ -260,28 +241,6 @@ def decides(args):
         f.write("\n")
     print("what-if --decides: wrote " + DECIDES)
     return 0
-
-
-def decided_lines(rows):
-    """Lines for scripts/compare: what decides each modelled row, from
-    decides.json, or why that is not known."""
-    if not os.path.exists(DECIDES):
-        return ["what decides each row: not computed (scripts/what-if --decides)"]
-    with open(DECIDES) as f:
-        doc = json.load(f)
-    out = ["what decides each row (the three parameters whose change by +-50%% moves it most; "
-           "* an estimate; scripts/what-if --decides at %s, %s):" % (doc.get("commit", "?"),
-                                                                    doc.get("date", "?"))]
-    stale = {p for p, h in doc.get("profiles", {}).items()
-             if os.path.exists(profile_path(p)) and profile_hash(p) != h}
-    for key, r in sorted(doc.get("rows", {}).items()):
-        tops = ", ".join("%s%s %.3g..%.3g" % (t["param"], "*" if t["estimate"] else "",
-                                              t["at_half"], t["at_one_and_a_half"])
-                         for t in r["top"])
-        out.append("  %-58s %s%s" % (r["measure"][:58], tops,
-                                     "  (stale: %s changed since)" % r["profile"]
-                                     if r["profile"] in stale else ""))
-    return out
 
 
 def main(argv=None):

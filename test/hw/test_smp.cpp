@@ -23,7 +23,7 @@
 
 extern "C" {
 #include "core/ordering.h"
-#include "hw/machine.h"
+#include "hw/machine_state.h"
 #include "hw/smp.h"
 }
 

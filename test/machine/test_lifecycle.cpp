@@ -28,7 +28,7 @@
 extern "C" {
 #include "core/ordering.h"
 #include "strategy/ipi.h"
-#include "hw/machine.h"
+#include "hw/machine_state.h"
 #include "mm/flush_ops.h"
 #include "strategy/builtin.h"
 }

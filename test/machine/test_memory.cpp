@@ -19,7 +19,7 @@
 
 extern "C" {
 #include "strategy/ipi.h"
-#include "hw/machine.h"
+#include "hw/machine_state.h"
 }
 
 namespace {

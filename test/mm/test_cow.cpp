@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// The zero page and copy-on-write (lib/mm/mm.c: populate(), wp_fault()).
+// The zero page and copy-on-write (lib/mm/access.c: populate(), wp_fault()).
 // A read of an anonymous page never written maps the shared zero page,
 // write-protected, with no frame (do_anonymous_page()); the first write
 // breaks it (wp_page_copy()): the PTE is cleared and flushed from every TLB
@@ -19,7 +19,7 @@
 #include "common.hpp"
 extern "C" {
 #include "core/ordering.h"
-#include "hw/machine.h"
+#include "hw/machine_state.h"
 }
 
 namespace {

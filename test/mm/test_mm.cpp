@@ -17,7 +17,7 @@
 // Internal: the frame pool's count of frames handed out (mapped pages plus
 // what sits in per-CPU frame caches).
 extern "C" {
-#include "hw/machine.h"
+#include "hw/machine_state.h"
 }
 
 namespace {

@@ -83,7 +83,7 @@ bool writes(Second s)
 
 // Whether the first call's flush keeps a writer out: the built-in
 // strategies flush under the lock; a user strategy's flush runs after it
-// (mm.c, finish_change_locked()).
+// (mm/change.c, finish_change_locked()).
 bool flushes_under_lock(const char *strategy)
 {
 	return std::string(strategy) != "nested_guide";

@@ -18,8 +18,8 @@ SCRIPTS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__)))), "scripts")
 sys.path.insert(0, SCRIPTS)
 
-from shootdown_report import ab, compare, fmt, model, modelled, names, ratios, reference, results  # noqa: E402,E501
-from shootdown_report import components, whatif  # noqa: E402
+from shootdown_report import ab, compare, fmt, model_check, modelled, names, ratios, reference, results  # noqa: E402,E501
+from shootdown_report import components, decided, whatif  # noqa: E402
 
 
 def bench(name, reps, time_unit="ns", **counters):
@@ -339,11 +339,11 @@ class WhatIf(unittest.TestCase):
             self.assertEqual({"ns": 30.0, "source": "what-if"}, cost["llc"])
 
     def test_figures_read_back_as_numbers(self):
-        self.assertEqual(1.06, whatif.fig_value("1.06x"))
-        self.assertEqual(329000, whatif.fig_value("329k/s"))
-        self.assertEqual(81.7, whatif.fig_value("81.7%"))
-        self.assertEqual(90, whatif.fig_value(">= 90%"))
-        self.assertIsNone(whatif.fig_value("-"))
+        self.assertEqual(1.06, fmt.fig_value("1.06x"))
+        self.assertEqual(329000, fmt.fig_value("329k/s"))
+        self.assertEqual(81.7, fmt.fig_value("81.7%"))
+        self.assertEqual(90, fmt.fig_value(">= 90%"))
+        self.assertIsNone(fmt.fig_value("-"))
 
     def test_estimates_are_told_from_sourced_values(self):
         self.assertTrue(whatif.is_estimate("no published figure found; estimate: ~6 cycles"))
@@ -352,26 +352,26 @@ class WhatIf(unittest.TestCase):
 
     def test_decided_lines_mark_a_changed_profile_stale(self):
         with tempfile.TemporaryDirectory() as d:
-            saved = whatif.DECIDES
-            whatif.DECIDES = os.path.join(d, "decides.json")
+            saved = decided.DECIDES
+            decided.DECIDES = os.path.join(d, "decides.json")
             try:
-                self.assertIn("not computed", whatif.decided_lines([])[0])
+                self.assertIn("not computed", decided.decided_lines([])[0])
                 row = {"patch": "skip_broadcast", "profile": "ampere-emag-32",
                        "measure": "ampere-emag-32, 32 CPUs: broadcast / local",
                        "modelled": 1.06, "theirs": 15.56,
                        "top": [{"param": "dvm_target", "at_half": 1.03,
                                 "at_one_and_a_half": 1.09, "moves": 0.03, "estimate": True}]}
-                for digest, stale in ((whatif.profile_hash("ampere-emag-32"), False),
+                for digest, stale in ((decided.profile_hash("ampere-emag-32"), False),
                                       ("0" * 40, True)):
-                    with open(whatif.DECIDES, "w") as f:
+                    with open(decided.DECIDES, "w") as f:
                         json.dump({"commit": "abc", "date": "2026-11-27",
                                    "profiles": {"ampere-emag-32": digest},
                                    "rows": {"skip_broadcast/x": row}}, f)
-                    lines = whatif.decided_lines([])
+                    lines = decided.decided_lines([])
                     self.assertIn("dvm_target* 1.03..1.09", lines[1])
                     self.assertEqual(stale, "stale" in lines[1])
             finally:
-                whatif.DECIDES = saved
+                decided.DECIDES = saved
 
 
 class Plot(unittest.TestCase):
@@ -626,7 +626,7 @@ class Model(unittest.TestCase):
         doc = {"benchmarks": [self.bench("mprotect_threaded/local/cpus:1", 100, 120),
                               self.bench("mprotect_threaded/local/cpus:2", 100, 130),
                               self.bench("process_churn/local/cpus:1", 100)]}
-        rows = model.self_consistency(results.from_doc(doc))
+        rows = model_check.self_consistency(results.from_doc(doc))
         got = {r[0]: r[-1] for r in rows}
         self.assertEqual("pass", got["mprotect_threaded/local/cpus:1"])
         self.assertEqual("miss", got["mprotect_threaded/local/cpus:2"])
@@ -637,9 +637,9 @@ class Model(unittest.TestCase):
                               self.bench("component/pipe_pingpong/ipi/cpus:1", 50, 700),
                               self.bench("context_switch/native/cpus:2", 1000),
                               self.bench("component/pipe_pingpong/ipi/cpus:2", 50, 600)]}
-        table = [t for t in model.native_table() if "context_switch" in t[2]]
+        table = [t for t in model_check.native_table() if "context_switch" in t[2]]
         rounds = [components.ratios(results.from_doc(doc), table)]
-        rows = components.rows(rounds, table, model.NATIVE_TOL)
+        rows = components.rows(rounds, table, model_check.NATIVE_TOL)
         self.assertEqual(["pass", "miss"], [r[-1] for r in rows])
         self.assertEqual("0.70", rows[0][3])
 

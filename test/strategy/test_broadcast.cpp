@@ -16,7 +16,7 @@
 
 extern "C" {
 #include "arch/tlbi_range.h"
-#include "hw/machine.h"
+#include "hw/machine_state.h"
 }
 
 namespace {

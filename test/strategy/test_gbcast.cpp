@@ -37,7 +37,7 @@
 
 extern "C" {
 #include "strategy/gbcast.h"
-#include "hw/machine.h"
+#include "hw/machine_state.h"
 #include "mm/mm.h"
 }
 

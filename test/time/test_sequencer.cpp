@@ -18,7 +18,7 @@
 #include <pthread.h>
 
 extern "C" {
-#include "hw/machine.h"
+#include "hw/machine_state.h"
 #include "mm/mm.h"
 #include "time/sequencer.h"
 }

@@ -1,10 +1,10 @@
 /* SPDX-License-Identifier: MIT */
-#ifndef SD_HW_MACHINE_H
-#define SD_HW_MACHINE_H
+#ifndef SD_HW_MACHINE_STATE_H
+#define SD_HW_MACHINE_STATE_H
 
 #include "../core/layer.h"
 #if SD_LAYER < SD_LAYER_HW
-#error "hw/machine.h is in a higher layer than the file including it (core/layer.h)"
+#error "hw/machine_state.h is in a higher layer than the file including it (core/layer.h)"
 #endif
 
 #include <pthread.h>
