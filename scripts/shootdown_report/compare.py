@@ -677,7 +677,7 @@ def modelled_section(args, out_dir):
     (modelled.json) and drawn as soon as it is done."""
     model_res, model_s = modelled.run_all(args.bench, out_dir, tiny=args.tiny)
     model_lines, model_rows = modelled.report(model_res, model_s)
-    modelled.write_json(os.path.join(out_dir, "modelled.json"), model_rows, model_s)
+    modelled.write_json(os.path.join(out_dir, "modelled.json"), model_rows, model_s, model_res)
     print("\n".join(model_lines), flush=True)
     drawn = args.no_plot or plot(args, ["--modelled", out_dir])
     return model_lines, model_res, drawn

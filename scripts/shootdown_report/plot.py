@@ -411,13 +411,42 @@ def modelled_figure(out, doc):
     return fig
 
 
+def invlpgb_threads_figure(out, doc):
+    """The merged INVLPGB commit's loops/s by thread count, tip and INVLPGB:
+    its published points, and the modelled curves on milan-36."""
+    c = doc["invlpgb_threads"]
+    fig, ax = subplots(out, figsize=(8, 5))
+    for key, colour, label in (("tip", "tab:blue", "tip (IPIs)"),
+                               ("invlpgb", "tab:red", "with INVLPGB")):
+        ax.plot(c["threads"], c["published"][key], linestyle="none", marker="o",
+                markersize=8, color=colour, label="published, 72-CPU Milan: " + label)
+        pts = [(n, v) for n, v in zip(c["threads"], c["modelled"][key]) if v]
+        if pts:
+            ax.plot([n for n, _ in pts], [v for _, v in pts], marker="s", color=colour,
+                    alpha=0.7, label="modelled, milan-36, strict: " + label)
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(c["threads"], [str(n) for n in c["threads"]])
+    ax.minorticks_off()
+    ax.set_xlabel("threads (will-it-scale tlb_flush2_threads)")
+    ax.set_ylabel("loops/s, all threads")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    title(out, fig, "INVLPGB by thread count: the merged commit's table against modelled time")
+    return fig
+
+
 def modelled_pngs(out, directory):
-    """[path] of modelled.png drawn from @directory's modelled.json, [] when
-    there is none. Never stamped: modelled time does not depend on the
-    host's load."""
+    """[path] of modelled.png (and invlpgb-threads.png when the section ran
+    the curve) drawn from @directory's modelled.json, [] when there is none.
+    Never stamped: modelled time does not depend on the host's load."""
     doc = load_modelled(directory)
     out = out._replace(stamp="")
-    return [save(out, modelled_figure(out, doc), "modelled.png")] if doc else []
+    if not doc:
+        return []
+    made = [save(out, modelled_figure(out, doc), "modelled.png")]
+    if any(v for vs in doc.get("invlpgb_threads", {}).get("modelled", {}).values() for v in vs):
+        made.append(save(out, invlpgb_threads_figure(out, doc), "invlpgb-threads.png"))
+    return made
 
 
 def stamp_text(option, doc):

@@ -40,7 +40,8 @@ from .decided import DECIDES, profile_hash, profile_path
 from .fmt import fig_value
 
 ROWS = {"skip_broadcast": modelled.rows_skip_broadcast, "mrs": modelled.rows_mrs,
-        "lazy_cpumask": modelled.rows_lazy, "invlpgb": modelled.rows_invlpgb}
+        "lazy_cpumask": modelled.rows_lazy, "invlpgb": modelled.rows_invlpgb,
+        "invlpgb_threads": modelled.rows_invlpgb_threads}
 
 # The rows the table reports, and only those: the skip-broadcast ratio is
 # taken at 32 CPUs (the section also runs 1 and 8 for the plots).
