@@ -432,7 +432,6 @@ bool run_batches(State &st, RunMachine &rm, sd_cpu_fn body, uint64_t batch, cons
 	RunArg own;
 	RunArg &r = arg ? *arg : own;
 	r.rm = &rm;
-	r.count = batch;
 	r.body = body;
 	r.clocks.reset(sd_machine_nr_cpus(rm.m()));
 	sd_stats before = all_stats(rm.m());

@@ -114,6 +114,8 @@ struct PingTask {
 	unsigned id;                    // 0 writes first, 1 echoes
 };
 
+// Acquire pairs with ping_write()'s release: a reader that sees the
+// message sees what its writer did before sending it.
 bool ping_has_message(void *p)
 {
 	return static_cast<PingPipe *>(p)->queued.load(std::memory_order_acquire) > 0;
@@ -134,9 +136,13 @@ int ping_write(sd_task *self, PingArg *a, PingPipe &to)
 {
 	int err = ping_side(self, a, true);
 
+	// Release pairs with ping_has_message()'s acquire. Counted even on
+	// an error, so that the reader is not left waiting for it.
 	to.queued.fetch_add(1, std::memory_order_release);
-	const int woken = err ? 0 : sd_task_wake(self, to.readers, 1);
-	return err ? err : woken < 0 ? woken : 0;
+	if (err)
+		return err;
+	const int woken = sd_task_wake(self, to.readers, 1);
+	return woken < 0 ? woken : 0;
 }
 
 int ping_read(sd_task *self, PingArg *a, PingPipe &from)

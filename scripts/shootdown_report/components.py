@@ -27,6 +27,7 @@ more than one target, waiter or sharer natively.
 """
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -225,7 +226,6 @@ def main(run, bench, profile, reps, min_time, nr_rounds=3, table=COMPONENTS,
     @run (model.run) @nr_rounds times and print the table. With no
     @profile, each round calibrates first (calibrate()) and uses its
     host-kernel."""
-    import re
     before = loadavg()
     filt = "^(" + "|".join(re.escape(n) for n in names(table)) + ")/"
     rounds = []
