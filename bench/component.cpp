@@ -19,6 +19,16 @@
 //                                            twin: context_switch/native/cpus:N, N
 //                                            pairs of processes, a PU each)
 //
+//   component/lock_shared/ipi/cpus:{1,2}       CPU 0 and the others take one sd_lock
+//                                            and add to a counter under it, in a
+//                                            loop; modelled ns an acquisition on
+//                                            CPU 0 (native twin: .../native/cpus:N,
+//                                            a ticket lock, a thread a PU)
+//   component/line_shared/ipi/cpus:{1,2}       the same with an atomic add to one
+//                                            word, its sd_line written each time
+//
+// Targets, waiters or sharers beyond 1 need more than 2 PUs natively: the
+// families register the counts this machine can run natively, up to 2.
 // Targets beyond 1 need an emulated multicast (smp_call_function_many(), not
 // in the public API yet) and more than 2 PUs natively; not registered.
 #include "common.hpp"
@@ -242,6 +252,98 @@ void BM_pipe_pingpong(State &st, unsigned cpus)
 	st.counters["oversubscribed"] = oversubscribed(rm.m());
 }
 
+// ---- a lock or a line that every CPU hammers ----
+
+constexpr uint64_t kSharedBatch = 20000;
+
+// One step of the loop's own instructions between two accesses: a charge
+// that ends the step in modelled time, so that strict mode runs the CPUs
+// in the order of their clocks at every access, as the hardware
+// interleaves them. Without it an access that hits costs nothing, the
+// clock stands still, and one CPU would run a whole quantum of accesses
+// before the others ran any.
+constexpr uint64_t kLoopStepNs = 1;
+
+struct SharedArg : RunArg {
+	sd_lock *lock = nullptr;
+	sd_line *line = nullptr;
+	uint64_t protected_count = 0;       // under lock
+	std::atomic<uint64_t> word{0};      // line's data
+	std::atomic<bool> done{false};
+	uint64_t cpu0_ns = 0;               // CPU 0's modelled time in its loops
+};
+
+int shared_op(sd_cpu *c, SharedArg *a)
+{
+	int err = sd_cpu_work(c, kLoopStepNs);
+
+	if (err)
+		return err;
+	if (a->line) {
+		a->word.fetch_add(1, std::memory_order_relaxed);
+		return sd_line_access(c, a->line, 1);
+	}
+	err = sd_lock_acquire(c, a->lock);
+	if (err)
+		return err;
+	a->protected_count++;
+	return sd_lock_release(c, a->lock);
+}
+
+void shared_body(sd_cpu *c, void *p)
+{
+	auto *a = static_cast<SharedArg *>(p);
+	int err = 0;
+
+	if (sd_cpu_id(c) != 0) {
+		while (!err && !a->done.load(std::memory_order_acquire))
+			err = shared_op(c, a);
+	} else {
+		const uint64_t t0 = sd_cpu_clock_ns(c);
+
+		for (uint64_t i = 0; !err && i < a->count; i++)
+			err = shared_op(c, a);
+		a->cpu0_ns += sd_cpu_clock_ns(c) - t0;
+		// Pairs with the others' acquire load: they stop after CPU 0's last.
+		a->done.store(true, std::memory_order_release);
+	}
+	note_error(a, err);
+}
+
+void BM_shared(State &st, unsigned cpus, bool line)
+{
+	RunMachine rm(cpus, SD_ORACLE_OFF, 1, 1, spec_of("ipi"));
+	SharedArg a;
+	int err = 0;
+
+	if (!rm.ok(st))
+		return;
+	err = line ? sd_line_create(rm.m(), &a.line) : sd_lock_create(rm.m(), "shared", &a.lock);
+	if (err) {
+		fail(st, line ? "sd_line_create" : "sd_lock_create", err);
+		return;
+	}
+	a.rm = &rm;
+	ModelSpan model(rm.m());
+	for (uint64_t n; st.KeepRunningBatch(n = next_batch(st, kSharedBatch));) {
+		a.count = n;
+		a.done.store(false);
+		if (!err && !a.err.load())
+			err = sd_machine_run(rm.m(), shared_body, &a);
+	}
+	model.stop(a.cpu0_ns);
+	if (a.line)
+		sd_line_destroy(a.line);
+	if (a.lock && !err)
+		err = sd_lock_destroy(a.lock);
+	if (err || a.err.load()) {
+		fail(st, line ? "line_shared run" : "lock_shared run", err ? err : a.err.load());
+		return;
+	}
+	model.report(st, (double)st.iterations());
+	st.counters["oversubscribed"] = oversubscribed(rm.m());
+}
+
 void register_component(Set set)
 {
 	// In the main set too, beside the x86 twins (mprotect_threaded/ipi)
@@ -252,9 +354,18 @@ void register_component(Set set)
 	for (unsigned t : {0u, 1u})
 		reg("component/ipi_roundtrip/native/targets:" + std::to_string(t),
 		    [t](State &st) { native::BM_membarrier(st, t); });
-	for (unsigned n : {1u, 2u})
+	for (unsigned n : {1u, 2u}) {
 		reg("component/pipe_pingpong/ipi" + cpus_tail(n),
 		    [n](State &st) { BM_pipe_pingpong(st, n); });
+		reg("component/lock_shared/ipi" + cpus_tail(n),
+		    [n](State &st) { BM_shared(st, n, false); });
+		reg("component/lock_shared/native" + cpus_tail(n),
+		    [n](State &st) { native::BM_lock_shared(st, n); });
+		reg("component/line_shared/ipi" + cpus_tail(n),
+		    [n](State &st) { BM_shared(st, n, true); });
+		reg("component/line_shared/native" + cpus_tail(n),
+		    [n](State &st) { native::BM_line_shared(st, n); });
+	}
 }
 
 } // namespace

@@ -531,4 +531,94 @@ void BM_membarrier(State &st, unsigned targets)
 	st.counters["oversubscribed"] = 0;
 }
 
+// ---- a lock and a line shared by @threads threads, a PU each ----
+
+inline void spin_pause()
+{
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_ia32_pause();
+#elif defined(__aarch64__)
+	asm volatile("yield" ::: "memory");
+#endif
+}
+
+// A ticket lock: waiters are served in the order they came, as the
+// kernel's queued spinlock serves them, so with every thread hammering it
+// each acquisition is a handoff from the previous holder. The protected
+// counter shares the lock's line, as a spinlock's data often does.
+struct alignas(64) TicketLock {
+	std::atomic<uint32_t> next{0};
+	std::atomic<uint32_t> owner{0};
+	uint64_t protected_count = 0;
+
+	void lock()
+	{
+		const uint32_t me = next.fetch_add(1, std::memory_order_relaxed);
+		// Acquire pairs with unlock()'s release: the last holder's
+		// writes to the protected data are seen.
+		while (owner.load(std::memory_order_acquire) != me)
+			spin_pause();
+	}
+	void unlock()
+	{
+		owner.store(owner.load(std::memory_order_relaxed) + 1, std::memory_order_release);
+	}
+};
+
+struct alignas(64) SharedWord {
+	std::atomic<uint64_t> value{0};
+};
+
+// Thread 0 (the benchmark's, on PU 0) times its operations while threads 1
+// .. @threads-1 (PU 1 and on) do the same operation until it is done.
+template <typename Op>
+void run_shared(State &st, unsigned threads, Op op)
+{
+	if (threads < 1 || threads > nr_pus()) {
+		st.SkipWithError("one thread a PU: at most as many threads as PUs");
+		return;
+	}
+	std::atomic<int> stop{0}, ready{0}, failed{0};
+	std::vector<std::thread> others;
+	for (unsigned i = 1; i < threads; i++)
+		others.emplace_back([&, i] {
+			if (bind_self(i))
+				failed.store(1);
+			ready.fetch_add(1);
+			while (!stop.load(std::memory_order_relaxed))
+				op();
+		});
+	while (ready.load() != (int)threads - 1)
+		;
+	ScopedBind pin(0);
+	const bool ok = !pin.error() && !failed.load();
+	for (auto _ : st)
+		if (ok)
+			op();
+	stop.store(1);
+	for (std::thread &t : others)
+		t.join();
+	if (!ok)
+		st.SkipWithError("could not pin a thread to its PU");
+	st.counters["oversubscribed"] = 0;
+}
+
+void BM_lock_shared(State &st, unsigned threads)
+{
+	TicketLock lock;
+
+	run_shared(st, threads, [&lock] {
+		lock.lock();
+		lock.protected_count++;
+		lock.unlock();
+	});
+}
+
+void BM_line_shared(State &st, unsigned threads)
+{
+	SharedWord word;
+
+	run_shared(st, threads, [&word] { word.value.fetch_add(1, std::memory_order_relaxed); });
+}
+
 } // namespace native

@@ -50,6 +50,14 @@ void BM_trap_cpuid(benchmark::State &st, unsigned threads, uint64_t reads);
 // the system call alone (the kernel IPIs only CPUs running the mm).
 void BM_membarrier(benchmark::State &st, unsigned targets = 1);
 
+// component/lock_shared/native/threads:T: T threads, a PU each, taking one
+// ticket lock (FIFO, as the kernel's queued spinlock) and incrementing a
+// counter on its line, as fast as they can; ns an acquisition as thread 0
+// sees it. component/line_shared/native/threads:T: the same with an atomic
+// add to one shared word instead of the lock.
+void BM_lock_shared(benchmark::State &st, unsigned threads);
+void BM_line_shared(benchmark::State &st, unsigned threads);
+
 // PUs the process may use (its affinity mask and cpuset, as hwloc reports
 // them at the first call, which main() makes before anything is pinned; at
 // least 1).

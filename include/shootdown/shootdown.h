@@ -21,5 +21,6 @@
 #include "oracle.h"
 #include "model.h"
 #include "task.h"
+#include "shared.h"
 
 #endif

@@ -116,7 +116,8 @@ SD_BEGIN_DECLS
 	X(TASK_EXEC, "task_execs")              /* task.h: sd_task_exec() */ \
 	X(TASK_EXIT, "task_exits")              /* task.h: task bodies that returned */ \
 	X(VMA_SPLIT, "vma_splits")              /* mm.h: VMAs split (__split_vma) */ \
-	X(VMA_MERGE, "vma_merges")              /* mm.h: VMAs merged into a neighbour (vma_merge) */
+	X(VMA_MERGE, "vma_merges")              /* mm.h: VMAs merged into a neighbour (vma_merge) */ \
+	X(LOCK_STUCK, "lock_stuck_reports")     /* shared.h: an sd_lock wait reported stuck */
 
 /** Counter ids. */
 enum sd_stat {

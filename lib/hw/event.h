@@ -121,6 +121,7 @@
 	X(TRAP_UNDEF,         TRAP_UNDEF,         INSTANT,  ONE, FREE) /* arg insn */                    \
 	X(LOCK_WAIT_BEGIN,    LOCK_WAIT,          BEGIN,    ONE, FREE) /* arg enum sd_lock_kind */       \
 	X(LOCK_WAIT_END,      NONE,               END,      ONE, FREE)                                   \
+	X(LOCK_STUCK,         LOCK_STUCK,         INSTANT,  ONE, FREE) /* arg the holder (shared.h) */   \
 	/* The scheduler (lib/sched): arg the task id */                                                 \
 	X(TASK_SWITCH,        TASK_SWITCH,        INSTANT,  ONE, ONCE(SCHED_SWITCH))                     \
 	X(TASK_WAKEUP,        TASK_WAKEUP,        INSTANT,  ONE, ONCE(SCHED_WAKEUP))                     \
@@ -225,6 +226,7 @@ enum sd_lock_kind {
 	SD_LOCK_PTL,            /* a leaf page table's split lock (aux its model) */
 	SD_LOCK_RQ,             /* a CPU's run-queue lock (lib/sched; aux its model) */
 	SD_LOCK_VMA_WRITE,      /* a VMA's lock for write (vma_start_write(); aux its model) */
+	SD_LOCK_USER,           /* the program's own sd_lock (shared.h; aux its model) */
 	SD_LOCK_KIND_NR
 };
 

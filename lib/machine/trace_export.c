@@ -77,6 +77,7 @@ static const char *const lock_names[SD_LOCK_KIND_NR] = {
 	[SD_LOCK_MM] = "mmap_lock", [SD_LOCK_TRAP] = "trap", [SD_LOCK_ASID] = "asid",
 	[SD_LOCK_MM_READ] = "mmap_lock_read", [SD_LOCK_MM_VMA] = "vma_lock",
 	[SD_LOCK_PTL] = "ptl", [SD_LOCK_RQ] = "rq", [SD_LOCK_VMA_WRITE] = "vma_lock_write",
+	[SD_LOCK_USER] = "user_lock",
 };
 
 static const char *reason_name(uint64_t r)

@@ -68,7 +68,7 @@ enum sd_model_dist_param {
 };
 
 /* At least enum sd_lock_kind's SD_LOCK_KIND_NR (model.c checks). */
-#define SD_MODEL_LOCK_KINDS 11
+#define SD_MODEL_LOCK_KINDS 12
 
 /* Strict mode's quantum by default (struct sd_model, seq_quantum_ps). */
 #define SD_MODEL_SEQ_QUANTUM_PS (1000u * PS_PER_NS)

@@ -1955,6 +1955,68 @@ TEST(TaskErrors, EveryCallRefusesWhatItDocuments)
 	EXPECT_EQ(0, sd_machine_destroy(k.m));
 }
 
+// ---- shared.h: the program's own lock and line ----
+
+TEST(SharedErrors, EveryCallRefusesWhatItDocuments)
+{
+	Machine mach(cfg_cpus(2)), other(cfg_cpus(1));
+	ASSERT_NE(nullptr, mach.m);
+	ASSERT_NE(nullptr, other.m);
+	sd_lock *sentinel = reinterpret_cast<sd_lock *>(0x1), *l = sentinel, *foreign = nullptr;
+	sd_line *line = nullptr, *foreign_line = nullptr;
+
+	prime_last_error();
+	check_error(sd_lock_create(nullptr, "l", &l), -EINVAL, {"NULL"});
+	EXPECT_EQ(sentinel, l) << "a failed create wrote *out";
+	prime_last_error();
+	check_error(sd_lock_create(mach.m, "l", nullptr), -EINVAL, {"NULL"});
+	prime_last_error();
+	check_error(sd_line_create(nullptr, &line), -EINVAL, {"NULL"});
+	prime_last_error();
+	check_error(sd_lock_destroy(nullptr), -EINVAL, {"NULL"});
+	prime_last_error();
+	check_error(sd_line_destroy(nullptr), -EINVAL, {"NULL"});
+	prime_last_error();
+	check_error(sd_lock_holder(nullptr), -EINVAL, {"NULL"});
+	ASSERT_EQ(0, sd_lock_create(mach.m, "mine", &l));
+	ASSERT_EQ(0, sd_lock_create(other.m, "theirs", &foreign));
+	ASSERT_EQ(0, sd_line_create(mach.m, &line));
+	ASSERT_EQ(0, sd_line_create(other.m, &foreign_line));
+	prime_last_error();
+	check_error(sd_lock_acquire(nullptr, l), -EPERM, {"attached"});
+	prime_last_error();
+	check_error(sd_lock_release(nullptr, l), -EPERM, {"attached"});
+	prime_last_error();
+	check_error(sd_line_access(nullptr, line, 1), -EPERM, {"attached"});
+	{
+		Attached a(mach.m, 0);
+		ASSERT_NE(nullptr, a.c);
+		prime_last_error();
+		check_error(sd_lock_acquire(a.c, nullptr), -EINVAL, {"NULL"});
+		prime_last_error();
+		check_error(sd_lock_acquire(a.c, foreign), -EINVAL, {"another machine"});
+		prime_last_error();
+		check_error(sd_lock_release(a.c, nullptr), -EINVAL, {"NULL"});
+		prime_last_error();
+		check_error(sd_lock_release(a.c, l), -EPERM, {"not held"});
+		prime_last_error();
+		check_error(sd_line_access(a.c, nullptr, 0), -EINVAL, {"NULL"});
+		prime_last_error();
+		check_error(sd_line_access(a.c, foreign_line, 0), -EINVAL, {"another machine"});
+		ASSERT_EQ(0, sd_lock_acquire(a.c, l));
+		prime_last_error();
+		check_error(sd_lock_acquire(a.c, l), -EDEADLK, {"already holds"});
+		prime_last_error();
+		check_error(sd_lock_destroy(l), -EBUSY, {"holds"});
+		EXPECT_EQ(0, sd_lock_holder(l)) << "a refused call changed the holder";
+		EXPECT_EQ(0, sd_lock_release(a.c, l));
+	}
+	EXPECT_EQ(0, sd_lock_destroy(l));
+	EXPECT_EQ(0, sd_lock_destroy(foreign));
+	EXPECT_EQ(0, sd_line_destroy(line));
+	EXPECT_EQ(0, sd_line_destroy(foreign_line));
+}
+
 // ---- every documented code, driven ----
 
 // Documented codes no unit test here can force, each with why. Anything
@@ -1983,6 +2045,8 @@ const std::map<std::pair<std::string, int>, const char *> kNotForced = {
 	{{"sd_task_fork", -ENOMEM}, "malloc failing"},
 	{{"sd_task_exec", -ENOMEM}, "malloc failing"},
 	{{"sd_waitq_create", -ENOMEM}, "malloc failing"},
+	{{"sd_lock_create", -ENOMEM}, "malloc failing"},
+	{{"sd_line_create", -ENOMEM}, "malloc failing"},
 };
 
 // Each SD_EXPORT function of include/shootdown/ and the -E codes its own

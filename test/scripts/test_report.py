@@ -674,12 +674,22 @@ class ComponentGuard(unittest.TestCase):
         with open(os.path.join(components.PROFILES, components.GUARD_PROFILE + ".json")) as f:
             base = json.load(f)["costs"]
 
+        def flat(table):
+            """{key: ns}, a distance table's classes as "name.class"."""
+            out = {}
+            for k, v in table.items():
+                if "ns" in v:
+                    out[k] = v["ns"]
+                elif isinstance(v, dict):
+                    out.update({k + "." + c: cv["ns"] for c, cv in v.items()
+                                if isinstance(cv, dict) and "ns" in cv})
+            return out
+
         def models(bench, profile):
-            costs = {k: v["ns"] for k, v in base.items() if "ns" in v}
+            costs = flat(base)
             if profile != components.GUARD_PROFILE:
                 with open(profile) as f:
-                    for k, v in json.load(f)["costs"].items():
-                        costs[k] = v["ns"]
+                    costs.update(flat(json.load(f)["costs"]))
             out = {}
             for name, (_, want) in components.GUARD.items():
                 counts = dict(want)
@@ -708,6 +718,10 @@ class ComponentGuard(unittest.TestCase):
         bad = self.guard_with({("component/ipi_roundtrip/ipi/targets:1", "irq_exit"): 1})
         self.assertEqual(1, len(bad))
         self.assertIn("irq_exit charged 1.000 times an operation, not 0", bad[0])
+        # A distance class: a handoff charged on both sides of a release.
+        bad = self.guard_with({("component/lock_shared/ipi/cpus:2", "lock_handoff.llc"): 1})
+        self.assertEqual(["component/lock_shared/ipi/cpus:2: lock_handoff.llc charged "
+                          "3.000 times an operation, not 2"], bad)
 
     def test_a_missing_component_is_named(self):
         saved = components.guard_models
