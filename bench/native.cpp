@@ -550,6 +550,7 @@ struct alignas(64) TicketLock {
 	std::atomic<uint32_t> next{0};
 	std::atomic<uint32_t> owner{0};
 	uint64_t protected_count = 0;
+	unsigned last_holder = UINT_MAX;        // under the lock
 
 	void lock()
 	{
@@ -571,6 +572,10 @@ struct alignas(64) SharedWord {
 
 // Thread 0 (the benchmark's, on PU 0) times its operations while threads 1
 // .. @threads-1 (PU 1 and on) do the same operation until it is done.
+// op(id) returns whether thread @id's operation found the lock or line
+// last used by another thread: thread 0's count of those becomes the
+// counter moves_per_op (1: every operation moved it; less: the hardware
+// let a thread run several operations a move).
 template <typename Op>
 void run_shared(State &st, unsigned threads, Op op)
 {
@@ -586,20 +591,22 @@ void run_shared(State &st, unsigned threads, Op op)
 				failed.store(1);
 			ready.fetch_add(1);
 			while (!stop.load(std::memory_order_relaxed))
-				op();
+				op(i);
 		});
 	while (ready.load() != (int)threads - 1)
 		;
 	ScopedBind pin(0);
 	const bool ok = !pin.error() && !failed.load();
+	uint64_t moves = 0;
 	for (auto _ : st)
 		if (ok)
-			op();
+			moves += op(0u);
 	stop.store(1);
 	for (std::thread &t : others)
 		t.join();
 	if (!ok)
 		st.SkipWithError("could not pin a thread to its PU");
+	st.counters["moves_per_op"] = st.iterations() ? (double)moves / (double)st.iterations() : 0;
 	st.counters["oversubscribed"] = 0;
 }
 
@@ -607,18 +614,31 @@ void BM_lock_shared(State &st, unsigned threads)
 {
 	TicketLock lock;
 
-	run_shared(st, threads, [&lock] {
+	run_shared(st, threads, [&lock](unsigned id) {
 		lock.lock();
+		const bool handoff = lock.last_holder != id;
+		lock.last_holder = id;
 		lock.protected_count++;
 		lock.unlock();
+		return handoff;
 	});
 }
 
 void BM_line_shared(State &st, unsigned threads)
 {
 	SharedWord word;
+	// Thread 0's last value: an add that returns one more than it found
+	// no other thread's add in between, so the line stayed.
+	uint64_t last = UINT64_MAX - 1;
 
-	run_shared(st, threads, [&word] { word.value.fetch_add(1, std::memory_order_relaxed); });
+	run_shared(st, threads, [&word, &last](unsigned id) {
+		const uint64_t old = word.value.fetch_add(1, std::memory_order_relaxed);
+		if (id)
+			return false;
+		const bool moved = old != last + 1;
+		last = old;
+		return moved;
+	});
 }
 
 } // namespace native

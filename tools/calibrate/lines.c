@@ -26,9 +26,19 @@ static void pp_lock(atomic_int *l)
 }
 
 /*
- * Side @me (0 or 1) waits for its turn and passes it on. With use_lock each
- * pass takes the lock (last released by the other side) and updates the
- * turn under it: a lock handoff. Without, the turn's line alone moves.
+ * Side @me (0 or 1) waits for its turn and passes it on.
+ *
+ * Without use_lock, the turn's line alone moves, as nviennot's
+ * core-to-core-latency measures it (src/bench/cas.rs, the source of the
+ * patch machines' line_transfer): each side spins on a compare-and-swap
+ * from the other's value to its own, so a pass is one fetch of the line
+ * for ownership from the side that wrote it last, the transfer the model
+ * charges (params.h, line_transfer). A load-spin then a store would add an
+ * upgrade of the shared copy to each pass.
+ *
+ * With use_lock each pass takes the lock (last released by the other
+ * side) and updates the turn under it: a lock handoff, whose acquisition
+ * and release group_lines() takes off (lock_acquire, charged apart).
  */
 static int pp_side(struct pingpong *pp, int me)
 {
@@ -37,7 +47,17 @@ static int pp_side(struct pingpong *pp, int me)
 	for (long i = 0; i < pp->rounds; i++) {
 		int want = (int)(2 * i + me);
 
-		for (unsigned k = 0; atomic_load_explicit(&pp->turn, memory_order_acquire) != want; k++) {
+		for (unsigned k = 0;; k++) {
+			int seen = want;
+
+			if (pp->use_lock) {
+				if (atomic_load_explicit(&pp->turn, memory_order_acquire) == want)
+					break;
+			} else if (atomic_compare_exchange_weak_explicit(&pp->turn, &seen, want + 1,
+									 memory_order_acq_rel,
+									 memory_order_relaxed)) {
+				break;
+			}
 			cpu_relax();
 			if (!(k & 4095) && now_ns() > deadline)
 				return -1;
@@ -46,8 +66,6 @@ static int pp_side(struct pingpong *pp, int me)
 			pp_lock(&pp->lock);
 			atomic_store_explicit(&pp->turn, want + 1, memory_order_relaxed);
 			atomic_store_explicit(&pp->lock, 0, memory_order_release);
-		} else {
-			atomic_store_explicit(&pp->turn, want + 1, memory_order_release);
 		}
 	}
 	return 0;
@@ -114,10 +132,14 @@ static int pingpong_median(hwloc_obj_t a, hwloc_obj_t b, bool use_lock, double *
 }
 
 static double pair_line_ns = -1;        /* line_transfer of (pu0, pu1) */
+static double lock_acquire_ns;          /* lock_pair_ns(), before the handoffs */
 
 static const char *const pp_what[D_NR] = {
-	"a cache-line ping-pong (one atomic int, acquire/release) between two threads",
-	"a spinlock ping-pong (xchg lock; the turn is passed under the lock) between two threads",
+	"a cache-line ping-pong (one atomic int, each side spinning on a compare-and-swap "
+	"from the other's value, as nviennot/core-to-core-latency's cas.rs) between two "
+	"threads",
+	"a spinlock ping-pong (xchg lock; the turn is passed under the lock) between two "
+	"threads, less lock_acquire (the pass's own acquisition and release, charged apart)",
 };
 
 static int measure_dist(enum dparam k, hwloc_obj_t partner[4])
@@ -131,6 +153,8 @@ static int measure_dist(enum dparam k, hwloc_obj_t partner[4])
 			continue;
 		if (pingpong_median(pu0, partner[d], k == D_LOCK_HANDOFF, &val[d]))
 			return -1;
+		if (k == D_LOCK_HANDOFF)
+			val[d] = pos(val[d] - lock_acquire_ns);
 		for (int p = 0; p < 2; p++)
 			dset(p ? &kern : &host, k, d, val[d], "sd-calibrate --only lines: median of "
 			     "%d batches of %d round trips of %s pinned on PU %u and PU %u (%s), "
@@ -188,9 +212,11 @@ int group_lines(void)
 	hwloc_obj_t partner[4];
 
 	class_partners(partner);
+	const double lk = lock_pair_ns();
+
+	lock_acquire_ns = lk;
 	if (measure_dist(D_LINE_TRANSFER, partner) || measure_dist(D_LOCK_HANDOFF, partner))
 		return -1;
-	double lk = lock_pair_ns();
 
 	for (struct profile *p = &host; p; p = p == &host ? &kern : NULL)
 		set(p, P_LOCK_ACQUIRE, lk, "sd-calibrate --only lines: median of %d x %ld "
