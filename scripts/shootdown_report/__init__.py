@@ -3,9 +3,10 @@
 
 The entry points scripts/compare, scripts/bench-ratios and scripts/plot are
 thin wrappers around compare.py, ratios.py and plot.py here. What they share
-is written once: benchmark names (names.py), loading results and taking
-medians (results.py), formatting and tables (fmt.py), and the figures the
-kernel patches published (reference.py, reading reference.json).
+is written once: benchmark names (names.py), starting the bench (runner.py),
+loading results and taking medians (results.py), formatting and tables
+(fmt.py), and the figures the kernel patches published (reference.py,
+reading reference.json).
 """
 import os
 

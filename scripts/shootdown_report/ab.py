@@ -2,12 +2,10 @@
 """Two shootdown-bench binaries, alternately, in one sitting: the ratio of
 their medians per benchmark (scripts/bench-ab)."""
 import argparse
-import json
 import re
-import subprocess
 import sys
 
-from . import fmt, names, results
+from . import fmt, names, results, runner
 
 # What a change to the library is re-measured on: the hit path, and one
 # flush per strategy. Each entry is (old spellings..., new name): the LRU
@@ -28,11 +26,9 @@ RATE = "loops_per_s"
 def run(binary, wanted, min_time):
     """name -> (value, is_rate) for one run of @binary over @wanted."""
     filt = "^(" + "|".join(re.escape(n) for n in wanted) + ")(/real_time|/manual_time)?$"
-    out = subprocess.run([binary, "--benchmark_filter=" + filt,
-                          "--benchmark_min_time=%g" % min_time, "--benchmark_format=json"],
-                         capture_output=True, text=True, check=True).stdout
     got = {}
-    for name, r in results.from_doc(json.loads(out)).items():
+    for name, r in runner.run(runner.command(binary, filt, min_time=min_time),
+                              check=True).res.items():
         rate = results.med(r, RATE)
         got[names.base_name(name)] = (rate, True) if rate is not None else (results.med(r), False)
     return got

@@ -8,7 +8,7 @@ import subprocess
 import sys
 import time
 
-from . import DEFAULT_BENCH, ROOT, load_values, modelled, names
+from . import DEFAULT_BENCH, ROOT, load_values, modelled, names, runner
 from .fmt import NOISY_SPREAD, fmt_rate, fmt_time, fmt_x, noisy, table
 from .results import UNIT_NS, load, med
 
@@ -86,20 +86,17 @@ def range_name(order, pages):
 
 # ---- running ----
 
-def bench_cmd(args, cpus):
-    cmd = [args.bench, "--sd_set=main", "--sd_cpus=" + ",".join(map(str, cpus))]
-    if args.tiny:
-        cmd += ["--sd_oracle=checked", "--sd_trap_reads=10000"]
-    if args.profile:
-        cmd.append("--sd_profile=" + args.profile)
-    if args.any_mechanism:
-        cmd.append("--sd_any_mechanism")
-    if args.filter:
-        cmd.append("--benchmark_filter=" + args.filter)
-    elif args.profile:
-        # The native twins and machine limits measure this host: no model.
-        cmd.append("--benchmark_filter=-(native|baseline)")
-    return cmd
+def bench_cmd(args, cpus, filt=None, **more):
+    """The measured set's command line at @cpus; @filt replaces the user's
+    filter; @more: runner.command()'s other settings."""
+    if filt is None:
+        # With a profile the native twins and machine limits, which
+        # measure this host, are left out: they have no model.
+        filt = args.filter or ("-(native|baseline)" if args.profile else None)
+    return runner.command(args.bench, filt, bench_set="main", cpus=list(cpus),
+                          profile=args.profile, oracle="checked" if args.tiny else None,
+                          trap_reads=10000 if args.tiny else None,
+                          extra=["--sd_any_mechanism"] if args.any_mechanism else [], **more)
 
 
 # ---- --profile: the emulated workloads in modelled time ----
@@ -154,18 +151,17 @@ def to_model_time(json_path):
 
 
 def machine_lines(bench):
-    out = subprocess.run([bench, "--sd_machine"], capture_output=True, text=True)
-    return out.stdout.strip().splitlines() or ["machine: (shootdown-bench --sd_machine failed)"]
+    out = [l for l in runner.lines([bench, "--sd_machine"])[0] if l.strip()]
+    return out or ["machine: (shootdown-bench --sd_machine failed)"]
 
 
 def list_benchmarks(args, cpus):
-    out = subprocess.run(bench_cmd(args, cpus) + ["--benchmark_list_tests=true"],
-                         capture_output=True, text=True)
-    if out.returncode:
+    out, status, err = runner.lines(bench_cmd(args, cpus) + ["--benchmark_list_tests=true"])
+    if status:
         # A profile that does not load, a bad filter: the bench says why.
         sys.exit("compare: %s refused the run (exit %d): %s"
-                 % (args.bench, out.returncode, (out.stderr or out.stdout).strip()))
-    return [l.strip() for l in out.stdout.splitlines() if l.strip()]
+                 % (args.bench, status, (err or "\n".join(out)).strip()))
+    return [l.strip() for l in out if l.strip()]
 
 
 MODEL_NS = re.compile(r"\bmodel_ns=([0-9.]+)([kMG]?)\b")
@@ -227,24 +223,13 @@ def run_chunk(args, cpus, filt, json_path, progress):
     status. The bench's stdout is line-buffered (bench/main.cpp), so each
     line arrives as its run ends. On Ctrl-C the bench, in our process group,
     gets the SIGINT too; the KeyboardInterrupt goes up after it is reaped."""
-    cmd = [c for c in bench_cmd(args, cpus) if not c.startswith("--benchmark_filter=")] + [
-        "--benchmark_filter=" + filt,
-        "--benchmark_repetitions=%d" % args.repetitions,
-        "--benchmark_min_time=%g" % args.min_time,
-        "--benchmark_out=" + json_path, "--benchmark_out_format=json",
-        "--benchmark_color=false", "--benchmark_counters_tabular=false"]
+    more = ["--benchmark_counters_tabular=false"]
     if args.repetitions > 1:
-        cmd += ["--benchmark_enable_random_interleaving=true",
-                "--benchmark_display_aggregates_only=false"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        for line in proc.stdout:
-            progress.line(line)
-        return proc.wait()
-    except KeyboardInterrupt:
-        proc.kill()
-        proc.wait()
-        raise
+        more += ["--benchmark_enable_random_interleaving=true",
+                 "--benchmark_display_aggregates_only=false"]
+    cmd = bench_cmd(args, cpus, filt, reps=args.repetitions, min_time=args.min_time,
+                    out=json_path) + more
+    return runner.stream(cmd, progress.line)
 
 
 def merge_json(paths, out):

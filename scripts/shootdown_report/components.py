@@ -52,7 +52,7 @@ import subprocess
 import sys
 import tempfile
 
-from . import fmt, loadavg, results
+from . import fmt, loadavg, results, runner
 
 COMPONENT_TOL = 0.25
 PROFILES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "profiles")
@@ -214,14 +214,8 @@ def guard_models(bench, profile):
     a path), strict, each at its fixed iteration count."""
     out = {}
     for name, (iters, _) in GUARD.items():
-        proc = subprocess.run([bench] + bench_args() + [
-            "--sd_profile=" + profile, "--sd_iterations=%d" % iters,
-            "--benchmark_filter=^" + name + "/", "--benchmark_format=json"],
-            capture_output=True, text=True)
-        try:
-            res = results.from_doc(json.loads(proc.stdout))
-        except ValueError:
-            res = {}
+        res = runner.run(runner.command(bench, "^" + name + "/", profile=profile,
+                                        iterations=iters, extra=bench_args())).res
         r = res.get(name)
         out[name] = results.med(r, "model_ns") if r and not r["errors"] else None
     return out

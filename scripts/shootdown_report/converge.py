@@ -22,11 +22,10 @@ in BENCHMARKS.md with the command, the commit and the load.
 import json
 import multiprocessing
 import os
-import subprocess
 import tempfile
 import time
 
-from . import fmt, loadavg, modelled, results
+from . import fmt, loadavg, modelled, results, runner
 
 LAX_WINDOW_NS = 2000            # SD_MODEL_WINDOW_DEFAULT_NS (include/shootdown/model.h)
 DISTURBANCE = ("model_stalls",)
@@ -60,16 +59,10 @@ def run_rows(bench, quick, mode, window=None):
     with tempfile.TemporaryDirectory() as tmp:
         for run in modelled.RUNS:
             path = os.path.join(tmp, modelled.run_file(run))
-            cmd = modelled.bench_cmd(bench, run, quick, path)
-            cmd = [c for c in cmd if not c.startswith("--sd_model=") and
-                   c != "--sd_oracle=checked"]
-            cmd.append("--sd_model=" + mode)
-            if window:
-                cmd.append("--sd_model_window=%d" % window)
-            subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            try:
-                res = results.load(path)[1]
-            except (OSError, ValueError):
+            cmd = modelled.bench_cmd(bench, run, quick, path, mode=mode, window=window,
+                                     oracle="")
+            res = runner.run(cmd, out=path).res
+            if not res:
                 continue
             for name, r in res.items():
                 ns = results.med(r, "model_ns")

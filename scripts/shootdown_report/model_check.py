@@ -37,12 +37,9 @@ Medians over K repetitions (--benchmark_repetitions). The load average
 before and after is printed: a loaded host spoils the real side only.
 """
 import argparse
-import json
 import os
-import subprocess
-import sys
 
-from . import fmt, loadavg, results
+from . import fmt, loadavg, results, runner
 
 SELF_TOL = 0.25
 NATIVE_TOL = 0.35
@@ -68,13 +65,9 @@ NATIVE_PAIRS = [
 
 
 def run(bench, profile, filt, reps, min_time, extra=()):
-    cmd = [bench, "--sd_profile=" + profile] + list(extra) + ["--benchmark_filter=" + filt,
-           "--benchmark_repetitions=%d" % reps, "--benchmark_min_time=%g" % min_time,
-           "--benchmark_format=json"]
-    print("$ " + " ".join("'%s'" % c if " " in c or "|" in c else c for c in cmd),
-          file=sys.stderr)
-    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
-    return results.from_doc(json.loads(out))
+    cmd = runner.command(bench, filt, profile=profile, reps=reps, min_time=min_time,
+                         extra=extra)
+    return runner.run(cmd, echo=True, check=True).res
 
 
 def row(name, real, model, tol):

@@ -16,13 +16,11 @@ import json
 import os
 import queue
 import re
-import shutil
-import subprocess
 import time
 
-from . import ROOT, reference
+from . import ROOT, reference, runner
 from .fmt import fmt_rate, fmt_time, fmt_x, table
-from .results import load, med
+from .results import med
 
 # Every row's mode: strict, the library's default with a profile.
 MODE = "strict"
@@ -80,17 +78,15 @@ RUNS = [
 ]
 
 
-def bench_cmd(bench, run, tiny, json_path):
-    cmd = [bench, "--sd_set=patches", "--sd_profile=" + run["profile"],
-           "--benchmark_filter=" + (run["tiny"] if tiny else run["filter"]),
-           "--benchmark_repetitions=1", "--sd_model=" + MODE,
-           "--benchmark_min_time=%g" % (0.001 if tiny else 0.05),
-           "--benchmark_out=" + json_path, "--benchmark_out_format=json",
-           "--benchmark_color=false"]
-    cmd += run.get("tiny_args", run["args"]) if tiny else run["args"]
-    if tiny:
-        cmd.append("--sd_oracle=checked")
-    return cmd
+def bench_cmd(bench, run, tiny, json_path, mode=MODE, window=None, oracle=None):
+    """@run's command line; @tiny: the guard's size, with the oracle
+    checking (unless @oracle says otherwise)."""
+    if oracle is None:
+        oracle = "checked" if tiny else ""
+    return runner.command(bench, run["tiny"] if tiny else run["filter"], bench_set="patches",
+                          profile=run["profile"], mode=mode, window=window, reps=1,
+                          min_time=0.001 if tiny else 0.05, out=json_path, oracle=oracle,
+                          extra=run.get("tiny_args", run["args"]) if tiny else run["args"])
 
 
 def pus():
@@ -114,21 +110,11 @@ def run_one(bench, run, tiny, out_dir, pu, t0):
     not share one. Its results, and its line for the log."""
     path = os.path.join(out_dir, run_file(run))
     t = time.time()
-    # taskset (util-linux, in every Debian), not a preexec_fn: this runs
-    # on a thread of a pool, where a preexec_fn is not safe.
-    pin = ["taskset", "-c", str(pu)] if pu is not None and shutil.which("taskset") else []
-    proc = subprocess.run(pin + bench_cmd(bench, run, tiny, path), stdout=subprocess.DEVNULL,
-                          stderr=subprocess.PIPE, text=True)
-    said = proc.stderr.strip().splitlines()
+    r = runner.run(bench_cmd(bench, run, tiny, path), pu=pu, out=path)
     line = "[modelled %5.0fs] %-20s on %-16s %s" % (
         time.time() - t0, run["key"] + ("/" + run["part"] if "part" in run else ""),
-        run["profile"],
-        "%.0f s" % (time.time() - t) if proc.returncode == 0
-        else "FAILED: " + (said[-1] if said else "exit %d" % proc.returncode))
-    try:
-        return load(path)[1], line
-    except (OSError, ValueError):
-        return {}, line
+        run["profile"], "%.0f s" % (time.time() - t) if r.ok else "FAILED: " + r.last_words())
+    return r.res, line
 
 
 def run_all(bench, out_dir, tiny=False):

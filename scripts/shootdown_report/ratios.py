@@ -10,7 +10,7 @@ import subprocess
 import sys
 import time
 
-from . import DEFAULT_BENCH, ROOT, load_values, names, reference
+from . import DEFAULT_BENCH, ROOT, load_values, names, reference, runner
 from .fmt import fmt_ns, fmt_rate, fmt_x, table
 from .results import ByName, from_doc, median, one_run
 
@@ -455,19 +455,16 @@ def wait_quiet(limit, max_wait):
 
 def run_bench(args, i):
     busy = wait_quiet(args.wait_quiet, args.wait_max) if args.wait_quiet else None
-    cmd = [args.bench, "--benchmark_format=json", "--benchmark_min_time=%g" % args.min_time]
-    if args.filter:
-        cmd.append("--benchmark_filter=" + args.filter)
-    print("run %d/%d: %s" % (i + 1, args.runs, " ".join(shlex.quote(c) for c in cmd)),
-          file=sys.stderr, flush=True)
+    cmd = runner.command(args.bench, args.filter, min_time=args.min_time)
+    print("run %d/%d: %s" % (i + 1, args.runs, runner.shown(cmd)), file=sys.stderr, flush=True)
     before = load_values()
     t0 = datetime.datetime.now()
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    r = runner.run(cmd)
     secs = (datetime.datetime.now() - t0).total_seconds()
-    if proc.returncode != 0:
-        sys.stderr.write(proc.stderr)
-        raise SystemExit("shootdown-bench exited with status %d" % proc.returncode)
-    return json.loads(proc.stdout), {"loadavg_before": before, "loadavg_after": load_values(),
+    if not r.ok or r.doc is None:
+        sys.stderr.write(r.stderr)
+        raise SystemExit("shootdown-bench exited with status %d" % r.returncode)
+    return r.doc, {"loadavg_before": before, "loadavg_after": load_values(),
                                      "busy_before": busy,
                                      "seconds": secs, "command": cmd}
 

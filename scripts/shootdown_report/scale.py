@@ -16,11 +16,10 @@ at. Nothing here asserts a time.
 """
 import json
 import os
-import subprocess
 import tempfile
 import time
 
-from . import fmt, loadavg
+from . import fmt, loadavg, runner
 
 GOAL_S = 180
 GOALS = {("ipi", 128), ("broadcast", 256), ("gbcast", 256)}
@@ -30,23 +29,17 @@ def run_cell(bench, strategy, cpus):
     """One cell: (host s, model ns a loop, host ns a loop, stalls) or None."""
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "out.json")
-        cmd = [bench, "--sd_set=main", "--sd_cpus=%d" % cpus, "--sd_profile=milan-36",
-               "--sd_model_topology=pack:2 core:%d pu:1" % (cpus // 2),
-               "--sd_model=strict", "--sd_iterations=1000",
-               "--benchmark_filter=^tlb_flush2_threads/%s/lru:percpu/cpus:%d/"
-               % (strategy, cpus),
-               "--benchmark_out=" + path, "--benchmark_out_format=json",
-               "--benchmark_color=false"]
+        cmd = runner.command(
+            bench, "^tlb_flush2_threads/%s/lru:percpu/cpus:%d/" % (strategy, cpus),
+            bench_set="main", cpus=cpus, profile="milan-36", mode="strict", iterations=1000,
+            extra=["--sd_model_topology=pack:2 core:%d pu:1" % (cpus // 2)])
         t = time.time()
-        proc = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                              text=True)
+        r = runner.run(cmd, out=path)
         host_s = time.time() - t
-        if proc.returncode:
-            said = proc.stderr.strip().splitlines()
-            print("%s/%d: FAILED: %s" % (strategy, cpus, said[-1] if said else proc.returncode))
+        if not r.ok:
+            print("%s/%d: FAILED: %s" % (strategy, cpus, r.last_words()))
             return None
-        with open(path) as f:
-            bm = [b for b in json.load(f)["benchmarks"] if "model_ns" in b]
+        bm = [b for b in (r.doc or {}).get("benchmarks", []) if "model_ns" in b]
     if not bm:
         return None
     b = bm[0]
