@@ -160,19 +160,23 @@ static void charge_count(struct sd_cpu *c, struct sd_model_rwsem *rw)
  * read hold at a time (the library never nests them): its start is kept
  * in the CPU's own state. The per-VMA lock's holds (a fault's read,
  * SD_LOCK_MM_VMA, against the VMA's own sd_model_rwsem; a change's
- * vma_start_write(), SD_LOCK_VMA_WRITE) touch no mmap_lock count; the write
- * side is charged its wait for the VMA's readers only, its store being
- * part of vma_change.
+ * vma_start_write(), SD_LOCK_VMA_WRITE) touch no mmap_lock count. A
+ * fault's read moves the VMA lock's own count, as the mmap_lock's reads
+ * move theirs: vma_start_read() is a down_read_trylock() of the VMA's
+ * rwsem and vma_end_read() its up_read() (Suren Baghdasaryan's per-VMA
+ * locks, Linux 6.4; a reference count, as much an RMW, since 6.15), so
+ * threads faulting in one VMA hand its line around twice a fault. The
+ * write side is charged its wait for the VMA's readers only, its store
+ * being part of vma_change.
  */
 static void charge_rwsem(struct sd_cpu *c, uint64_t kind, struct sd_model_rwsem *rw, bool acquire)
 {
 	struct sd_model *mod = &c->m->model;
 	bool write = kind == SD_LOCK_MM || kind == SD_LOCK_VMA_WRITE;
-	bool vma = kind == SD_LOCK_MM_VMA || kind == SD_LOCK_VMA_WRITE;
 
 	sd_spin_lock(&rw->lock);
 	if (!acquire) {
-		if (!vma)
+		if (kind != SD_LOCK_VMA_WRITE)
 			charge_count(c, rw);
 		if (write)
 			sd_model_lock_record(&rw->writers, rw->writers.cur_start_ps,
@@ -196,7 +200,7 @@ static void charge_rwsem(struct sd_cpu *c, uint64_t kind, struct sd_model_rwsem 
 	else
 		c->model.read_start_ps = t;
 	c->model.clock_ps = t;
-	if (!vma)
+	if (kind != SD_LOCK_VMA_WRITE)
 		charge_count(c, rw);
 	sd_spin_unlock(&rw->lock);
 	if (kind != SD_LOCK_VMA_WRITE)

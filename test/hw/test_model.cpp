@@ -463,6 +463,56 @@ TEST(ModelByHand, MmapLockWriterElsewhereDoesNotWaitForAFaultsVma)
 					    "charged a PTE write";
 }
 
+// Two CPUs in different packages fault pages of one VMA, each page in a
+// leaf table of its own CPU (no split lock changes hands): the fault's
+// vma_start_read() and vma_end_read() are a down_read_trylock() and an
+// up_read() of the VMA's lock, so a fault after the other CPU's moves the
+// lock's count line to this CPU (the handoff K at the system distance; its
+// up_read finds the line here), and a fault after its own moves nothing.
+// Steps: CPU 0, CPU 1, CPU 0, CPU 0; each first works kApart, so it starts
+// after every transfer before it.
+TEST(ModelByHand, FaultsInOneVmaHandItsLockAround)
+{
+	constexpr double K = 300;
+	static constexpr uint64_t kApart = 10000, kLeaf = 512 * P;
+	static constexpr struct { unsigned cpu; uint64_t page; } kSteps[] = {
+		{0, kPage}, {1, kPage + kLeaf}, {0, kPage + P}, {0, kPage + 2 * P}};
+	Profile p("pack:2 core:1 pu:1", {{"lock_handoff.system", K}, {"lock_handoff.core", 1},
+					 {"lock_handoff.llc", 2}, {"lock_handoff.package", 3}});
+	Machine mach(modelled(2, "ipi", p, 1000000000));
+	ASSERT_NE(nullptr, mach.m);
+	struct S {
+		sd_mm *mm = nullptr;
+		std::atomic<int> turn{0};
+		uint64_t cost[4] = {};
+	} s;
+	ASSERT_EQ(0, sd_mm_create(mach.m, &s.mm));
+	Watchdog w("FaultsInOneVma: a CPU stuck", 30);
+	ASSERT_EQ(0, sd_machine_run(mach.m, [](sd_cpu *c, void *arg) {
+		auto *s = static_cast<S *>(arg);
+		if (sd_cpu_id(c) == 0) {
+			EXPECT_EQ(0, sd_mmap(c, s->mm, kPage, 2 * kLeaf, RW));
+		}
+		EXPECT_EQ(0, sd_switch_mm(c, s->mm));
+		for (int i = 0; i < 4; i++) {
+			if (kSteps[i].cpu != sd_cpu_id(c))
+				continue;
+			while (s->turn.load() != i)
+				std::this_thread::sleep_for(std::chrono::microseconds(20));
+			EXPECT_EQ(0, sd_cpu_work(c, kApart));
+			const uint64_t t0 = sd_cpu_clock_ns(c);
+			EXPECT_EQ(0, sd_access(c, kSteps[i].page, SD_WRITE, nullptr));
+			s->cost[i] = sd_cpu_clock_ns(c) - t0;
+			s->turn.store(i + 1);
+		}
+		EXPECT_EQ(0, sd_switch_mm(c, nullptr));
+	}, &s)) << sd_last_error();
+	EXPECT_EQ(0, sd_mm_destroy(s.mm));
+	const uint64_t want[4] = {0, (uint64_t)K, (uint64_t)K, 0};
+	for (int i = 0; i < 4; i++)
+		EXPECT_EQ(want[i], s.cost[i]) << "fault " << i;
+}
+
 // @cpus CPUs each run 1000 locked MRS traps on profile @p with @window_ns;
 // the machine's modelled-time summary in @info.
 static constexpr int kLockedTraps = 1000;
