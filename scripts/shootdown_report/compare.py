@@ -8,7 +8,7 @@ import subprocess
 import sys
 import time
 
-from . import DEFAULT_BENCH, ROOT, load_values, modelled, names, runner
+from . import DEFAULT_BENCH, ROOT, load_values, modelled, names, patches, runner
 from .fmt import NOISY_SPREAD, fmt_rate, fmt_time, fmt_x, noisy, table
 from .results import UNIT_NS, load, med
 
@@ -17,12 +17,13 @@ CACHELINE = "baseline/cacheline_roundtrip"
 SIGNAL = "baseline/signal_roundtrip"
 MEMBARRIER = "baseline/membarrier"
 
-# The patch each workload reproduces, as README.md and BENCHMARKS.md name it.
-SKIP_BROADCAST = 'arm64 "skip tlbi broadcast" (Arcangeli)'
-LAZY_CPUMASK = "x86/mm/tlb: Update mm_cpumask lazily (van Riel)"
-INVLPGB = "AMD broadcast TLB invalidation (van Riel)"
-MRS_REWORK = "arm64: rework EL0 MRS emulation (Rutland)"
-RANGE_TLBI = "arm64 range TLBI decomposition (Roberts)"
+# The patch each workload reproduces, as README.md and BENCHMARKS.md name it
+# (patches.py).
+SKIP_BROADCAST = patches.title("skip_broadcast")
+LAZY_CPUMASK = patches.title("lazy_cpumask")
+INVLPGB = patches.title("invlpgb")
+MRS_REWORK = patches.title("mrs")
+RANGE_TLBI = patches.title("range_tlbi")
 
 
 def limit_of(strategy):

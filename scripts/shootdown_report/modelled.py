@@ -18,7 +18,7 @@ import queue
 import re
 import time
 
-from . import ROOT, reference, runner
+from . import ROOT, patches, reference, runner
 from .fmt import fmt_rate, fmt_time, fmt_x, table
 from .results import med
 
@@ -37,11 +37,11 @@ TOLERANCE = 0.30
 # (lax mode at a 200 ns window: locked / direct at 1, 2, 4, 64 threads 1.10,
 # 2.04, 5.04, 127x with 5000, 1.10, 2.01, 5.03, 124x with 20000).
 RUNS = [
-    {"key": "skip_broadcast", "profile": "ampere-emag-32",
+    {"key": "skip_broadcast", "profile": patches.profile("skip_broadcast"),
      "filter": r"^mprotect_threaded/(broadcast|local)/cpus:(1|8|32)/",
      "tiny": r"^mprotect_threaded/(broadcast|local)/cpus:(1|2)/",
      "args": ["--sd_iterations=2000"], "tiny_args": ["--sd_iterations=500"]},
-    {"key": "mrs", "profile": "thunderx2-64-vm",
+    {"key": "mrs", "profile": patches.profile("mrs"),
      "filter": r"^trap_dispatch/(locked|direct)/threads:(1|2|4|64)/",
      "tiny": r"^trap_dispatch/(locked|direct)/threads:(1|2)/",
      "args": ["--sd_trap_reads=5000"],
@@ -53,11 +53,13 @@ RUNS = [
     # this section, so it has no half run ("whole"). Two runs, one per
     # variant, so that they take a PU each: each row is a machine of its
     # own, and strict mode's results do not depend on what else runs.
-    {"key": "lazy_cpumask", "part": "eager", "profile": "milan-36", "whole": True,
+    {"key": "lazy_cpumask", "part": "eager", "profile": patches.profile("lazy_cpumask"),
+     "whole": True,
      "filter": r"^context_switch/ipi:cpumask=eager/cpus:36/",
      "tiny": r"^context_switch/ipi:cpumask=eager/cpus:36/",
      "args": ["--sd_iterations=1"]},
-    {"key": "lazy_cpumask", "part": "lazy", "profile": "milan-36", "whole": True,
+    {"key": "lazy_cpumask", "part": "lazy", "profile": patches.profile("lazy_cpumask"),
+     "whole": True,
      "filter": r"^context_switch/ipi:cpumask=lazy/cpus:36/",
      "tiny": r"^context_switch/ipi:cpumask=lazy/cpus:36/",
      "args": ["--sd_iterations=1"]},
@@ -71,11 +73,11 @@ RUNS = [
     # is the same within 1% at 1024, 2048 and 4096 loops, and 512 (the
     # half of 1024) is 1.7% off, the 256-loop passes' structure not yet
     # averaged out.
-    {"key": "invlpgb_threads", "profile": "milan-36",
+    {"key": "invlpgb_threads", "profile": patches.profile("invlpgb_threads"),
      "filter": r"^tlb_flush2_threads/(ipi|gbcast)/lru:percpu/cpus:(1|2|4|8|16|32)/",
      "tiny": r"^tlb_flush2_threads/(ipi|gbcast)/lru:percpu/cpus:(1|2)/",
      "args": ["--sd_iterations=2048"], "tiny_args": ["--sd_iterations=128"]},
-    {"key": "invlpgb", "profile": "milan-36",
+    {"key": "invlpgb", "profile": patches.profile("invlpgb"),
      "filter": r"^tlb_flush2_threads/(ipi|gbcast)/lru:(global|percpu)/cpus:36/",
      "tiny": r"^tlb_flush2_threads/(ipi|gbcast)/lru:(global|percpu)/cpus:36/",
      "args": ["--sd_iterations=2048"], "tiny_args": ["--sd_iterations=128"]},
@@ -201,7 +203,8 @@ def rows_skip_broadcast(res, ref):
     ours = ratio(model_ns(res, "mprotect_threaded/broadcast/cpus:%d" % n),
                  model_ns(res, "mprotect_threaded/local/cpus:%d" % n))
     theirs = fig[0] / fig[1]
-    return [["skip broadcast", "ampere-emag-32, %d CPUs" % n, "broadcast / local", fmt_x(theirs),
+    return [[patches.label("skip_broadcast"), patches.where("skip_broadcast", n, "CPUs"),
+             "broadcast / local", fmt_x(theirs),
              fmt_x(ours), verdict(ours, theirs, speedup=True)]]
 
 
@@ -216,7 +219,7 @@ def rows_mrs(res, ref):
         theirs = fig[t][0] / fig[t][2]
         # At 64 threads the issue's goal is a floor: at least 50x.
         v = ("within" if ours >= 50 else "miss") if t == 64 else verdict(ours, theirs, True)
-        rows.append(["MRS rework", "thunderx2-64-vm, %d threads" % t, "locked / direct",
+        rows.append([patches.label("mrs"), patches.where("mrs", t, "threads"), "locked / direct",
                      fmt_x(theirs), fmt_x(ours), v + (" (goal >= 50x)" if t == 64 else "")])
     return rows
 
@@ -230,9 +233,10 @@ def rows_lazy(res, ref):
     we = med(eager, "cpumask_writes_per_switch") if eager else None
     wl = med(lazy, "cpumask_writes_per_switch") if lazy else None
     fewer = 1 - wl / we if we and wl is not None else None
-    return [["lazy mm_cpumask", "milan-36, 36 CPUs", "eager / lazy a message", fmt_x(before / after),
+    lab, where = patches.label("lazy_cpumask"), patches.where("lazy_cpumask")
+    return [[lab, where, "eager / lazy a message", fmt_x(before / after),
              fmt_x(ours), verdict(ours, before / after, speedup=True)],
-            ["lazy mm_cpumask", "milan-36, 36 CPUs", "cpumask writes saved",
+            [lab, where, "cpumask writes saved",
              ">= %.0f%%" % (100 * fig["min_write_reduction"]),
              "-" if fewer is None else "%.1f%%" % (100 * fewer),
              "-" if fewer is None else
@@ -245,12 +249,13 @@ def rows_invlpgb(res, ref):
            "invlpgb_alone": "gbcast/lru:global", "both": "gbcast/lru:percpu"}
     t = {k: model_ns(res, "tlb_flush2_threads/%s/cpus:36" % v) for k, v in cfg.items()}
     loops = 36 * 1e9 / t["vanilla"] if t["vanilla"] else None
-    rows = [["INVLPGB", "milan-36, 36 threads", "vanilla loops/s", fmt_rate(fig["vanilla"]),
+    lab, where = patches.label("invlpgb"), patches.where("invlpgb")
+    rows = [[lab, where, "vanilla loops/s", fmt_rate(fig["vanilla"]),
              fmt_rate(loops), verdict(loops, fig["vanilla"])]]
     for k, label in (("lru_removal", "LRU fix / vanilla"), ("invlpgb_alone", "INVLPGB / vanilla"),
                      ("both", "both / vanilla")):
         ours, theirs = ratio(t["vanilla"], t[k]), fig[k] / fig["vanilla"]
-        rows.append(["INVLPGB", "milan-36, 36 threads", label, fmt_x(theirs), fmt_x(ours),
+        rows.append([lab, where, label, fmt_x(theirs), fmt_x(ours),
                      verdict(ours, theirs, speedup=True)])
     return rows
 
@@ -274,7 +279,8 @@ def rows_invlpgb_threads(res, ref):
         # sends no INVLPGB: the published difference (0.97x, 1.00x) is
         # the runs' noise, not an effect to reproduce; tolerance alone.
         engaged = n >= GBCAST_THRESHOLD
-        rows.append(["INVLPGB merged", "milan-36, %d threads" % n,
+        rows.append([patches.label("invlpgb_threads"),
+                     patches.where("invlpgb_threads", n, "threads"),
                      "INVLPGB / tip" + ("" if engaged else " (not used)"),
                      fmt_x(inv / tip), fmt_x(ours), verdict(ours, inv / tip, speedup=engaged)])
     return rows
@@ -402,7 +408,7 @@ def check(res, tiny=False):
     serving a stale translation (the oracle checks in --tiny runs), or
     hackbench's shape not charged its messages."""
     bad = []
-    want = message_ns(profile_costs("milan-36"))
+    want = message_ns(profile_costs(patches.profile("lazy_cpumask")))
     for name, r in res.get("lazy_cpumask", {}).items():
         got = med(r, "message_ns_per_side")
         if r["real_ns"] and got != want:

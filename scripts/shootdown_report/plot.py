@@ -7,7 +7,7 @@ import os
 import sys
 import textwrap
 
-from . import names
+from . import names, patches
 from .fmt import NOISY_SPREAD, noisy, number
 from .results import from_doc, med
 
@@ -278,7 +278,7 @@ def trap_figure(out, res):
         mark_pus(ax, every)
         ax.set_title(name, fontsize=9)
         legend(ax, every)
-    title(out, fig, "arm64 EL0 MRS emulation rework: trap dispatch, 10^6 ID-register reads "
+    title(out, fig, patches.title("mrs") + ": trap dispatch, 10^6 ID-register reads "
           "per thread")
     return fig
 
@@ -324,7 +324,7 @@ def range_figure(out, res):
     ax.set_yscale("log")
     ax.set_xlabel("pages flushed (4 KiB)")
     ax.set_ylabel("TLBI operations per flush (broadcasts)" + LOWER)
-    title(out, fig, "arm64 range TLBI decomposition: operations by flush size")
+    title(out, fig, patches.title("range_tlbi") + ": operations by flush size")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
     return fig
@@ -423,7 +423,8 @@ def invlpgb_threads_figure(out, doc):
         pts = [(n, v) for n, v in zip(c["threads"], c["modelled"][key]) if v]
         if pts:
             ax.plot([n for n, _ in pts], [v for _, v in pts], marker="s", color=colour,
-                    alpha=0.7, label="modelled, milan-36, strict: " + label)
+                    alpha=0.7, label="modelled, %s, strict: %s"
+                    % (patches.profile("invlpgb_threads"), label))
     ax.set_xscale("log", base=2)
     ax.set_xticks(c["threads"], [str(n) for n in c["threads"]])
     ax.minorticks_off()

@@ -39,6 +39,7 @@ from . import modelled, plot
 from .decided import DECIDES, profile_hash, profile_path
 from .fmt import fig_value
 
+# Each modelled patch's rows (patches.py names them).
 ROWS = {"skip_broadcast": modelled.rows_skip_broadcast, "mrs": modelled.rows_mrs,
         "lazy_cpumask": modelled.rows_lazy, "invlpgb": modelled.rows_invlpgb,
         "invlpgb_threads": modelled.rows_invlpgb_threads}

@@ -19,7 +19,7 @@ SCRIPTS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
 sys.path.insert(0, SCRIPTS)
 
 from shootdown_report import ab, compare, fmt, model_check, modelled, names, ratios, reference, results  # noqa: E402,E501
-from shootdown_report import components, decided, whatif  # noqa: E402
+from shootdown_report import components, decided, patches, whatif  # noqa: E402
 
 
 def bench(name, reps, time_unit="ns", **counters):
@@ -318,6 +318,45 @@ class Reference(unittest.TestCase):
         self.assertEqual(reference.by_count(ref["trap_dispatch"])[64][0], 65.40)
         with open(reference.PATH) as f:
             self.assertNotIn("seed", f.read().lower())
+
+
+class Patches(unittest.TestCase):
+    """patches.py describes each reproduced patch once; the section, what-if
+    and reference.json agree with it."""
+
+    def test_every_modelled_run_and_what_if_is_a_patch_on_its_profile(self):
+        for run in modelled.RUNS:
+            p = patches.get(run["key"])
+            self.assertEqual(p["profile"], run["profile"], run["key"])
+            self.assertTrue(os.path.exists(os.path.join(components.PROFILES,
+                                                        p["profile"] + ".json")))
+        self.assertEqual(set(whatif.ROWS), {r["key"] for r in modelled.RUNS})
+
+    def test_every_figure_table_is_of_the_patch_source(self):
+        ref = reference.load()
+        used = set()
+        for p in patches.PATCHES:
+            for table in p["figures"]:
+                self.assertEqual(p["source"], ref[table]["source"], (p["key"], table))
+                used.add(table)
+        self.assertEqual({k for k in ref if k not in ("about", "sources")}, used,
+                         "a published table no patch claims")
+
+    def test_every_measured_block_names_the_patch_of_its_workload(self):
+        for w in compare.WORKLOADS:
+            p = patches.of_workload(w["key"])
+            self.assertIsNotNone(p, w["key"])
+            self.assertEqual(p["title"], w["patch"], w["key"])
+
+    def test_rows_are_labelled_from_the_description(self):
+        ref = reference.load()
+        rows = modelled.all_rows({}, ref)
+        self.assertTrue(rows)
+        labels = {p["label"] for p in patches.PATCHES}
+        for row in rows:
+            self.assertIn(row[0], labels)
+            self.assertTrue(row[1].startswith(patches.profile(
+                next(p["key"] for p in patches.PATCHES if p["label"] == row[0]))), row)
 
 
 class WhatIf(unittest.TestCase):
