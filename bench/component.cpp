@@ -40,12 +40,56 @@
 namespace sdbench {
 namespace {
 
-constexpr uint64_t kIpiBatch = 2000;
+// ---- CPU 0 timed while the others keep busy ----
 
-struct IpiArg : RunArg {
+struct Cpu0Arg : RunArg {
 	std::atomic<bool> done{false};
-	uint64_t initiator_ns = 0;      // CPU 0's modelled time in its calls
+	uint64_t cpu0_ns = 0;           // CPU 0's modelled time in its operations
 };
+
+// CPU 0 times a->count operations, op(c, true); every other CPU repeats
+// op(c, false) until CPU 0 is done. The first error.
+template <typename Op>
+int cpu0_times(sd_cpu *c, Cpu0Arg *a, Op op)
+{
+	int err = 0;
+
+	if (sd_cpu_id(c) != 0) {
+		while (!err && !a->done.load(std::memory_order_acquire))
+			err = op(c, false);
+		return err;
+	}
+	const uint64_t t0 = sd_cpu_clock_ns(c);
+
+	for (uint64_t i = 0; !err && i < a->count; i++)
+		err = op(c, true);
+	a->cpu0_ns += sd_cpu_clock_ns(c) - t0;
+	// Pairs with the others' acquire load: they stop after CPU 0's last.
+	a->done.store(true, std::memory_order_release);
+	return err;
+}
+
+// Batches of @batch of CPU 0's operations, one sd_machine_run() of @body
+// each; @model is stopped at CPU 0's span. The first error, 0 if none.
+int run_cpu0_batches(State &st, RunMachine &rm, Cpu0Arg &a, sd_cpu_fn body, uint64_t batch,
+		     ModelSpan &model)
+{
+	int err = 0;
+
+	a.rm = &rm;
+	for (uint64_t n; st.KeepRunningBatch(n = next_batch(st, batch));) {
+		a.count = n;
+		a.done.store(false);
+		if (!err && !a.err.load())
+			err = sd_machine_run(rm.m(), body, &a);
+	}
+	model.stop(a.cpu0_ns);
+	return err ? err : a.err.load();
+}
+
+// ---- an IPI round trip ----
+
+constexpr uint64_t kIpiBatch = 2000;
 
 void ipi_noop(sd_cpu *, void *)
 {
@@ -55,21 +99,14 @@ void ipi_noop(sd_cpu *, void *)
 // thread, which membarrier IPIs because it runs the process's mm).
 void ipi_body(sd_cpu *c, void *p)
 {
-	auto *a = static_cast<IpiArg *>(p);
+	auto *a = static_cast<Cpu0Arg *>(p);
 	int err = sd_switch_mm(c, a->rm->mm(0));
 
-	if (sd_cpu_id(c) == 1) {
-		while (!err && !a->done.load(std::memory_order_acquire))
-			err = sd_access(c, kRegion, SD_READ, nullptr);
-	} else {
-		const uint64_t t0 = sd_cpu_clock_ns(c);
-
-		for (uint64_t i = 0; !err && i < a->count; i++)
-			err = sd_smp_call_single(c, 1, ipi_noop, nullptr);
-		a->initiator_ns += sd_cpu_clock_ns(c) - t0;
-		// Pairs with CPU 1's acquire load: it stops after the last call.
-		a->done.store(true, std::memory_order_release);
-	}
+	if (!err)
+		err = cpu0_times(c, a, [](sd_cpu *cpu, bool timed) {
+			return timed ? sd_smp_call_single(cpu, 1, ipi_noop, nullptr)
+				     : sd_access(cpu, kRegion, SD_READ, nullptr);
+		});
 	const int serr = sd_switch_mm(c, nullptr);
 	note_error(a, err ? err : serr);
 }
@@ -77,22 +114,13 @@ void ipi_body(sd_cpu *c, void *p)
 void BM_ipi_roundtrip(State &st)
 {
 	RunMachine rm(2, SD_ORACLE_OFF, 1, 1, spec_of("ipi"));
-	IpiArg a;
-	int err = 0;
+	Cpu0Arg a;
 
 	if (!rm.ok(st))
 		return;
-	a.rm = &rm;
 	ModelSpan model(rm.m());
-	for (uint64_t n; st.KeepRunningBatch(n = next_batch(st, kIpiBatch));) {
-		a.count = n;
-		a.done.store(false);
-		if (!err && !a.err.load())
-			err = sd_machine_run(rm.m(), ipi_body, &a);
-	}
-	model.stop(a.initiator_ns);
-	if (err || a.err.load()) {
-		fail(st, "ipi_roundtrip run", err ? err : a.err.load());
+	if (int err = run_cpu0_batches(st, rm, a, ipi_body, kIpiBatch, model)) {
+		fail(st, "ipi_roundtrip run", err);
 		return;
 	}
 	model.report(st, (double)st.iterations());
@@ -264,13 +292,11 @@ constexpr uint64_t kSharedBatch = 20000;
 // before the others ran any.
 constexpr uint64_t kLoopStepNs = 1;
 
-struct SharedArg : RunArg {
+struct SharedArg : Cpu0Arg {
 	sd_lock *lock = nullptr;
 	sd_line *line = nullptr;
 	uint64_t protected_count = 0;       // under lock
 	std::atomic<uint64_t> word{0};      // line's data
-	std::atomic<bool> done{false};
-	uint64_t cpu0_ns = 0;               // CPU 0's modelled time in its loops
 };
 
 int shared_op(sd_cpu *c, SharedArg *a)
@@ -293,21 +319,8 @@ int shared_op(sd_cpu *c, SharedArg *a)
 void shared_body(sd_cpu *c, void *p)
 {
 	auto *a = static_cast<SharedArg *>(p);
-	int err = 0;
 
-	if (sd_cpu_id(c) != 0) {
-		while (!err && !a->done.load(std::memory_order_acquire))
-			err = shared_op(c, a);
-	} else {
-		const uint64_t t0 = sd_cpu_clock_ns(c);
-
-		for (uint64_t i = 0; !err && i < a->count; i++)
-			err = shared_op(c, a);
-		a->cpu0_ns += sd_cpu_clock_ns(c) - t0;
-		// Pairs with the others' acquire load: they stop after CPU 0's last.
-		a->done.store(true, std::memory_order_release);
-	}
-	note_error(a, err);
+	note_error(a, cpu0_times(c, a, [a](sd_cpu *cpu, bool) { return shared_op(cpu, a); }));
 }
 
 void BM_shared(State &st, unsigned cpus, bool line)
@@ -323,21 +336,13 @@ void BM_shared(State &st, unsigned cpus, bool line)
 		fail(st, line ? "sd_line_create" : "sd_lock_create", err);
 		return;
 	}
-	a.rm = &rm;
 	ModelSpan model(rm.m());
-	for (uint64_t n; st.KeepRunningBatch(n = next_batch(st, kSharedBatch));) {
-		a.count = n;
-		a.done.store(false);
-		if (!err && !a.err.load())
-			err = sd_machine_run(rm.m(), shared_body, &a);
-	}
-	model.stop(a.cpu0_ns);
+	err = run_cpu0_batches(st, rm, a, shared_body, kSharedBatch, model);
 	if (a.line)
 		sd_line_destroy(a.line);
-	if (a.lock && !err)
-		err = sd_lock_destroy(a.lock);
-	if (err || a.err.load()) {
-		fail(st, line ? "line_shared run" : "lock_shared run", err ? err : a.err.load());
+	const int derr = a.lock ? sd_lock_destroy(a.lock) : 0;
+	if (err || derr) {
+		fail(st, line ? "line_shared run" : "lock_shared run", err ? err : derr);
 		return;
 	}
 	model.report(st, (double)st.iterations());

@@ -25,7 +25,10 @@ struct sd_lock {
 	 * value equal to our own id + 1 can only be our own store) and for
 	 * reports, so relaxed. */
 	SD_ATOMIC(unsigned) holder;
-	SD_ATOMIC(unsigned) waiters;    /* CPUs in lock_wait() */
+	/* CPUs in lock_wait(): only sd_lock_destroy()'s advisory refusal
+	 * reads it (its header asks that no CPU take the lock any more),
+	 * and it publishes nothing else, so relaxed. */
+	SD_ATOMIC(unsigned) waiters;
 	struct sd_machine *m;
 	struct sd_model_lock model;     /* written under the real lock only */
 	char name[32];
@@ -172,6 +175,9 @@ int sd_lock_release(struct sd_cpu *c, struct sd_lock *l)
 	 * (sd_event_spin_unlock()'s rule). */
 	sd_event(c, SD_EV_LOCK_RELEASE, SD_LOCK_USER, (uint64_t)(uintptr_t)&l->model);
 	atomic_store_explicit(&l->holder, 0, memory_order_relaxed);
+	/* The unlock's release pairs with the next holder's trylock acquire
+	 * (sd_lock_acquire(), lock_wait()): what this CPU wrote under the
+	 * lock is seen there. */
 	sd_spin_unlock(&l->real);
 	sd_event_unlocked(c);
 	return 0;
