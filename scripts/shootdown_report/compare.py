@@ -69,7 +69,7 @@ WORKLOADS = [
      "vs": {"broadcast": "ipi/lru:percpu", "local": "ipi/lru:percpu"},
      "native": "native"},
     {"key": "trap_dispatch", "patch": MRS_REWORK, "count": "threads",
-     "what": "ID-register reads (10^6 per thread; native: CPUID, a VM exit in a guest, 10^5); "
+     "what": "ID-register reads (10^6 per thread; native: CPUID, a VM exit in a guest, 10^4); "
              "run wall time per read",
      "per_read": True, "before": "locked", "strategies": ["locked", "rcu", "direct", "native:mode=cpuid"],
      "native": "native:mode=cpuid"},
