@@ -126,6 +126,20 @@ bool strategy_is(const sd_machine *m, const char *name)
 	return n == std::strlen(name) && !std::strncmp(info.strategy, name, n);
 }
 
+// The program's own events (events.h) that this machine counted, each
+// under its registered name, per iteration: a user strategy's or a
+// handshake's polls and acks sit in the JSON beside the library's.
+static void report_user_events(State &st, const sd_machine *m)
+{
+	const sd_stats all = all_stats(m);
+
+	for (int id = SD_STAT_USER_0; id < SD_STAT_USER_0 + SD_USER_EVENTS_MAX; id++) {
+		const char *name = sd_stat_name((sd_stat)id);
+		if (name && all.counter[id] && std::strncmp(name, "user_", 5))
+			st.counters[name] = Counter((double)all.counter[id], Counter::kAvgIterations);
+	}
+}
+
 void report_machine(State &st, const sd_machine *m)
 {
 	struct sd_machine_info info;
@@ -136,6 +150,7 @@ void report_machine(State &st, const sd_machine *m)
 	st.counters["pinned"] = info.all_pinned;
 	if (info.oracle == SD_ORACLE_CHECKED)
 		st.counters["violations"] = (double)sd_oracle_violations(m);
+	report_user_events(st, m);
 	// A what-if (a mechanism the profile lacks) and a mechanism the run
 	// never used are said on the row itself, in counters and the label.
 	sd_mechanism_info mech = SD_MECHANISM_INFO_INIT;

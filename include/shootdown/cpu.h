@@ -18,6 +18,8 @@
 #ifndef SHOOTDOWN_CPU_H
 #define SHOOTDOWN_CPU_H
 
+#include <stdint.h>
+
 #include "export.h"
 #include "machine.h"
 
@@ -181,6 +183,82 @@ typedef void (*sd_smp_call_fn)(struct sd_cpu *target, void *arg);
  */
 SD_EXPORT int sd_smp_call_single(struct sd_cpu *from, unsigned target, sd_smp_call_fn fn,
 				 void *arg);
+
+/**
+ * struct sd_smp_call - an IPI request the caller owns from
+ * sd_smp_call_async() until sd_smp_call_async_wait() returns (the kernel's
+ * call_single_data_t). Opaque; it may live on the sender's stack, and must
+ * neither move nor be freed, reused or left behind while posted.
+ */
+struct sd_smp_call {
+	/** The library's; do not touch. */
+	uint64_t opaque[16];
+};
+
+/**
+ * sd_smp_call_async() - send @fn(@target, @arg) to CPU @target and return at
+ * once: the kernel's smp_call_function_single_async(). Wait for it with
+ * sd_smp_call_async_wait(@from, @call), from the same thread, before @call
+ * goes out of scope; until then the caller may post more (to other targets
+ * or the same one, each with its own @call), do its own work, and run IPIs
+ * sent to it. Several posted this way and then waited for in turn are the
+ * shape of smp_call_function_many_cond(): every target is interrupted
+ * before the sender waits for the first.
+ *
+ * Sending costs what sd_smp_call_single()'s send does, in modelled time
+ * too, and is counted (ipis_sent) and traced with the arrows to the
+ * target's handler and back to the wait (trace: the IPI's flow).
+ * sd_cpu_detach() is refused while a request is posted and not waited
+ * for. A thread that exits attached, and sd_machine_run() after a body
+ * returned, wait for the requests still posted before the CPU detaches,
+ * so that no target is left with a request whose sender has gone; that
+ * reads @call, so it must still be valid memory then (a request in a
+ * stack frame that has returned is already the caller's bug).
+ *
+ * Return: 0; -EPERM if the caller is not attached as @from; -EINVAL for a
+ * NULL @fn or @call, @target out of range, the caller itself, or without a
+ * thread (nothing sent); -EBUSY if @call is still posted (not waited for:
+ * sending it again would corrupt the target's queue). Interrupts may be off
+ * (the request then waits in the target's queue as any other). Attached
+ * thread only.
+ */
+SD_EXPORT int sd_smp_call_async(struct sd_cpu *from, unsigned target, sd_smp_call_fn fn,
+				void *arg, struct sd_smp_call *call);
+
+/**
+ * sd_smp_call_async_wait() - wait until the request sd_smp_call_async()
+ * posted in @call has run on its target (csd_lock_wait()). The wait is the
+ * one sd_smp_call_single() makes: IPIs sent to the caller meanwhile run,
+ * modelled time moves to the target's acknowledgement, and a stuck target is
+ * reported every ipi_timeout_ms. @call is free again when it returns (with 0
+ * or -ESRCH).
+ *
+ * Return: 0; -EPERM if the caller is not attached as @from; -EINVAL if @call
+ * is NULL, was never posted or was already waited for; -EXDEV if another CPU
+ * posted it (only the sender may wait); -EDEADLK with interrupts off (the
+ * request stays posted: wait again with them on); -ESRCH if the target's
+ * thread exited without detaching, @fn unrun. Attached thread only.
+ */
+SD_EXPORT int sd_smp_call_async_wait(struct sd_cpu *from, struct sd_smp_call *call);
+
+/**
+ * sd_smp_call_many() - run @fn(cpu, @arg) on every CPU listed in @targets
+ * and wait for all (on_each_cpu_mask(), through smp_call_function_many_cond()):
+ * every other target is sent its IPI first, then the caller runs @fn itself
+ * with interrupts off if its own id is listed, then it waits for each
+ * acknowledgement in the order of @targets. A target with no thread
+ * (offline) is skipped: it runs nothing and needs nothing.
+ *
+ * Return: how many CPUs ran @fn (the caller included); -EPERM if the caller
+ * is not attached as @from; -EINVAL for a NULL @fn, a NULL @targets with
+ * @nr_targets > 0, an id out of range or listed twice, or @flags not 0
+ * (nothing sent in any of these cases); -EDEADLK with interrupts off;
+ * -ENOMEM if the per-CPU request array (made at the first call, one request
+ * per CPU of the machine) cannot be allocated. A target whose thread exited
+ * without detaching is not counted. Attached thread only.
+ */
+SD_EXPORT int sd_smp_call_many(struct sd_cpu *from, const unsigned *targets, unsigned nr_targets,
+			       sd_smp_call_fn fn, void *arg, unsigned flags);
 
 /** @} */
 

@@ -309,7 +309,9 @@ typedef void (*sd_cpu_fn)(struct sd_cpu *cpu, void *arg);
  * not be created (none are left running); -ENOSYS/-EPERM with
  * SD_MACHINE_STRICT_PIN when binding fails; -EDEADLK if a body returned with
  * interrupts off; -EINVAL if a body called sd_irq_enable() with interrupts
- * on. After any of these every CPU is detached, so the machine may be run
+ * on; -EBUSY if a body returned with requests of sd_smp_call_async() it
+ * never waited for (they are waited for then; their memory was the body's,
+ * so that is a bug of the body's). After any of these every CPU is detached, so the machine may be run
  * again or destroyed. Any thread that is not a CPU.
  * Not from an attached CPU, so never with interrupts off.
  */
@@ -444,6 +446,18 @@ SD_EXPORT int sd_machine_trace_write(struct sd_machine *m, const char *path);
  * Never waits for another CPU: may be called with interrupts off.
  */
 SD_EXPORT unsigned sd_machine_nr_cpus(const struct sd_machine *m);
+
+/**
+ * sd_machine_cpu() - emulated CPU @id of @m, attached or not: the handle a
+ * strategy or a runtime reads a target's state through (its clock,
+ * sd_cpu_clock_ns(); its id). Calls that act on a CPU still need its own
+ * thread (cpu.h); this only names it.
+ *
+ * Return: the CPU; NULL for a NULL @m or @id out of range (the detail in
+ * sd_last_error()). The handle lives as long as @m. Any thread. Never
+ * waits for another CPU: may be called with interrupts off.
+ */
+SD_EXPORT struct sd_cpu *sd_machine_cpu(const struct sd_machine *m, unsigned id);
 
 /** @} */
 

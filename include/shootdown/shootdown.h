@@ -22,5 +22,6 @@
 #include "model.h"
 #include "task.h"
 #include "shared.h"
+#include "events.h"
 
 #endif

@@ -117,7 +117,12 @@ SD_BEGIN_DECLS
 	X(TASK_EXIT, "task_exits")              /* task.h: task bodies that returned */ \
 	X(VMA_SPLIT, "vma_splits")              /* mm.h: VMAs split (__split_vma) */ \
 	X(VMA_MERGE, "vma_merges")              /* mm.h: VMAs merged into a neighbour (vma_merge) */ \
-	X(LOCK_STUCK, "lock_stuck_reports")     /* shared.h: an sd_lock wait reported stuck */
+	X(LOCK_STUCK, "lock_stuck_reports")     /* shared.h: an sd_lock wait reported stuck */ \
+	/* events.h: the program's own counters, named by sd_user_event_register() */ \
+	X(USER_0, "user_0") X(USER_1, "user_1") X(USER_2, "user_2") X(USER_3, "user_3") \
+	X(USER_4, "user_4") X(USER_5, "user_5") X(USER_6, "user_6") X(USER_7, "user_7") \
+	X(USER_8, "user_8") X(USER_9, "user_9") X(USER_10, "user_10") X(USER_11, "user_11") \
+	X(USER_12, "user_12") X(USER_13, "user_13") X(USER_14, "user_14") X(USER_15, "user_15")
 
 /** Counter ids. */
 enum sd_stat {
@@ -173,8 +178,10 @@ struct sd_stats {
 #define SD_STATS_INIT { sizeof(struct sd_stats), 0, 0, { 0 }, { 0 } }
 
 /**
- * sd_stat_name() - printed name of counter @id, or NULL if out of range. Any
- * thread. Never waits for another CPU: may be called with interrupts off.
+ * sd_stat_name() - printed name of counter @id, or NULL if out of range. A
+ * program's own counter (SD_STAT_USER_0 + k, events.h) has the name it was
+ * registered with, and "user_<k>" until then. Any thread. Never waits for
+ * another CPU: may be called with interrupts off.
  */
 SD_EXPORT const char *sd_stat_name(enum sd_stat id);
 

@@ -161,6 +161,20 @@ SD_EXPORT int sd_strategy_register(const struct sd_strategy *s);
  */
 SD_EXPORT int sd_strategy_unregister(const char *name);
 
+/**
+ * sd_strategy_error() - say why your machine_init() refuses: call it there
+ * and return what it returns. sd_machine_create() then fails with @err and
+ * leaves "strategy '<name>': <your message>" in sd_last_error(), in place
+ * of the generic "machine_init refused options". Outside a machine_init()
+ * it records the message in the caller's sd_last_error() all the same.
+ *
+ * Return: @err (a negative errno; 0 or a positive value is recorded but
+ * makes no refusal of it: machine_init()'s return decides). Any thread.
+ * Never waits for another CPU: may be called with interrupts off.
+ */
+SD_EXPORT int sd_strategy_error(int err, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
 /* ---- building blocks, for the machine's own CPUs under a user strategy ---- */
 
 /**

@@ -86,8 +86,12 @@ const char *sd_strerror(int err)
 		return "not supported: the machine does not run a user strategy, or its profile "
 		       "lacks a mechanism the strategy needs";
 	case -ENOSPC:
-		return "no room left: every user strategy slot is taken, or the disk is full "
-		       "(a trace file)";
+		return "no room left: every user strategy or user event slot is taken, or the "
+		       "disk is full (a trace file)";
+	case -EXDEV:
+		return "not the sender: only the CPU that posted an asynchronous IPI may wait for it";
+	case -EOVERFLOW:
+		return "too many slices of the program's own events open on one CPU";
 	case -EILSEQ:
 		return "undefined instruction: no trap hook matches";
 	case -EIO:

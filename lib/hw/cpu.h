@@ -22,6 +22,8 @@
 
 struct sd_mm;
 struct sd_trace_ring;
+struct sd_smp_async;
+struct sd_smp_call_req;
 
 /* Counters of one CPU: written by it alone (plain relaxed stores), read by
  * snapshots. Their own lines, away from anything another CPU writes. */
@@ -77,6 +79,16 @@ struct sd_cpu {
 	struct sd_frame_cache frames;
 	unsigned lru_add_pending;      /* folios in this CPU's lru_add batch (mm/lru.c) */
 	unsigned lru_free_pending;     /* ...of them freed, to leave the LRU at its drain */
+	/* Public IPIs (hw/smp_async.c): the requests sd_smp_call_async()
+	 * posted and nobody waited for yet, and sd_smp_call_many()'s array
+	 * of one request per CPU (NULL until its first call). */
+	struct sd_smp_async *async_posted;
+	unsigned nr_async_posted;
+	struct sd_smp_call_req *many_reqs;
+	uint8_t *many_listed;
+	/* The program's open slices (events.h), innermost last. */
+	uint8_t user_slice[8];
+	unsigned nr_user_slices;
 
 	struct sd_cpu_stats stats;
 	struct sd_tlb tlb;

@@ -122,6 +122,13 @@
 	X(LOCK_WAIT_BEGIN,    LOCK_WAIT,          BEGIN,    ONE, FREE) /* arg enum sd_lock_kind */       \
 	X(LOCK_WAIT_END,      NONE,               END,      ONE, FREE)                                   \
 	X(LOCK_STUCK,         LOCK_STUCK,         INSTANT,  ONE, FREE) /* arg the holder (shared.h) */   \
+	/* The program's own events (events.h): arg the event's index, counted */                       \
+	/* by sd_event_user() in the counter the index names */                                          \
+	X(USER_MARK,          NONE,               INSTANT,  ONE, FREE) /* aux the count */               \
+	X(USER_BEGIN,         NONE,               BEGIN,    ONE, FREE)                                   \
+	X(USER_END,           NONE,               END,      ONE, FREE)                                   \
+	X(USER_FLOW_OUT,      NONE,               INSTANT,  ONE, FREE) /* its slot names the arrow */    \
+	X(USER_FLOW_IN,       NONE,               INSTANT,  ONE, FREE) /* aux the arrow (flow id) */     \
 	/* The scheduler (lib/sched): arg the task id */                                                 \
 	X(TASK_SWITCH,        TASK_SWITCH,        INSTANT,  ONE, ONCE(SCHED_SWITCH))                     \
 	X(TASK_WAKEUP,        TASK_WAKEUP,        INSTANT,  ONE, ONCE(SCHED_WAKEUP))                     \
@@ -381,6 +388,24 @@ static inline void sd_event_ipi_acked(struct sd_cpu *c, struct sd_cpu *t, uint64
 		sd_model_ipi_acked(c, t, acked_ps);
 	if (flow)
 		sd_event(c, SD_EV_IPI_ACKED, flow, t->id);
+}
+
+/*
+ * The program's own event @index (0..SD_USER_EVENTS_MAX - 1, events.h) on
+ * @c: @n added to its counter, then @ev's record (USER_*) if @c traces.
+ * Free in modelled time. Returns USER_FLOW_OUT's flow id (0: not traced).
+ */
+static inline uint64_t sd_event_user(struct sd_cpu *c, enum sd_event ev, unsigned index,
+				     uint64_t n, uint64_t aux)
+{
+	if (n)
+		sd_event_count(c, (enum sd_stat)(SD_STAT_USER_0 + index), n);
+	if (likely(c->trace == NULL))
+		return 0;
+	if (ev == SD_EV_USER_FLOW_OUT)
+		return sd_trace_record_flow(c, ev, index);
+	sd_trace_record(c, ev, index, aux);
+	return 0;
 }
 
 /* A spinlock acquisition whose wait, if any, is an event: the uncontended

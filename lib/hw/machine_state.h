@@ -80,7 +80,7 @@ struct sd_machine {
 	pthread_mutex_t pin_note_lock;
 };
 
-static inline struct sd_cpu *sd_machine_cpu(const struct sd_machine *m, unsigned id)
+static inline struct sd_cpu *sd_machine_cpu_at(const struct sd_machine *m, unsigned id)
 {
 	return m->cpus[id];
 }

@@ -89,6 +89,13 @@ extern SD_ATOMIC(bool) sd_smp_call_test_no_recheck;
 /* Answer every queued IPI now (detach, shutdown). Owner only. */
 void sd_smp_call_drain(struct sd_cpu *c);
 
+/* The public asynchronous requests (smp_async.c): wait for every one @c
+ * posted and has not waited for (a thread exiting attached), and free
+ * sd_smp_call_many()'s arrays (the machine's end). Owner, interrupts on;
+ * the free: once no thread runs as @c. */
+void sd_smp_async_settle(struct sd_cpu *c);
+void sd_smp_many_free(struct sd_cpu *c);
+
 /* Strict modelled time: before @c leaves the machine (idle, the end of an
  * IPI it was summoned for), it runs the IPIs already on their way to it,
  * each at its arrival, as an idle CPU would take them; later ones bring it

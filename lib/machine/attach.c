@@ -13,6 +13,7 @@
 
 #include "../core/error.h"
 #include "../hw/machine_state.h"
+#include "../hw/smp.h"
 #include "../mm/flush_ops.h"
 
 /*
@@ -34,6 +35,10 @@ static void detach_at_thread_exit(void *p)
 		return;
 	/* It will never come back to turn them on: the queued IPIs must run. */
 	c->irq_depth = 0;
+	/* Requests it posted and left unwaited must be answered before the
+	 * CPU goes offline (their memory is the program's: cpu.h says it
+	 * must still be valid). */
+	sd_smp_async_settle(c);
 	sd_cpu_detach(c);
 }
 
@@ -70,6 +75,9 @@ int sd_cpu_detach(struct sd_cpu *c)
 		return sd_fail(-EPERM, "sd_cpu_detach: " SD_NOT_ATTACHED);
 	if (c->irq_depth)
 		return sd_fail(-EBUSY, "sd_cpu_detach: interrupts are off");
+	if (c->nr_async_posted)
+		return sd_fail(-EBUSY, "sd_cpu_detach: %u request(s) of sd_smp_call_async() not "
+			       "waited for", c->nr_async_posted);
 	ops = c->m->ops;
 	if (ops->cpu_detach)
 		ops->cpu_detach(c);

@@ -197,8 +197,12 @@ static void free_cpus(struct sd_machine *m)
 {
 	if (!m->cpus)
 		return;
-	for (unsigned i = 0; i < m->nr_cpus; i++)
+	for (unsigned i = 0; i < m->nr_cpus; i++) {
+		if (!m->cpus[i])
+			continue;
+		sd_smp_many_free(m->cpus[i]);
 		sd_topology_free_local(&m->topo, m->cpus[i], m->cpu_area_size);
+	}
 	free(m->cpus);
 	m->cpus = NULL;
 }
@@ -432,3 +436,18 @@ unsigned sd_machine_nr_cpus(const struct sd_machine *m)
 		return (unsigned)sd_fail(0, "sd_machine_nr_cpus: NULL machine");
 	return m->nr_cpus;
 }
+
+struct sd_cpu *sd_machine_cpu(const struct sd_machine *m, unsigned id)
+{
+	if (!m) {
+		sd_fail(-EINVAL, "sd_machine_cpu: NULL machine");
+		return NULL;
+	}
+	if (id >= m->nr_cpus) {
+		sd_fail(-EINVAL, "sd_machine_cpu: CPU %u out of range (the machine has %u)", id,
+			m->nr_cpus);
+		return NULL;
+	}
+	return m->cpus[id];
+}
+

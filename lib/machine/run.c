@@ -16,6 +16,7 @@
 #include "../core/error.h"
 #include "../core/futex.h"
 #include "../hw/machine_state.h"
+#include "../hw/smp.h"
 
 #define SD_CPU_THREAD_STACK (256 * 1024)
 
@@ -90,6 +91,16 @@ static void settle_irqs(struct run_thread *t, struct sd_cpu *c)
 		 * the two stores only marks itself pending). */
 		c->irq_depth = 1;
 		sd_irq_on(c);
+	}
+	/* Requests it posted and never waited for: their memory was the
+	 * body's, so this is a bug of the body's; they are answered now, so
+	 * that the CPU can detach and no target is left with a request
+	 * whose sender has gone. */
+	if (c->nr_async_posted) {
+		run_error(t->rs, -EBUSY, "sd_machine_run: CPU %u's body returned with %u "
+			  "request(s) of sd_smp_call_async() not waited for", c->id,
+			  c->nr_async_posted);
+		sd_smp_async_settle(c);
 	}
 	if (c->m == t->rs->m && c->id == t->id && c->irq_unbalanced != t->unbalanced)
 		run_error(t->rs, -EINVAL, "sd_machine_run: CPU %u's body called "

@@ -11,6 +11,7 @@
 
 #include "../core/error.h"
 #include "../hw/machine_state.h"
+#include "../hw/user_event.h"
 
 static const char *const stat_names[SD_STAT_NR] = {
 #define SD_STAT_NAME(id, name) name,
@@ -52,13 +53,24 @@ static void stats_narrow(struct sd_stats *out, struct sd_stats *full)
 	memcpy(out, full, out->size);
 }
 
+/* A counter's name: a program's own counter has the name it registered
+ * (hw/user_event.c), if it did. */
+static const char *name_of(unsigned id)
+{
+	const char *user = NULL;
+
+	if (id >= SD_STAT_USER_0 && id <= SD_STAT_USER_15)
+		user = sd_user_event_name(id - SD_STAT_USER_0);
+	return user ? user : stat_names[id];
+}
+
 const char *sd_stat_name(enum sd_stat id)
 {
 	if ((unsigned)id >= SD_STAT_NR) {
 		sd_fail(-EINVAL, "sd_stat_name: counter %u out of range", (unsigned)id);
 		return NULL;
 	}
-	return stat_names[id];
+	return name_of(id);
 }
 
 static void add_cpu(struct sd_stats *s, const struct sd_cpu *c)
@@ -186,7 +198,7 @@ void sd_stats_print(const struct sd_stats *in, FILE *f)
 	stats_widen(&full, in);
 	for (int i = 0; i < nr; i++)
 		if (s->counter[i])
-			fprintf(f, "%-32s %llu\n", stat_names[i], (unsigned long long)s->counter[i]);
+			fprintf(f, "%-32s %llu\n", name_of(i), (unsigned long long)s->counter[i]);
 	if (s->counter[SD_STAT_FLUSH]) {
 		fprintf(f, "%-32s %llu\n", "flush_ns_mean",
 			(unsigned long long)(s->flush_ns_total / s->counter[SD_STAT_FLUSH]));
@@ -207,7 +219,7 @@ void sd_stats_json(const struct sd_stats *s, FILE *f)
 		return;
 	fprintf(f, "{\"nr_cpus\": %u", s->nr_cpus);
 	for (int i = 0; i < nr; i++)
-		fprintf(f, ", \"%s\": %llu", stat_names[i], (unsigned long long)s->counter[i]);
+		fprintf(f, ", \"%s\": %llu", name_of((unsigned)i), (unsigned long long)s->counter[i]);
 	fprintf(f, ", \"flush_ns_total\": %llu, \"flush_ns_hist\": [",
 		(unsigned long long)s->flush_ns_total);
 	for (unsigned i = 0; i < SD_STAT_HIST_BUCKETS; i++)

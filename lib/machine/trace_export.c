@@ -14,12 +14,14 @@
 #include <unistd.h>
 
 #include <shootdown/error.h>
+#include <shootdown/events.h>
 #include <shootdown/machine.h>
 
 #include "../core/error.h"
 #include "../hw/event.h"
 #include "../hw/machine_state.h"
 #include "../hw/trace.h"
+#include "../hw/user_event.h"
 #include "report.h"
 
 /* Flow ends sit this far inside the slice they bind to: timestamps are
@@ -51,6 +53,9 @@ struct trace_out {
 	size_t nr_handled;
 	uint64_t *acked;               /* flow ids whose sender saw the ack, sorted */
 	size_t nr_acked;
+	uint64_t *user_in;             /* the program's arrows that were ended, sorted, once */
+	bool *user_in_drawn;           /* ...whose end is written: one end an arrow */
+	size_t nr_user_in;
 	struct flush_mark *flushes;
 	size_t nr_flushes;
 	uint64_t end_ns;               /* the write's time: open slices end here */
@@ -123,18 +128,51 @@ static int cmp_mark(const void *a, const void *b)
 	return x->delta - y->delta;    /* an end before a begin at a tie */
 }
 
+/* Sorted @ids without repeats; their new count. */
+static size_t unique(uint64_t *ids, size_t n)
+{
+	size_t k = 0;
+
+	for (size_t i = 0; i < n; i++)
+		if (!k || ids[k - 1] != ids[i])
+			ids[k++] = ids[i];
+	return k;
+}
+
 static bool has_id(const uint64_t *ids, size_t n, uint64_t id)
 {
 	return id && bsearch(&id, ids, n, sizeof(*ids), cmp_u64);
 }
 
-/* Whether the IPI_SENT record that @id names is in the snapshot. */
-static bool sender_has(const struct trace_out *o, uint64_t id)
+/* Whether the record that flow id @id names is in the snapshot, of @ev. */
+static bool flow_source_is(const struct trace_out *o, uint64_t id, uint32_t ev)
 {
 	uint64_t cpu = (id >> 32) - 1, slot = (id & 0xffffffffu) - 1;
 
 	return id && cpu < o->m->nr_cpus && slot < o->cpus[cpu].nr &&
-	       o->cpus[cpu].rec[slot].ev == SD_EV_IPI_SENT;
+	       o->cpus[cpu].rec[slot].ev == ev;
+}
+
+/* Whether the IPI_SENT record that @id names is in the snapshot. */
+static bool sender_has(const struct trace_out *o, uint64_t id)
+{
+	return flow_source_is(o, id, SD_EV_IPI_SENT);
+}
+
+/* The program's own event's name (events.h): its registered name. */
+static const char *user_event_name(uint64_t index, char *buf, size_t len)
+{
+	const char *name = index < SD_USER_EVENTS_MAX ? sd_user_event_name((unsigned)index) : NULL;
+
+	if (name)
+		return name;
+	snprintf(buf, len, "user_%llu", (unsigned long long)index);
+	return buf;
+}
+
+static bool user_instant(uint32_t ev)
+{
+	return ev == SD_EV_USER_MARK || ev == SD_EV_USER_FLOW_OUT || ev == SD_EV_USER_FLOW_IN;
 }
 
 /* Microseconds since the machine's creation, as the format wants. */
@@ -164,6 +202,13 @@ static void ev_head(struct trace_out *o, const char *ph, const char *name, const
 		"\"ts\":%.3f", o->first ? "" : ",", ph, name, cat, trace_pid(o), cpu + 1,
 		ts_us(o, ns));
 	o->first = false;
+}
+
+static void flow_in(struct trace_out *o, const char *ph, const char *name, const char *cat,
+		    unsigned tid, uint64_t ns, uint64_t id)
+{
+	ev_head(o, ph, name, cat, tid, ns);
+	fprintf(o->f, ",\"id\":%llu,\"bp\":\"e\"}", (unsigned long long)id);
 }
 
 static void flow(struct trace_out *o, const char *ph, const char *name, unsigned tid,
@@ -204,6 +249,13 @@ static void write_begin(struct trace_out *o, unsigned cpu, const struct sd_trace
 		ev_head(o, "B", "trap", "trap", cpu, r->ts_ns);
 		fprintf(o->f, ",\"args\":{\"insn\":\"0x%08llx\"}}", (unsigned long long)r->arg);
 		break;
+	case SD_EV_USER_BEGIN: {
+		char buf[32];
+
+		ev_head(o, "B", user_event_name(r->arg, buf, sizeof(buf)), "user", cpu, r->ts_ns);
+		fputc('}', o->f);
+		break;
+	}
 	default:        /* SD_EV_LOCK_WAIT_BEGIN */
 		ev_head(o, "B", "lock wait", "lock", cpu, r->ts_ns);
 		fprintf(o->f, ",\"args\":{\"lock\":\"%s\"}}", lock_name(r->arg));
@@ -220,11 +272,49 @@ static void write_end(struct trace_out *o, unsigned cpu, const struct sd_trace_r
 		fputc('}', o->f);
 }
 
+/* The program's own instants: its name, its count, its arrows' ends (at
+ * the instant's time, bound to it as the IPI's are, in write_instant()). */
+static void write_user_instant(struct trace_out *o, unsigned cpu, const struct sd_trace_rec *r)
+{
+	char buf[32];
+	const char *name = user_event_name(r->arg, buf, sizeof(buf));
+	uint64_t id = r->aux;          /* FLOW_OUT: its own flow id; FLOW_IN: the token */
+
+	ev_head(o, "i", name, "user", cpu, r->ts_ns);
+	if (r->ev == SD_EV_USER_MARK)
+		fprintf(o->f, ",\"s\":\"t\",\"args\":{\"n\":%llu}}", (unsigned long long)r->aux);
+	else
+		fputs(",\"s\":\"t\"}", o->f);
+	if (r->ev == SD_EV_USER_FLOW_OUT && has_id(o->user_in, o->nr_user_in, id))
+		flow_in(o, "s", name, "user", cpu, r->ts_ns, id);
+	if (r->ev == SD_EV_USER_FLOW_IN && flow_source_is(o, id, SD_EV_USER_FLOW_OUT)) {
+		uint64_t *at = bsearch(&id, o->user_in, o->nr_user_in, sizeof(id), cmp_u64);
+		bool *drawn = at ? &o->user_in_drawn[at - o->user_in] : NULL;
+
+		/* A token ended twice: the arrow goes to the first end written.
+		 * Both ends carry the start's name: one arrow, one name. */
+		if (drawn && !*drawn) {
+			const struct sd_trace_rec *src =
+				&o->cpus[(id >> 32) - 1].rec[(id & 0xffffffffu) - 1];
+			char start[32];
+
+			*drawn = true;
+			flow_in(o, "f", user_event_name(src->arg, start, sizeof(start)), "user", cpu,
+				r->ts_ns, id);
+		}
+	}
+}
+
 static void write_instant(struct trace_out *o, unsigned cpu, const struct sd_trace_rec *r,
 			  uint64_t *fills)
 {
 	char name[32];
 	size_t i;
+
+	if (user_instant(r->ev)) {
+		write_user_instant(o, cpu, r);
+		return;
+	}
 
 	for (i = 0; event_names[r->ev][i] && i + 1 < sizeof(name); i++) {
 		char ch = event_names[r->ev][i];
@@ -331,7 +421,7 @@ static void write_metadata(struct trace_out *o)
 static int trace_snapshot(struct trace_out *o)
 {
 	const struct sd_machine *m = o->m;
-	size_t total = 0, nh = 0, na = 0, nf = 0;
+	size_t total = 0, nh = 0, na = 0, nu = 0, nf = 0;
 
 	for (unsigned i = 0; i < m->nr_cpus; i++) {
 		struct sd_trace_ring *r = m->cpus[i]->trace;
@@ -345,9 +435,11 @@ static int trace_snapshot(struct trace_out *o)
 	}
 	o->handled = malloc((total + 1) * sizeof(*o->handled));
 	o->acked = malloc((total + 1) * sizeof(*o->acked));
+	o->user_in = malloc((total + 1) * sizeof(*o->user_in));
+	o->user_in_drawn = calloc(total + 1, sizeof(*o->user_in_drawn));
 	/* Every record at most once, plus a close for each open flush. */
 	o->flushes = malloc((2 * total + 1) * sizeof(*o->flushes));
-	if (!o->handled || !o->acked || !o->flushes)
+	if (!o->handled || !o->acked || !o->user_in || !o->user_in_drawn || !o->flushes)
 		return -ENOMEM;
 	for (unsigned i = 0; i < m->nr_cpus; i++) {
 		long open = 0;
@@ -359,6 +451,8 @@ static int trace_snapshot(struct trace_out *o)
 				o->handled[nh++] = r->arg;
 			else if (r->ev == SD_EV_IPI_ACKED && r->arg)
 				o->acked[na++] = r->arg;
+			else if (r->ev == SD_EV_USER_FLOW_IN && r->aux)
+				o->user_in[nu++] = r->aux;
 			else if (r->ev == SD_EV_FLUSH_BEGIN || (r->ev == SD_EV_FLUSH_END && open > 0)) {
 				open += r->ev == SD_EV_FLUSH_BEGIN ? 1 : -1;
 				o->flushes[nf++] = (struct flush_mark){
@@ -371,6 +465,8 @@ static int trace_snapshot(struct trace_out *o)
 	}
 	qsort(o->handled, nh, sizeof(*o->handled), cmp_u64);
 	qsort(o->acked, na, sizeof(*o->acked), cmp_u64);
+	qsort(o->user_in, nu, sizeof(*o->user_in), cmp_u64);
+	o->nr_user_in = unique(o->user_in, nu);
 	o->nr_handled = nh;
 	o->nr_acked = na;
 	o->nr_flushes = nf;
@@ -382,6 +478,8 @@ static void trace_out_free(struct trace_out *o)
 	free(o->cpus);
 	free(o->handled);
 	free(o->acked);
+	free(o->user_in);
+	free(o->user_in_drawn);
 	free(o->flushes);
 }
 

@@ -17,6 +17,8 @@
 #include <errno.h>
 #include <urcu/compiler.h>
 #include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -63,6 +65,25 @@ static struct user_mm *user_mm_of(void *mm_priv)
 
 /* ---- the adapter ---- */
 
+/*
+ * What the user's machine_init() said of its refusal (sd_strategy_error()),
+ * on the creating thread: machine_init() runs on it, so a thread-local
+ * carries the message from the call to the refusal without a lock.
+ */
+static _Thread_local char init_message[256];
+static _Thread_local bool init_said;
+
+int sd_strategy_error(int err, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(init_message, sizeof(init_message), fmt ? fmt : "(no message)", ap);
+	va_end(ap);
+	init_said = true;
+	return sd_fail(err, "%s", init_message);
+}
+
 /* The options back as the user wrote them, for the user's machine_init(). */
 static void join_options(const struct sd_opt *opts, unsigned nr_opts, char *buf)
 {
@@ -96,10 +117,14 @@ static int user_machine_init(struct sd_machine *m, const struct sd_opt *opts,
 	um->s = s;
 	join_options(opts, nr_opts, options);
 	if (s->machine_init) {
+		init_said = false;
 		err = s->machine_init(m, options, s->arg);
-		if (err)
+		if (err && init_said)
+			sd_fail(err, "strategy '%s': %s", s->name, init_message);
+		else if (err)
 			sd_fail(err, "strategy '%s': machine_init refused options '%s'",
 				s->name, options);
+		init_said = false;
 	} else if (nr_opts) {
 		err = sd_opt_unknown(s->name, &opts[0]);
 	}

@@ -1329,6 +1329,7 @@ TEST(Errors, EveryReturnedCodeHasAFittingMessage)
 		{"EIO", EIO},
 		{"ENAMETOOLONG", ENAMETOOLONG}, {"EISDIR", EISDIR}, {"ENODATA", ENODATA},
 		{"ENOTDIR", ENOTDIR}, {"EROFS", EROFS}, {"ELOOP", ELOOP},
+		{"EXDEV", EXDEV}, {"EOVERFLOW", EOVERFLOW},
 	};
 	namespace fs = std::filesystem;
 	std::set<std::string> found;
@@ -2017,6 +2018,95 @@ TEST(SharedErrors, EveryCallRefusesWhatItDocuments)
 	EXPECT_EQ(0, sd_line_destroy(foreign_line));
 }
 
+// The program's own IPIs (cpu.h) and events (events.h).
+TEST(SmpAndEventErrors, EveryCallRefusesWhatItDocuments)
+{
+	Machine mach(cfg_cpus(3));
+	ASSERT_NE(nullptr, mach.m);
+	sd_smp_call call{};
+	const unsigned one[] = {1}, twice[] = {1, 1};
+	auto nothing = [](sd_cpu *, void *) {};
+
+	prime_last_error();
+	check_error(sd_smp_call_async(nullptr, 1, nothing, nullptr, &call), -EPERM, {"attached"});
+	prime_last_error();
+	check_error(sd_smp_call_async_wait(nullptr, &call), -EPERM, {"attached"});
+	prime_last_error();
+	check_error(sd_smp_call_many(nullptr, one, 1, nothing, nullptr, 0), -EPERM, {"attached"});
+	prime_last_error();
+	check_error(sd_user_event(nullptr, SD_STAT_USER_0, 1), -EPERM, {"attached"});
+	prime_last_error();
+	check_error(sd_user_event_begin(nullptr, SD_STAT_USER_0), -EPERM, {"attached"});
+	prime_last_error();
+	check_error(sd_user_event_end(nullptr, SD_STAT_USER_0), -EPERM, {"attached"});
+	prime_last_error();
+	check_error(sd_user_flow_end(nullptr, SD_STAT_USER_0, 0), -EPERM, {"attached"});
+	prime_last_error();
+	check_error(sd_user_event_register("flushes"), -EINVAL, {"not a name"});
+	const int id = sd_user_event_register("errors_test_event");
+	ASSERT_GE(id, (int)SD_STAT_USER_0);
+
+	std::atomic<int> ready{0}, stop{0};
+	std::thread target([&] {
+		Attached t(mach.m, 1);
+		ready.store(1);
+		while (!stop.load())
+			EXPECT_EQ(0, sd_cpu_poll(t.c));
+	});
+	while (!ready.load())
+		std::this_thread::yield();
+	{
+		Attached a(mach.m, 0);
+		ASSERT_NE(nullptr, a.c);
+		prime_last_error();
+		check_error(sd_smp_call_async(a.c, 0, nothing, nullptr, &call), -EINVAL, {"target"});
+		prime_last_error();
+		check_error(sd_smp_call_async_wait(a.c, &call), -EINVAL, {"not posted"});
+		prime_last_error();
+		check_error(sd_smp_call_many(a.c, twice, 2, nothing, nullptr, 0), -EINVAL, {"twice"});
+		ASSERT_EQ(0, sd_smp_call_async(a.c, 1, nothing, nullptr, &call));
+		prime_last_error();
+		check_error(sd_smp_call_async(a.c, 1, nothing, nullptr, &call), -EBUSY, {"posted"});
+		std::thread([&] {
+			Attached b(mach.m, 2);
+			prime_last_error();
+			check_error(sd_smp_call_async_wait(b.c, &call), -EXDEV, {"posted it"});
+		}).join();
+		sd_irq_disable(a.c);
+		prime_last_error();
+		check_error(sd_smp_call_async_wait(a.c, &call), -EDEADLK, {"interrupts"});
+		prime_last_error();
+		check_error(sd_smp_call_many(a.c, one, 1, nothing, nullptr, 0), -EDEADLK,
+			    {"interrupts"});
+		EXPECT_EQ(0, sd_irq_enable(a.c));
+		EXPECT_EQ(0, sd_smp_call_async_wait(a.c, &call));
+
+		prime_last_error();
+		check_error(sd_user_event(a.c, SD_STAT_FLUSH, 1), -EINVAL, {"registered"});
+		prime_last_error();
+		check_error(sd_user_event_begin(a.c, -1), -EINVAL, {"registered"});
+		prime_last_error();
+		check_error(sd_user_flow_end(a.c, SD_STAT_NR, 0), -EINVAL, {"registered"});
+		prime_last_error();
+		check_error(sd_user_event_end(a.c, id), -EINVAL, {"innermost"});
+		for (int i = 0; i < 8; i++)
+			ASSERT_EQ(0, sd_user_event_begin(a.c, id));
+		prime_last_error();
+		check_error(sd_user_event_begin(a.c, id), -EOVERFLOW, {"open"});
+		for (int i = 0; i < 8; i++)
+			ASSERT_EQ(0, sd_user_event_end(a.c, id));
+	}
+	stop.store(1);
+	target.join();
+	// The table is the process's: fill it last (nothing after this test
+	// in this binary registers a name).
+	int last = 0;
+	for (int i = 0; i <= SD_USER_EVENTS_MAX && last >= 0; i++)
+		last = sd_user_event_register(("errors_filler_" + std::to_string(i)).c_str());
+	prime_last_error();
+	check_error(sd_user_event_register("one_too_many"), -ENOSPC, {"taken"});
+}
+
 // ---- every documented code, driven ----
 
 // Documented codes no unit test here can force, each with why. Anything
@@ -2047,6 +2137,9 @@ const std::map<std::pair<std::string, int>, const char *> kNotForced = {
 	{{"sd_waitq_create", -ENOMEM}, "malloc failing"},
 	{{"sd_lock_create", -ENOMEM}, "malloc failing"},
 	{{"sd_line_create", -ENOMEM}, "malloc failing"},
+	{{"sd_smp_call_many", -ENOMEM}, "calloc failing (its per-CPU request array)"},
+	{{"sd_smp_call_async_wait", -ESRCH}, "the endpoint's wait, as sd_smp_call_single()'s "
+					      "-ESRCH: a raw thread exit, in test_smp.cpp"},
 };
 
 // Each SD_EXPORT function of include/shootdown/ and the -E codes its own
@@ -2059,7 +2152,8 @@ std::map<std::string, std::set<int>> documented_codes()
 		{"ESRCH", ESRCH}, {"ENOSYS", ENOSYS}, {"EAGAIN", EAGAIN}, {"EDEADLK", EDEADLK},
 		{"EOPNOTSUPP", EOPNOTSUPP}, {"ENOSPC", ENOSPC}, {"EILSEQ", EILSEQ},
 		{"EISDIR", EISDIR}, {"ENODATA", ENODATA}, {"ENOTDIR", ENOTDIR}, {"EROFS", EROFS},
-		{"ELOOP", ELOOP}, {"ENAMETOOLONG", ENAMETOOLONG},
+		{"ELOOP", ELOOP}, {"ENAMETOOLONG", ENAMETOOLONG}, {"EXDEV", EXDEV},
+		{"EOVERFLOW", EOVERFLOW},
 	};
 	std::map<std::string, std::string> doc_of;
 	const std::regex decl("/\\*\\*((?:[^*]|\\*(?!/))*)\\*/\\s*SD_EXPORT[^;(]*?\\b(sd_\\w+)\\s*\\(");

@@ -90,7 +90,7 @@ bool wait_until(const std::function<bool()> &pred, double secs = 10.0)
 std::string describe_cpu(sd_machine *m, unsigned cpu)
 {
 	char buf[512];
-	sd_smp_call_describe(sd_machine_cpu(m, cpu), buf, sizeof(buf));
+	sd_smp_call_describe(sd_machine_cpu_at(m, cpu), buf, sizeof(buf));
 	return buf;
 }
 
@@ -815,7 +815,7 @@ TEST(IpiWatchdog, LostSignalIsSentAgain)
 	ASSERT_NE(nullptr, mach.m);
 	TargetThread target(mach.m, 1);
 	ASSERT_EQ(0, target.attach_err());
-	atomic_store(&sd_machine_cpu(mach.m, 1)->ipi_kick, 1);
+	atomic_store(&sd_machine_cpu_at(mach.m, 1)->ipi_kick, 1);
 	Probe p;
 	std::atomic<bool> release{false};
 	BackgroundCall call(mach.m, 0, 1, probe_fn, &p, &release);

@@ -162,7 +162,7 @@ TEST_P(LazyMm, DestroyAfterTheBodyThatRanItReturned)
 		wait_flag(s->body1_done);
 		// Its thread goes idle (lazy) just after the return: wait for
 		// that (internal flag), then destroy once.
-		sd_cpu *c1 = sd_machine_cpu(sd_cpu_machine(c), 1);
+		sd_cpu *c1 = sd_machine_cpu_at(sd_cpu_machine(c), 1);
 		while (!atomic_load(&c1->lazy))
 			std::this_thread::sleep_for(std::chrono::microseconds(50));
 		int err = sd_mm_destroy(s->a);
@@ -279,7 +279,7 @@ TEST_P(LazyMm, CpuThatSwitchedAwayIsDoneWithTheMmItLeft)
 			EXPECT_EQ(0, sd_switch_mm(c, nullptr));
 			return;
 		}
-		sd_cpu *c1 = sd_machine_cpu(sd_cpu_machine(c), 1);
+		sd_cpu *c1 = sd_machine_cpu_at(sd_cpu_machine(c), 1);
 		while (sd_cpu_current_mm(c1) != s->b)
 			std::this_thread::sleep_for(std::chrono::microseconds(20));
 		s->destroy_err.store(sd_mm_destroy(s->a));

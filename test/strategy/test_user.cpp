@@ -200,6 +200,39 @@ TEST(UserStrategy, MachineNamesItAndKeepsItBusy)
 	EXPECT_EQ(0, sd_machine_destroy(m));
 }
 
+// A machine_init() that refuses says why, in the strategy's own words.
+TEST(UserStrategy, ARefusalCarriesTheStrategysOwnMessage)
+{
+	sd_strategy s = SD_STRATEGY_INIT;
+	s.name = "says_why";
+	s.flush = bcast_flush;
+	s.machine_init = [](sd_machine *, const char *options, void *) {
+		if (!strcmp(options, "mode=fast"))
+			return 0;
+		if (!strcmp(options, "mode=quiet"))
+			return -EINVAL;         // no message: the generic one
+		return sd_strategy_error(-EINVAL, "mode must be fast, not '%s'", options);
+	};
+	ASSERT_EQ(0, sd_strategy_register(&s)) << sd_last_error();
+	sd_machine_config cfg = sdtest::config(2, "says_why:mode=slow");
+	sd_machine *m = nullptr;
+	EXPECT_EQ(-EINVAL, sd_machine_create(&cfg, &m));
+	EXPECT_EQ(nullptr, m);
+	EXPECT_STREQ("strategy 'says_why': mode must be fast, not 'mode=slow'", sd_last_error());
+	// A later refusal without a message does not inherit the old one.
+	cfg.strategy = "says_why:mode=quiet";
+	EXPECT_EQ(-EINVAL, sd_machine_create(&cfg, &m));
+	EXPECT_NE(nullptr, strstr(sd_last_error(), "machine_init refused options 'mode=quiet'"))
+		<< sd_last_error();
+	cfg.strategy = "says_why:mode=fast";
+	ASSERT_EQ(0, sd_machine_create(&cfg, &m)) << sd_last_error();
+	EXPECT_EQ(0, sd_machine_destroy(m));
+	// Outside a machine_init() it is a plain record of the message.
+	EXPECT_EQ(-ERANGE, sd_strategy_error(-ERANGE, "just %d words", 3));
+	EXPECT_STREQ("just 3 words", sd_last_error());
+	EXPECT_EQ(0, sd_strategy_unregister("says_why"));
+}
+
 TEST(UserStrategy, BuildingBlocksRefuseMisuse)
 {
 	// On a built-in strategy's machine the blocks do not apply.
