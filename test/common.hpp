@@ -124,6 +124,35 @@ struct Attached {
 	Attached &operator=(const Attached &) = delete;
 };
 
+// A thread attached as CPU @id for the scope that answers IPIs
+// (sd_cpu_poll()) until the scope ends: a target for the caller's IPIs.
+// Attached before the constructor returns.
+class PollingCpu {
+public:
+	PollingCpu(sd_machine *m, unsigned id)
+		: thread_([this, m, id] {
+			  Attached t(m, id);
+			  ready_.store(1);
+			  while (!stop_.load())
+				  EXPECT_EQ(0, sd_cpu_poll(t.c));
+		  })
+	{
+		while (!ready_.load())
+			std::this_thread::yield();
+	}
+	~PollingCpu()
+	{
+		stop_.store(1);
+		thread_.join();
+	}
+	PollingCpu(const PollingCpu &) = delete;
+	PollingCpu &operator=(const PollingCpu &) = delete;
+
+private:
+	std::atomic<int> ready_{0}, stop_{0};
+	std::thread thread_;
+};
+
 // With SD_TOPOLOGY the per-CPU areas come from the heap; if the library does
 // not zero them, a CPU's frame cache holds garbage and detaching it corrupts
 // the heap. Check (through the counters, which share the area) before

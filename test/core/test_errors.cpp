@@ -2046,16 +2046,8 @@ TEST(SmpAndEventErrors, EveryCallRefusesWhatItDocuments)
 	const int id = sd_user_event_register("errors_test_event");
 	ASSERT_GE(id, (int)SD_STAT_USER_0);
 
-	std::atomic<int> ready{0}, stop{0};
-	std::thread target([&] {
-		Attached t(mach.m, 1);
-		ready.store(1);
-		while (!stop.load())
-			EXPECT_EQ(0, sd_cpu_poll(t.c));
-	});
-	while (!ready.load())
-		std::this_thread::yield();
 	{
+		sdtest::PollingCpu target(mach.m, 1);
 		Attached a(mach.m, 0);
 		ASSERT_NE(nullptr, a.c);
 		prime_last_error();
@@ -2096,8 +2088,6 @@ TEST(SmpAndEventErrors, EveryCallRefusesWhatItDocuments)
 		for (int i = 0; i < 8; i++)
 			ASSERT_EQ(0, sd_user_event_end(a.c, id));
 	}
-	stop.store(1);
-	target.join();
 	// The table is the process's: fill it last (nothing after this test
 	// in this binary registers a name).
 	int last = 0;

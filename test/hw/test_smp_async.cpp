@@ -56,15 +56,7 @@ TEST(SmpAsync, RefusesBadCallsAndLeavesNothingPosted)
 	EXPECT_EQ(-EPERM, sd_smp_call_async(nullptr, 1, nothing, nullptr, &call));
 	EXPECT_EQ(-EPERM, sd_smp_call_async_wait(nullptr, &call));
 	EXPECT_EQ(-EPERM, sd_smp_call_many(nullptr, nullptr, 0, nothing, nullptr, 0));
-	std::atomic<int> stop{0}, ready{0};
-	std::thread target([&] {
-		Attached t(mach.m, 1);
-		ready.store(1);
-		while (!stop.load())
-			EXPECT_EQ(0, sd_cpu_poll(t.c));
-	});
-	while (!ready.load())
-		std::this_thread::yield();
+	sdtest::PollingCpu target(mach.m, 1);
 	{
 		Attached a(mach.m, 0);
 		EXPECT_EQ(-EINVAL, sd_smp_call_async(a.c, 0, nothing, nullptr, &call)) << "itself";
@@ -107,8 +99,6 @@ TEST(SmpAsync, RefusesBadCallsAndLeavesNothingPosted)
 		EXPECT_EQ(0, sd_irq_enable(a.c));
 		EXPECT_EQ(3u, ran[1].load());
 	}
-	stop.store(1);
-	target.join();
 }
 
 TEST(SmpAsync, OnlyTheSenderWaits)
@@ -168,15 +158,7 @@ TEST(SmpAsync, AThreadExitingAttachedWaitsForItsRequests)
 	ASSERT_NE(nullptr, mach.m);
 	static std::atomic<unsigned> ran[2];
 	ran[1].store(0);
-	std::atomic<int> stop{0}, ready{0};
-	std::thread target([&] {
-		Attached t(mach.m, 1);
-		ready.store(1);
-		while (!stop.load())
-			EXPECT_EQ(0, sd_cpu_poll(t.c));
-	});
-	while (!ready.load())
-		std::this_thread::yield();
+	sdtest::PollingCpu target(mach.m, 1);
 	std::thread([&] {
 		sd_cpu *c = nullptr;
 		ASSERT_EQ(0, sd_cpu_attach(mach.m, 0, &c));
@@ -185,8 +167,6 @@ TEST(SmpAsync, AThreadExitingAttachedWaitsForItsRequests)
 		// Leaves attached: the thread-exit detach settles the request.
 	}).join();
 	EXPECT_EQ(1u, ran[1].load());
-	stop.store(1);
-	target.join();
 	// CPU 0 is free again.
 	Attached again(mach.m, 0);
 	EXPECT_NE(nullptr, again.c);
