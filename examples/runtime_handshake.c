@@ -42,6 +42,7 @@ struct slot {
 	atomic_ullong done;                  /* last one handled, by the target */
 	struct sd_mm *mm;
 	uint64_t va, len;
+	uint64_t arrow;                      /* the request's trace arrow (events.h) */
 };
 
 struct handshake {
@@ -50,6 +51,10 @@ struct handshake {
 	_Alignas(64) atomic_uint pending[MAX_THREADS];   /* per target: posted - done, summed */
 	struct slot *slots;                              /* [target][initiator] */
 	atomic_ullong handshakes;                        /* requests answered */
+	/* The strategy's own events (events.h): counted in sd_stats under
+	 * these names, drawn in the trace with an arrow from each request to
+	 * its ack. */
+	int ev_request, ev_ack;
 };
 
 static struct slot *slot_of(struct handshake *h, unsigned target, unsigned from)
@@ -72,6 +77,7 @@ static void safepoint(struct handshake *h, struct sd_cpu *cpu)
 		if (!h->broken)
 			sd_tlb_invalidate_local(cpu, s->mm, s->va, s->len);
 		atomic_fetch_sub_explicit(&h->pending[me], 1, memory_order_relaxed);
+		sd_user_flow_end(cpu, h->ev_ack, s->arrow);
 		/* Release: the invalidation before the ack the initiator reads. */
 		atomic_store_explicit(&s->done, seq, memory_order_release);
 		atomic_fetch_add_explicit(&h->handshakes, 1, memory_order_relaxed);
@@ -84,10 +90,15 @@ static int hs_machine_init(struct sd_machine *m, const char *options, void *arg)
 	struct handshake *h = arg;
 
 	if (options[0])
-		return -EINVAL;
+		return sd_strategy_error(-EINVAL, "safepoint takes no options, not '%s'", options);
 	h->nr_cpus = sd_machine_nr_cpus(m);
 	if (h->nr_cpus > MAX_THREADS)
-		return -EINVAL;
+		return sd_strategy_error(-EINVAL, "at most %d threads, not %u", MAX_THREADS,
+					 h->nr_cpus);
+	h->ev_request = sd_user_event_register("safepoint_requests");
+	h->ev_ack = sd_user_event_register("safepoint_acks");
+	if (h->ev_request < 0 || h->ev_ack < 0)
+		return h->ev_request < 0 ? h->ev_request : h->ev_ack;
 	h->slots = aligned_alloc(64, sizeof(struct slot) * h->nr_cpus * h->nr_cpus);
 	if (!h->slots)
 		return -ENOMEM;
@@ -129,6 +140,7 @@ static void hs_flush(struct sd_cpu *cpu, struct sd_mm *mm, uint64_t va, uint64_t
 		s->mm = mm;
 		s->va = va;
 		s->len = len;
+		s->arrow = sd_user_flow_start(cpu, h->ev_request);
 		want[t] = atomic_load_explicit(&s->posted, memory_order_relaxed) + 1;
 		atomic_store_explicit(&s->posted, want[t], memory_order_release);
 		atomic_fetch_add_explicit(&h->pending[t], 1, memory_order_release);
@@ -200,6 +212,7 @@ static void mutator(struct sd_cpu *cpu, void *arg)
 struct result {
 	double ns_per_op;
 	uint64_t flushes, ipis, handshakes, violations;
+	uint64_t acks_counted;          /* the strategy's own counter, from sd_stats */
 	/* Under a profile (SD_PROFILE): the modelled machine's time per
 	 * access, and the waits strict mode could not keep exact. */
 	int modelled;
@@ -245,6 +258,7 @@ static int run(const char *strategy, struct handshake *hs, unsigned threads, uns
 		res->flushes = st.counter[SD_STAT_FLUSH];
 		res->ipis = st.counter[SD_STAT_IPI_SENT];
 		res->handshakes = hs ? atomic_load(&hs->handshakes) : 0;
+		res->acks_counted = hs ? st.counter[hs->ev_ack] : 0;
 		res->violations = sd_oracle_violations(m);
 		struct sd_model_info info = SD_MODEL_INFO_INIT;
 		if (!sd_machine_model_info(m, &info) && info.modelled) {
@@ -266,7 +280,7 @@ int main(int argc, char **argv)
 	int broken = 0, err;
 	static struct handshake hs;
 	struct sd_strategy s = SD_STRATEGY_INIT;
-	struct result r[2];
+	struct result r[2] = { 0 };
 
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--threads") && i + 1 < argc)
@@ -310,6 +324,9 @@ int main(int argc, char **argv)
 		       (unsigned long long)r[k].handshakes, (unsigned long long)r[k].violations);
 	}
 	printf("safepoint / ipi time per access: %.2fx\n", r[0].ns_per_op / r[1].ns_per_op);
+	printf("safepoint acks in sd_stats ('%s'): %llu, %s the strategy's own count\n",
+	       sd_stat_name((enum sd_stat)hs.ev_ack), (unsigned long long)r[0].acks_counted,
+	       r[0].acks_counted == r[0].handshakes ? "equal to" : "NOT equal to");
 	if (r[0].modelled)
 		printf("modelled ns/access: safepoint %.1f, ipi %.1f (%.2fx); stalls %llu, %llu\n",
 		       r[0].model_ns_per_op, r[1].model_ns_per_op,

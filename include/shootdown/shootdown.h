@@ -23,5 +23,6 @@
 #include "task.h"
 #include "shared.h"
 #include "events.h"
+#include "handshake.h"
 
 #endif

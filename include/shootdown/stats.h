@@ -122,7 +122,14 @@ SD_BEGIN_DECLS
 	X(USER_0, "user_0") X(USER_1, "user_1") X(USER_2, "user_2") X(USER_3, "user_3") \
 	X(USER_4, "user_4") X(USER_5, "user_5") X(USER_6, "user_6") X(USER_7, "user_7") \
 	X(USER_8, "user_8") X(USER_9, "user_9") X(USER_10, "user_10") X(USER_11, "user_11") \
-	X(USER_12, "user_12") X(USER_13, "user_13") X(USER_14, "user_14") X(USER_15, "user_15")
+	X(USER_12, "user_12") X(USER_13, "user_13") X(USER_14, "user_14") X(USER_15, "user_15") \
+	/* handshake.h: a runtime's handshakes */ \
+	X(HANDSHAKE, "handshakes")              /* handshakes run to the end */ \
+	X(HANDSHAKE_ACK, "handshake_acks")      /* targets that ran the function */ \
+	X(HANDSHAKE_ON_BEHALF, "handshakes_on_behalf") /* targets in a safe state, done for them */ \
+	X(HANDSHAKE_REFUSED, "handshake_refusals") /* signal: not at a safe point */ \
+	X(HANDSHAKE_RESENT, "handshake_resends") /* signal: sent again */ \
+	X(HANDSHAKE_UNREACHED, "handshake_targets_unreached") /* the check: no barrier, no run */
 
 /** Counter ids. */
 enum sd_stat {

@@ -29,6 +29,9 @@
  *   sched     tasks on the CPUs: run queues, the switch between host
  *             threads, wait queues, wakeups, balancing, fork and exec;
  *             it runs its idle threads through sd_machine_run()
+ *   runtime   what language runtimes build over the machine: handshakes
+ *             among the threads of an mm (membarrier, signals, poll
+ *             words, the mprotect trick)
  */
 #define SD_LAYER_CORE 1
 #define SD_LAYER_TIME 2
@@ -38,6 +41,7 @@
 #define SD_LAYER_STRATEGY 6
 #define SD_LAYER_MACHINE 7
 #define SD_LAYER_SCHED 8
+#define SD_LAYER_RUNTIME 9
 
 #ifndef SD_LAYER
 #define SD_LAYER 99     /* outside the library: above every layer */

@@ -37,6 +37,7 @@ void sd_cpu_area_init(struct sd_cpu *c, struct sd_machine *m, unsigned id, size_
 	atomic_init(&c->attached, 0);
 	atomic_init(&c->mm, NULL);
 	atomic_init(&c->lazy, 0);
+	atomic_init(&c->barriers, 0);
 	c->irq_depth = 0;
 	c->ipi_pending = 0;
 	c->asid = 0;

@@ -62,6 +62,10 @@ struct sd_cpu {
 	/* Loaded address space: owner writes, others may read. */
 	sd_cacheline_aligned SD_ATOMIC(struct sd_mm *) mm;
 	SD_ATOMIC(int) lazy;
+	/* Full barriers this CPU passed that another CPU may count on (an
+	 * interrupt taken, a switch_mm, a handshake function run):
+	 * sd_cpu_passed_barrier(). */
+	SD_ATOMIC(uint64_t) barriers;
 
 	/* Owner-private. The IPI handler runs on the owner's thread, so these
 	 * need compiler (signal) fences only, never atomics. */
@@ -99,6 +103,25 @@ struct sd_cpu {
 extern SD_THREAD_LOCAL struct sd_cpu *sd_this_cpu __attribute__((tls_model("initial-exec")));
 
 /* Counters and the trace are written through sd_event() (event.h) alone. */
+
+/*
+ * @c passed a full barrier: it took an interrupt (the IPI handler's
+ * batch), switched mm, or ran a handshake's function. membarrier() and
+ * the runtimes' handshakes rest on these (kernel/sched/membarrier.c: the
+ * barriers "after rq->curr update" and of the IPI), and a handshake's
+ * check counts them (runtime/handshake.c). An RMW, because the IPI
+ * handler may interrupt the owner between a load and a store; release,
+ * pairing with the acquire of sd_cpu_barriers().
+ */
+static inline void sd_cpu_passed_barrier(struct sd_cpu *c)
+{
+	atomic_fetch_add_explicit(&c->barriers, 1, memory_order_release);
+}
+
+static inline uint64_t sd_cpu_barriers(const struct sd_cpu *c)
+{
+	return atomic_load_explicit(&((struct sd_cpu *)c)->barriers, memory_order_acquire);
+}
 
 /* Emulated interrupts, inline for the access path. */
 static inline void sd_irq_off(struct sd_cpu *c)

@@ -129,6 +129,15 @@
 	X(USER_END,           NONE,               END,      ONE, FREE)                                   \
 	X(USER_FLOW_OUT,      NONE,               INSTANT,  ONE, FREE) /* its slot names the arrow */    \
 	X(USER_FLOW_IN,       NONE,               INSTANT,  ONE, FREE) /* aux the arrow (flow id) */     \
+	/* A runtime's handshake (handshake.h): arg the target CPU or kind */                            \
+	X(HANDSHAKE_BEGIN,    NONE,               BEGIN,    ONE, FREE) /* arg enum sd_handshake_kind */  \
+	X(HANDSHAKE_END,      HANDSHAKE,          END,      ONE, FREE)                                   \
+	X(HANDSHAKE_REQUEST,  NONE,               INSTANT,  ONE, FREE) /* its slot names the arrow */    \
+	X(HANDSHAKE_ACK,      HANDSHAKE_ACK,      INSTANT,  ONE, FREE) /* aux the arrow (flow id) */     \
+	X(HANDSHAKE_ON_BEHALF, HANDSHAKE_ON_BEHALF, INSTANT, ONE, FREE) /* aux the arrow (flow id) */    \
+	X(HANDSHAKE_REFUSED,  HANDSHAKE_REFUSED,  INSTANT,  ONE, FREE)                                   \
+	X(HANDSHAKE_RESENT,   HANDSHAKE_RESENT,   INSTANT,  ONE, FREE)                                   \
+	X(HANDSHAKE_UNREACHED, HANDSHAKE_UNREACHED, INSTANT, ONE, FREE)                                  \
 	/* The scheduler (lib/sched): arg the task id */                                                 \
 	X(TASK_SWITCH,        TASK_SWITCH,        INSTANT,  ONE, ONCE(SCHED_SWITCH))                     \
 	X(TASK_WAKEUP,        TASK_WAKEUP,        INSTANT,  ONE, ONCE(SCHED_WAKEUP))                     \
@@ -388,6 +397,17 @@ static inline void sd_event_ipi_acked(struct sd_cpu *c, struct sd_cpu *t, uint64
 		sd_model_ipi_acked(c, t, acked_ps);
 	if (flow)
 		sd_event(c, SD_EV_IPI_ACKED, flow, t->id);
+}
+
+/* An event whose record starts a trace arrow (HANDSHAKE_REQUEST): counted
+ * as any, and its flow id returned (0: not traced). Free in modelled time. */
+static inline uint64_t sd_event_flow_out(struct sd_cpu *c, enum sd_event ev, uint64_t arg)
+{
+	const struct sd_event_desc *d = &sd_event_desc[ev];
+
+	if (d->stat != SD_STAT_NONE)
+		sd_event_count(c, (enum sd_stat)d->stat, d->add_arg ? arg : 1);
+	return unlikely(c->trace != NULL) ? sd_trace_record_flow(c, ev, arg) : 0;
 }
 
 /*

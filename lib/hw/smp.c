@@ -166,6 +166,7 @@ static void ipi_run_queue(struct sd_cpu *c)
 			atomic_signal_fence(memory_order_seq_cst);
 		} while (c->ipi_pending);
 		sd_order_point(SD_ORDER_IPI_DRAINED, c->id);
+		sd_cpu_passed_barrier(c);
 		sd_event_irq_exit(c);
 		c->irq_depth--;
 		/* Pairs with the handler's irq_depth read and ipi_pending

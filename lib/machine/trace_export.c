@@ -53,7 +53,7 @@ struct trace_out {
 	size_t nr_handled;
 	uint64_t *acked;               /* flow ids whose sender saw the ack, sorted */
 	size_t nr_acked;
-	uint64_t *user_in;             /* the program's arrows that were ended, sorted, once */
+	uint64_t *user_in;             /* arrows (not the IPI's) that were ended, sorted, once */
 	bool *user_in_drawn;           /* ...whose end is written: one end an arrow */
 	size_t nr_user_in;
 	struct flush_mark *flushes;
@@ -175,6 +175,19 @@ static bool user_instant(uint32_t ev)
 	return ev == SD_EV_USER_MARK || ev == SD_EV_USER_FLOW_OUT || ev == SD_EV_USER_FLOW_IN;
 }
 
+/* Arrows other than the IPI's: from a start (its own slot's flow id in
+ * aux) to the ends that name it in aux. */
+static bool arrow_start(uint32_t ev)
+{
+	return ev == SD_EV_USER_FLOW_OUT || ev == SD_EV_HANDSHAKE_REQUEST;
+}
+
+static bool arrow_end(uint32_t ev)
+{
+	return ev == SD_EV_USER_FLOW_IN || ev == SD_EV_HANDSHAKE_ACK ||
+	       ev == SD_EV_HANDSHAKE_ON_BEHALF;
+}
+
 /* Microseconds since the machine's creation, as the format wants. */
 static double ts_us(const struct trace_out *o, uint64_t ns)
 {
@@ -249,6 +262,10 @@ static void write_begin(struct trace_out *o, unsigned cpu, const struct sd_trace
 		ev_head(o, "B", "trap", "trap", cpu, r->ts_ns);
 		fprintf(o->f, ",\"args\":{\"insn\":\"0x%08llx\"}}", (unsigned long long)r->arg);
 		break;
+	case SD_EV_HANDSHAKE_BEGIN:
+		ev_head(o, "B", "handshake", "handshake", cpu, r->ts_ns);
+		fprintf(o->f, ",\"args\":{\"kind\":%llu}}", (unsigned long long)r->arg);
+		break;
 	case SD_EV_USER_BEGIN: {
 		char buf[32];
 
@@ -272,37 +289,59 @@ static void write_end(struct trace_out *o, unsigned cpu, const struct sd_trace_r
 		fputc('}', o->f);
 }
 
-/* The program's own instants: its name, its count, its arrows' ends (at
- * the instant's time, bound to it as the IPI's are, in write_instant()). */
-static void write_user_instant(struct trace_out *o, unsigned cpu, const struct sd_trace_rec *r)
+/* An arrow's name and category: a program's, after its start's event; a
+ * handshake's, "handshake". */
+static const char *arrow_name(const struct sd_trace_rec *start, char *buf, size_t len,
+			      const char **cat)
 {
-	char buf[32];
-	const char *name = user_event_name(r->arg, buf, sizeof(buf));
-	uint64_t id = r->aux;          /* FLOW_OUT: its own flow id; FLOW_IN: the token */
+	if (start->ev == SD_EV_HANDSHAKE_REQUEST) {
+		*cat = "handshake";
+		return "handshake";
+	}
+	*cat = "user";
+	return user_event_name(start->arg, buf, len);
+}
 
-	ev_head(o, "i", name, "user", cpu, r->ts_ns);
-	if (r->ev == SD_EV_USER_MARK)
-		fprintf(o->f, ",\"s\":\"t\",\"args\":{\"n\":%llu}}", (unsigned long long)r->aux);
-	else
-		fputs(",\"s\":\"t\"}", o->f);
-	if (r->ev == SD_EV_USER_FLOW_OUT && has_id(o->user_in, o->nr_user_in, id))
-		flow_in(o, "s", name, "user", cpu, r->ts_ns, id);
-	if (r->ev == SD_EV_USER_FLOW_IN && flow_source_is(o, id, SD_EV_USER_FLOW_OUT)) {
+/* The arrow ends at record @r (at its time, bound to the instant just
+ * written, as the IPI's are in write_instant()). */
+static void write_arrow_ends(struct trace_out *o, unsigned cpu, const struct sd_trace_rec *r)
+{
+	uint64_t id = r->aux;          /* a start: its own flow id; an end: the start's */
+	const char *cat = "user";
+	char buf[32];
+
+	if (arrow_start(r->ev) && has_id(o->user_in, o->nr_user_in, id)) {
+		const char *name = arrow_name(r, buf, sizeof(buf), &cat);
+
+		flow_in(o, "s", name, cat, cpu, r->ts_ns, id);
+	}
+	if (arrow_end(r->ev) && (flow_source_is(o, id, SD_EV_USER_FLOW_OUT) ||
+				 flow_source_is(o, id, SD_EV_HANDSHAKE_REQUEST))) {
 		uint64_t *at = bsearch(&id, o->user_in, o->nr_user_in, sizeof(id), cmp_u64);
 		bool *drawn = at ? &o->user_in_drawn[at - o->user_in] : NULL;
+		const struct sd_trace_rec *src = &o->cpus[(id >> 32) - 1].rec[(id & 0xffffffffu) - 1];
 
 		/* A token ended twice: the arrow goes to the first end written.
 		 * Both ends carry the start's name: one arrow, one name. */
 		if (drawn && !*drawn) {
-			const struct sd_trace_rec *src =
-				&o->cpus[(id >> 32) - 1].rec[(id & 0xffffffffu) - 1];
-			char start[32];
+			const char *name = arrow_name(src, buf, sizeof(buf), &cat);
 
 			*drawn = true;
-			flow_in(o, "f", user_event_name(src->arg, start, sizeof(start)), "user", cpu,
-				r->ts_ns, id);
+			flow_in(o, "f", name, cat, cpu, r->ts_ns, id);
 		}
 	}
+}
+
+/* The program's own instants: its name and its count. */
+static void write_user_instant(struct trace_out *o, unsigned cpu, const struct sd_trace_rec *r)
+{
+	char buf[32];
+
+	ev_head(o, "i", user_event_name(r->arg, buf, sizeof(buf)), "user", cpu, r->ts_ns);
+	if (r->ev == SD_EV_USER_MARK)
+		fprintf(o->f, ",\"s\":\"t\",\"args\":{\"n\":%llu}}", (unsigned long long)r->aux);
+	else
+		fputs(",\"s\":\"t\"}", o->f);
 }
 
 static void write_instant(struct trace_out *o, unsigned cpu, const struct sd_trace_rec *r,
@@ -313,6 +352,7 @@ static void write_instant(struct trace_out *o, unsigned cpu, const struct sd_tra
 
 	if (user_instant(r->ev)) {
 		write_user_instant(o, cpu, r);
+		write_arrow_ends(o, cpu, r);
 		return;
 	}
 
@@ -333,6 +373,7 @@ static void write_instant(struct trace_out *o, unsigned cpu, const struct sd_tra
 	 * instant (ipi_sent, ipi_acked), inside the flush. */
 	if (r->ev == SD_EV_IPI_SENT && has_id(o->handled, o->nr_handled, r->aux))
 		flow(o, "s", "ipi", cpu, r->ts_ns, r->aux);
+	write_arrow_ends(o, cpu, r);
 	if (r->ev == SD_EV_IPI_ACKED && sender_has(o, r->arg) &&
 	    has_id(o->handled, o->nr_handled, r->arg))
 		flow(o, "f", "ack", cpu, r->ts_ns, r->arg + SD_TRACE_ACK_FLOW);
@@ -451,7 +492,7 @@ static int trace_snapshot(struct trace_out *o)
 				o->handled[nh++] = r->arg;
 			else if (r->ev == SD_EV_IPI_ACKED && r->arg)
 				o->acked[na++] = r->arg;
-			else if (r->ev == SD_EV_USER_FLOW_IN && r->aux)
+			else if (arrow_end(r->ev) && r->aux)
 				o->user_in[nu++] = r->aux;
 			else if (r->ev == SD_EV_FLUSH_BEGIN || (r->ev == SD_EV_FLUSH_END && open > 0)) {
 				open += r->ev == SD_EV_FLUSH_BEGIN ? 1 : -1;

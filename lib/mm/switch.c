@@ -48,6 +48,10 @@ int sd_switch_mm(struct sd_cpu *c, struct sd_mm *next)
 	 * its id) must happen before. Any ordering other CPUs need for the
 	 * flush (nr_active, cpumasks) is the strategy's, inside switch_mm. */
 	atomic_store_explicit(&c->mm, next, memory_order_release);
+	/* The barrier after the rq->curr update that membarrier() counts
+	 * on (switch_mm's own, in the kernel): a handshake that reads the
+	 * new mm here also sees this CPU's barrier. */
+	sd_cpu_passed_barrier(c);
 	if (atomic_load_explicit(&c->lazy, memory_order_relaxed)) {
 		atomic_store_explicit(&c->lazy, 0, memory_order_relaxed);
 		sd_event(c, SD_EV_LAZY_LEAVE, next ? next->id : 0, 0);

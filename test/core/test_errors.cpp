@@ -2097,6 +2097,126 @@ TEST(SmpAndEventErrors, EveryCallRefusesWhatItDocuments)
 	check_error(sd_user_event_register("one_too_many"), -ENOSPC, {"taken"});
 }
 
+// Handshakes (handshake.h).
+TEST(HandshakeErrors, EveryCallRefusesWhatItDocuments)
+{
+	Machine mach(cfg_cpus(2)), other(cfg_cpus(1));
+	ASSERT_NE(nullptr, mach.m);
+	ASSERT_NE(nullptr, other.m);
+	sd_mm *mm = nullptr, *foreign_mm = nullptr;
+	ASSERT_EQ(0, sd_mm_create(mach.m, &mm));
+	ASSERT_EQ(0, sd_mm_create(other.m, &foreign_mm));
+	sd_handshake_config hc = SD_HANDSHAKE_CONFIG_INIT;
+	sd_handshake *sentinel = reinterpret_cast<sd_handshake *>(0x1), *h = sentinel;
+	sd_handshake *poll_h = nullptr, *mprotect_h = nullptr, *foreign = nullptr;
+	sd_handshake_result res{};
+	auto nothing = [](sd_cpu *, void *) {};
+
+	prime_last_error();
+	check_error(sd_handshake_create(nullptr, &hc, &h), -EINVAL, {"NULL"});
+	EXPECT_EQ(sentinel, h) << "a failed create wrote *out";
+	hc.size = 8;
+	prime_last_error();
+	check_error(sd_handshake_create(mm, &hc, &h), -EINVAL, {"size"});
+	hc = SD_HANDSHAKE_CONFIG_INIT;
+	hc.kind = SD_HANDSHAKE_KIND_NR;
+	prime_last_error();
+	check_error(sd_handshake_create(mm, &hc, &h), -EINVAL, {"kind"});
+	hc = SD_HANDSHAKE_CONFIG_INIT;
+	hc.refuse_per_million = 1000001;
+	prime_last_error();
+	check_error(sd_handshake_create(mm, &hc, &h), -EINVAL, {"million"});
+	hc = SD_HANDSHAKE_CONFIG_INIT;
+	hc.helper_va = 0x1001;
+	prime_last_error();
+	check_error(sd_handshake_create(mm, &hc, &h), -EINVAL, {"aligned"});
+	hc = SD_HANDSHAKE_CONFIG_INIT;
+	ASSERT_EQ(0, sd_handshake_create(mm, &hc, &h));
+	hc.kind = SD_HANDSHAKE_POLL;
+	ASSERT_EQ(0, sd_handshake_create(mm, &hc, &poll_h));
+	hc.kind = SD_HANDSHAKE_MPROTECT;
+	ASSERT_EQ(0, sd_handshake_create(mm, &hc, &mprotect_h));
+	ASSERT_EQ(0, sd_handshake_create(foreign_mm, &hc, &foreign));
+	prime_last_error();
+	check_error(sd_handshake_destroy(nullptr), -EINVAL, {"NULL"});
+
+	prime_last_error();
+	check_error(sd_handshake_run(h, nullptr, nothing, nullptr, &res), -EPERM, {"attached"});
+	prime_last_error();
+	check_error(sd_handshake_poll(h, nullptr), -EPERM, {"attached"});
+	prime_last_error();
+	check_error(sd_handshake_set_safe(h, nullptr, 1), -EPERM, {"attached"});
+	{
+		Attached a(mach.m, 0);
+		ASSERT_NE(nullptr, a.c);
+		prime_last_error();
+		check_error(sd_handshake_run(nullptr, a.c, nothing, nullptr, &res), -EINVAL,
+			    {"NULL"});
+		prime_last_error();
+		check_error(sd_handshake_run(h, a.c, nullptr, nullptr, &res), -EINVAL, {"NULL"});
+		prime_last_error();
+		check_error(sd_handshake_run(foreign, a.c, nothing, nullptr, &res), -EINVAL,
+			    {"another machine"});
+		prime_last_error();
+		check_error(sd_handshake_run(mprotect_h, a.c, nullptr, nullptr, &res), -EINVAL,
+			    {"must run its mm"});
+		prime_last_error();
+		check_error(sd_handshake_poll(nullptr, a.c), -EINVAL, {"NULL"});
+		prime_last_error();
+		check_error(sd_handshake_poll(foreign, a.c), -EINVAL, {"another machine"});
+		prime_last_error();
+		check_error(sd_handshake_set_safe(h, a.c, 0), -EINVAL, {"not in a safe state"});
+		ASSERT_EQ(0, sd_handshake_set_safe(h, a.c, 1));
+		prime_last_error();
+		check_error(sd_handshake_set_safe(h, a.c, 1), -EINVAL, {"already"});
+		sd_irq_disable(a.c);
+		prime_last_error();
+		check_error(sd_handshake_set_safe(h, a.c, 0), -EDEADLK, {"interrupts"});
+		prime_last_error();
+		check_error(sd_handshake_run(h, a.c, nothing, nullptr, &res), -EDEADLK,
+			    {"interrupts"});
+		EXPECT_EQ(0, sd_irq_enable(a.c));
+		EXPECT_EQ(0, sd_handshake_set_safe(h, a.c, 0));
+
+		// Destroyed while a handshake runs on it: from the target's
+		// poll, inside the request.
+		ASSERT_EQ(0, sd_switch_mm(a.c, mm));
+		struct Busy {
+			sd_handshake *h;
+			int destroy = 0;
+			char why[128] = "";
+		} busy{poll_h};
+		std::atomic<int> done{0}, ready{0};
+		std::thread target([&] {
+			Attached t(mach.m, 1);
+			ASSERT_EQ(0, sd_switch_mm(t.c, mm));
+			ready.store(1);
+			while (!done.load())
+				EXPECT_GE(sd_handshake_poll(poll_h, t.c), 0);
+			EXPECT_EQ(0, sd_switch_mm(t.c, nullptr));
+		});
+		while (!ready.load())
+			std::this_thread::yield();
+		EXPECT_EQ(0, sd_handshake_run(poll_h, a.c, [](sd_cpu *, void *arg) {
+			auto *b = static_cast<Busy *>(arg);
+			prime_last_error();
+			b->destroy = driven(-EBUSY, "sd_handshake_destroy", sd_handshake_destroy(b->h));
+			snprintf(b->why, sizeof(b->why), "%s", sd_last_error());
+		}, &busy, &res));
+		done.store(1);
+		target.join();
+		EXPECT_EQ(-EBUSY, busy.destroy);
+		EXPECT_NE(nullptr, strstr(busy.why, "is running on it")) << busy.why;
+		EXPECT_EQ(0, sd_switch_mm(a.c, nullptr));
+	}
+	EXPECT_EQ(0, sd_handshake_destroy(h));
+	EXPECT_EQ(0, sd_handshake_destroy(poll_h));
+	EXPECT_EQ(0, sd_handshake_destroy(mprotect_h));
+	EXPECT_EQ(0, sd_handshake_destroy(foreign));
+	EXPECT_EQ(0, sd_mm_destroy(mm));
+	EXPECT_EQ(0, sd_mm_destroy(foreign_mm));
+}
+
 // ---- every documented code, driven ----
 
 // Documented codes no unit test here can force, each with why. Anything
@@ -2128,6 +2248,8 @@ const std::map<std::pair<std::string, int>, const char *> kNotForced = {
 	{{"sd_lock_create", -ENOMEM}, "malloc failing"},
 	{{"sd_line_create", -ENOMEM}, "malloc failing"},
 	{{"sd_smp_call_many", -ENOMEM}, "calloc failing (its per-CPU request array)"},
+	{{"sd_handshake_create", -ENOMEM}, "malloc failing"},
+	{{"sd_handshake_run", -ENOMEM}, "malloc failing (membarrier's target list)"},
 	{{"sd_smp_call_async_wait", -ESRCH}, "the endpoint's wait, as sd_smp_call_single()'s "
 					      "-ESRCH: a raw thread exit, in test_smp.cpp"},
 };
