@@ -19,7 +19,7 @@ SCRIPTS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
 sys.path.insert(0, SCRIPTS)
 
 from shootdown_report import ab, compare, fmt, model_check, modelled, names, ratios, reference, results  # noqa: E402,E501
-from shootdown_report import components, decided, patches, whatif  # noqa: E402
+from shootdown_report import components, decided, handshakes, patches, whatif  # noqa: E402
 
 
 def bench(name, reps, time_unit="ns", **counters):
@@ -881,6 +881,34 @@ class Modelled(unittest.TestCase):
         self.assertEqual(["--sd_trap_reads=2500", "--sd_other=3"], h["args"])
         self.assertEqual("modelled-mrs-half.json", modelled.run_file(h))
         self.assertEqual(modelled.HALF + "mrs", h["key"])
+
+
+class Handshakes(unittest.TestCase):
+    @staticmethod
+    def result(ns, reached=1.0, targets=7.0, errors=()):
+        return {"real_ns": [ns], "cpu_ns": [ns], "iterations": [100], "errors": list(errors),
+                "counters": {"handshake_ns": [ns], "reached": [reached],
+                             "targets": [targets], "refusals": [0.0]}}
+
+    def test_a_cell_says_time_and_reached_and_whether_it_moved(self):
+        text, doc = handshakes.cell([self.result(1700.0), self.result(1705.0)])
+        self.assertEqual("1.70 us 7/7", text)
+        self.assertFalse(doc["moved"])
+        text, doc = handshakes.cell([self.result(2790.0, reached=1 / 7.0),
+                                     self.result(3285.0, reached=0.5)])
+        self.assertEqual("2.79 us 1/7 ?", text)
+        self.assertTrue(doc["moved"])
+
+    def test_a_refused_or_missing_cell_is_na(self):
+        self.assertEqual("n/a", handshakes.cell(None)[0])
+        self.assertEqual("n/a", handshakes.cell([self.result(1.0, errors=["refused"])])[0])
+
+    def test_the_report_leaves_out_rows_a_profile_refused_everywhere(self):
+        res = {"milan-36": {handshakes.name("poll", "ipi", 8): [self.result(1400.0)]}}
+        lines, doc = handshakes.report(res)
+        self.assertTrue(any(l.strip().startswith("poll/ipi") for l in lines))
+        self.assertFalse(any("mprotect/broadcast" in l for l in lines))
+        self.assertIn(handshakes.name("poll", "ipi", 8), doc["milan-36"])
 
 
 if __name__ == "__main__":
