@@ -2,8 +2,8 @@
 //
 // A runtime's handshakes (handshake.h, issue 27): every CPU runs one mm;
 // CPU 0 asks for one handshake an iteration, the others are mutators that
-// do some work (1 us of modelled compute on average) and then poll
-// (sd_handshake_poll(), taking IPIs through sd_cpu_poll()), until CPU 0 is
+// do some work (1 us of modelled compute on average, IPIs taken at its
+// end) and then poll (sd_handshake_poll()), until CPU 0 is
 // done. No runtime's source gives the work between two safepoint polls; it
 // is this comparison's setting, the same for every row, and a poll-word
 // handshake's time is dominated by it (the slowest target's next poll).
@@ -87,10 +87,11 @@ void mutator(sd_cpu *c, HandshakeArg *r)
 	sd_cpu_poll_wake(c);
 	while (!err && r->epoch.load() == epoch) {
 		err = sd_cpu_work(c, next_work(&rng));
+		/* IPIs arrive at the work's end (a sync point of strict mode).
+		 * No sd_cpu_poll(): it is a wait, which would park a mutator
+		 * until something woke it, and move its clock to that moment. */
 		if (!err)
 			err = sd_handshake_poll(r->h, c) < 0 ? -EINVAL : 0;
-		if (!err)
-			err = sd_cpu_poll(c);
 	}
 	note_error(r, err);
 }

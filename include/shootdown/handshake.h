@@ -162,9 +162,10 @@ SD_EXPORT int sd_handshake_destroy(struct sd_handshake *h);
 /**
  * sd_handshake_run() - ask every CPU running a thread of @h's mm (its
  * loaded mm, not lazily; the caller excepted) to run @fn(target, @arg) at
- * its next point of @h's kind (MPROTECT: to pass a barrier; @fn may be
- * NULL there and is not run), wait until all have, check them, and fill
- * @res. Handshakes on one @h run one at a time (a second caller waits in
+ * its next point of @h's kind (MPROTECT: to pass a barrier, @fn is not
+ * run), wait until all have, check them, and fill @res. @fn may be NULL:
+ * the targets then only reach their point (a membarrier's barrier, a
+ * safepoint with no operation). Handshakes on one @h run one at a time (a second caller waits in
  * modelled time, as for an sd_lock); on different objects they overlap.
  *
  * The targets keep running their own code; each must reach its point:
@@ -179,8 +180,8 @@ SD_EXPORT int sd_handshake_destroy(struct sd_handshake *h);
  * async-signal-safe and must not wait.
  *
  * Return: 0 (the check's verdict is in @res, not the return); -EPERM if the
- * caller is not attached as @cpu; -EINVAL for a NULL @h, @res or (not
- * MPROTECT) @fn, @cpu of another machine, or (MPROTECT) a caller that does
+ * caller is not attached as @cpu; -EINVAL for a NULL @h or @res, @cpu of
+ * another machine, or (MPROTECT) a caller that does
  * not run the mm (its write goes through its own TLB); -EDEADLK with
  * interrupts off; -ENOMEM (MEMBARRIER: its list of targets, or the IPIs'
  * request array at the caller's first multicast);

@@ -171,13 +171,12 @@ static void check_targets(struct sd_handshake *h, struct sd_cpu *cpu,
 	}
 }
 
-static int check_run(struct sd_handshake *h, struct sd_cpu *cpu, sd_smp_call_fn fn,
-		     struct sd_handshake_result *res)
+static int check_run(struct sd_handshake *h, struct sd_cpu *cpu, struct sd_handshake_result *res)
 {
 	if (sd_cpu_check_self(cpu))
 		return sd_fail(-EPERM, "sd_handshake_run: " SD_NOT_ATTACHED);
-	if (!h || !res || (!fn && h->cfg.kind != SD_HANDSHAKE_MPROTECT))
-		return sd_fail(-EINVAL, "sd_handshake_run: NULL handshake, result or function");
+	if (!h || !res)
+		return sd_fail(-EINVAL, "sd_handshake_run: NULL handshake or result");
 	if (h->m != cpu->m)
 		return sd_fail(-EINVAL, "sd_handshake_run: the handshake is of another machine");
 	if (cpu->irq_depth)
@@ -203,7 +202,7 @@ int sd_handshake_run(struct sd_handshake *h, struct sd_cpu *cpu, sd_smp_call_fn 
 		     struct sd_handshake_result *res)
 {
 	uint64_t start;
-	int err = check_run(h, cpu, fn, res);
+	int err = check_run(h, cpu, res);
 
 	if (err)
 		return err;

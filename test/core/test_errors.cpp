@@ -2153,7 +2153,7 @@ TEST(HandshakeErrors, EveryCallRefusesWhatItDocuments)
 		check_error(sd_handshake_run(nullptr, a.c, nothing, nullptr, &res), -EINVAL,
 			    {"NULL"});
 		prime_last_error();
-		check_error(sd_handshake_run(h, a.c, nullptr, nullptr, &res), -EINVAL, {"NULL"});
+		check_error(sd_handshake_run(h, a.c, nothing, nullptr, nullptr), -EINVAL, {"NULL"});
 		prime_last_error();
 		check_error(sd_handshake_run(foreign, a.c, nothing, nullptr, &res), -EINVAL,
 			    {"another machine"});
