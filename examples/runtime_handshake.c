@@ -158,6 +158,42 @@ static void hs_flush(struct sd_cpu *cpu, struct sd_mm *mm, uint64_t va, uint64_t
 	}
 }
 
+/* ---- the same contract by interrupt: one multicast ---- */
+
+/* A second user strategy, for comparison: the kernel's way, written with
+ * the library's multicast (sd_smp_call_many(), the shape of
+ * smp_call_function_many_cond()): every CPU in the mm's cpumask runs the
+ * invalidation in its IPI handler, the caller included, and the caller
+ * waits for all. */
+struct multicast_req {
+	struct sd_mm *mm;
+	uint64_t va, len;
+};
+
+static void invalidate_here(struct sd_cpu *cpu, void *arg)
+{
+	struct multicast_req *q = arg;
+
+	sd_tlb_invalidate_local(cpu, q->mm, q->va, q->len);
+}
+
+static void multicast_flush(struct sd_cpu *cpu, struct sd_mm *mm, uint64_t va, uint64_t len,
+			    unsigned flags, void *arg)
+{
+	struct multicast_req q = { mm, va, len };
+	unsigned targets[MAX_THREADS], n = 0, nr = sd_machine_nr_cpus(sd_cpu_machine(cpu));
+
+	(void)flags;
+	(void)arg;
+	for (unsigned t = sd_mm_cpumask_next(mm, 0); t < nr && n < MAX_THREADS;
+	     t = sd_mm_cpumask_next(mm, t + 1))
+		targets[n++] = t;
+	if (!sd_mm_cpumask_test(mm, sd_cpu_id(cpu)) && n < MAX_THREADS)
+		targets[n++] = sd_cpu_id(cpu);  /* the caller flushes its own TLB too */
+	if (sd_smp_call_many(cpu, targets, n, invalidate_here, &q, 0) < 0)
+		sd_tlb_invalidate_local(cpu, mm, va, len);
+}
+
 /* ---- the runtime's workload ---- */
 
 struct runtime {
@@ -280,7 +316,7 @@ int main(int argc, char **argv)
 	int broken = 0, err;
 	static struct handshake hs;
 	struct sd_strategy s = SD_STRATEGY_INIT;
-	struct result r[2] = { 0 };
+	struct result r[3] = { 0 };
 
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--threads") && i + 1 < argc)
@@ -313,8 +349,17 @@ int main(int argc, char **argv)
 	       threads, ops, PROTECT_EVERY, broken ? "; PLANTED BUG: acks without invalidating" : "");
 	printf("%-10s %12s %9s %9s %11s %11s\n", "strategy", "ns/access", "flushes", "signals",
 	       "handshakes", "violations");
-	const char *names[2] = { "safepoint", "ipi" };
-	for (int k = 0; k < 2; k++) {
+	struct sd_strategy mc = SD_STRATEGY_INIT;
+	mc.name = "multicast";
+	mc.summary = "every CPU of the cpumask invalidates in its IPI handler (sd_smp_call_many)";
+	mc.flush = multicast_flush;
+	mc.mechanisms = SD_MECH_IPI;
+	if ((err = sd_strategy_register(&mc))) {
+		fprintf(stderr, "sd_strategy_register: %s (%s)\n", sd_strerror(err), sd_last_error());
+		return 1;
+	}
+	const char *names[3] = { "safepoint", "ipi", "multicast" };
+	for (int k = 0; k < 3; k++) {
 		if ((err = run(names[k], k ? NULL : &hs, threads, ops, &r[k]))) {
 			fprintf(stderr, "%s: %s (%s)\n", names[k], sd_strerror(err), sd_last_error());
 			return 1;
@@ -338,5 +383,6 @@ int main(int argc, char **argv)
 	else
 		printf("oracle: accepted safepoint: no stale translation used\n");
 	sd_strategy_unregister("safepoint");
+	sd_strategy_unregister("multicast");
 	return 0;
 }
