@@ -127,6 +127,10 @@ struct sd_handshake_result {
 	unsigned on_behalf;
 	/** ...that passed a full barrier after the request. */
 	unsigned barriers;
+	/** ...that stopped running the mm during the handshake (switched away:
+	 *  an exited or idle thread), owing nothing, as HotSpot skips a thread
+	 *  that exited; POLL and SIGNAL only, whose waits would never end. */
+	unsigned left;
 	/** ...that did none of these: what the check caught (0 is success). */
 	unsigned unreached;
 	/** The lowest unreached CPU's id; -1 if none. */
@@ -170,9 +174,10 @@ SD_EXPORT int sd_handshake_destroy(struct sd_handshake *h);
  *
  * The targets keep running their own code; each must reach its point:
  * take the IPI (interrupts on), poll (POLL, SIGNAL: sd_handshake_poll()),
- * or be in a safe state. A target that never does keeps the caller
- * waiting, reported on stderr every ipi_timeout_ms with what it is
- * waiting for.
+ * or be in a safe state. One that switches away from the mm meanwhile (an
+ * exiting thread) owes nothing and is counted in @res->left. A target that
+ * does none of these keeps the caller waiting, reported on stderr every
+ * ipi_timeout_ms with what it is waiting for.
  *
  * @fn runs on the target's thread with interrupts off (MEMBARRIER and
  * SIGNAL: in its IPI handler; POLL: inside its sd_handshake_poll()), or on

@@ -128,7 +128,7 @@ static unsigned pick_targets(struct sd_handshake *h, struct sd_cpu *cpu)
 		hc->target = t != cpu->id &&
 			     atomic_load_explicit(&c->mm, memory_order_acquire) == h->mm &&
 			     !atomic_load_explicit(&c->lazy, memory_order_relaxed);
-		hc->in_flight = hc->on_behalf = hc->seen_done = false;
+		hc->in_flight = hc->on_behalf = hc->seen_done = hc->left = false;
 		if (!hc->target)
 			continue;
 		hc->barriers_at_request = sd_cpu_barriers(c);
@@ -162,7 +162,8 @@ static void check_targets(struct sd_handshake *h, struct sd_cpu *cpu,
 		res->ran += ran;
 		res->on_behalf += hc->on_behalf;
 		res->barriers += barrier;
-		if (ran || hc->on_behalf || (barrier_kind && barrier))
+		res->left += !ran && !hc->on_behalf && hc->left;
+		if (ran || hc->on_behalf || hc->left || (barrier_kind && barrier))
 			continue;
 		res->unreached++;
 		if (res->first_unreached < 0)

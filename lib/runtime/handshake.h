@@ -49,7 +49,7 @@ struct sd_hs_cpu {
 	sd_cacheline_aligned struct sd_smp_call call;   /* SIGNAL: the signal in flight */
 	uint64_t barriers_at_request;   /* the check's baseline */
 	unsigned refusals_at_request;
-	bool target, in_flight, on_behalf, seen_done;
+	bool target, in_flight, on_behalf, seen_done, left;
 };
 
 struct sd_handshake {
@@ -96,6 +96,10 @@ void sd_hs_run_fn(struct sd_handshake *h, struct sd_cpu *by, struct sd_cpu *t, b
 
 /* Whether target @t has run (or had run for it) the current request. */
 bool sd_hs_done(const struct sd_handshake *h, unsigned t);
+
+/* Whether target @t stopped running the mm since it was picked (and so
+ * owes nothing: it passed switch_mm's barrier). Requester only. */
+bool sd_hs_left(struct sd_handshake *h, unsigned t);
 
 /* Try to handle target @t on its behalf: true if it was in a safe state
  * and now has been. Requester only. */

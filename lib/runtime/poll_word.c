@@ -28,34 +28,34 @@ static void arm(struct sd_handshake *h, struct sd_cpu *cpu, unsigned t)
 int sd_hs_poll_word(struct sd_handshake *h, struct sd_cpu *cpu)
 {
 	uint64_t report = 0;
-	unsigned left = 0;
+	unsigned waiting = 0;
 
 	for (unsigned t = 0; t < h->m->nr_cpus; t++) {
 		if (!h->cpus[t].target || sd_hs_try_on_behalf(h, cpu, t))
 			continue;
 		arm(h, cpu, t);
-		left++;
+		waiting++;
 	}
 	if (atomic_load_explicit(&sd_hs_test_break, memory_order_relaxed) & SD_HS_BREAK_NO_WAIT)
 		return 0;
 	/* A target that entered a safe state after it was armed is handled
 	 * for it here; one that polls acknowledges itself. */
-	while (left) {
-		left = 0;
+	while (waiting) {
+		waiting = 0;
 		for (unsigned t = 0; t < h->m->nr_cpus; t++) {
 			struct sd_hs_cpu *hc = &h->cpus[t];
 
 			if (!hc->target || hc->seen_done)
 				continue;
-			if (sd_hs_done(h, t) || sd_hs_try_on_behalf(h, cpu, t)) {
+			if (sd_hs_done(h, t) || sd_hs_try_on_behalf(h, cpu, t) || sd_hs_left(h, t)) {
 				hc->seen_done = true;
 				if (!hc->on_behalf)
 					sd_event_line(cpu, &hc->ack, false);
 				continue;
 			}
-			left++;
+			waiting++;
 		}
-		if (left)
+		if (waiting)
 			sd_hs_wait_turn(h, cpu, &report, "to poll (sd_handshake_poll()) or enter a "
 					"safe state");
 	}

@@ -66,7 +66,7 @@ static int send(struct sd_handshake *h, struct sd_cpu *cpu, unsigned t)
  * and, with the targets never signalled, left for the next round. */
 static unsigned reap(struct sd_handshake *h, struct sd_cpu *cpu)
 {
-	unsigned left = 0;
+	unsigned waiting = 0;
 
 	for (unsigned t = 0; t < h->m->nr_cpus; t++) {
 		struct sd_hs_cpu *hc = &h->cpus[t];
@@ -80,10 +80,10 @@ static unsigned reap(struct sd_handshake *h, struct sd_cpu *cpu)
 			    SD_HS_BREAK_REFUSAL_ACKS)
 				continue;
 		}
-		if (!sd_hs_done(h, t) && !sd_hs_try_on_behalf(h, cpu, t))
-			left++;
+		if (!sd_hs_done(h, t) && !sd_hs_try_on_behalf(h, cpu, t) && !sd_hs_left(h, t))
+			waiting++;
 	}
-	return left;
+	return waiting;
 }
 
 int sd_hs_signal(struct sd_handshake *h, struct sd_cpu *cpu, struct sd_handshake_result *res)

@@ -64,7 +64,24 @@ bool sd_hs_done(const struct sd_handshake *h, unsigned t)
 {
 	struct sd_hs_cpu *hc = &h->cpus[t];
 
-	return hc->on_behalf || atomic_load_explicit(&hc->acked, memory_order_acquire) >= h->seq;
+	return hc->on_behalf || hc->left ||
+	       atomic_load_explicit(&hc->acked, memory_order_acquire) >= h->seq;
+}
+
+bool sd_hs_left(struct sd_handshake *h, unsigned t)
+{
+	struct sd_cpu *c = h->m->cpus[t];
+	struct sd_hs_cpu *hc = &h->cpus[t];
+
+	/* It switched away from the mm (an exited runtime thread, a thread
+	 * that went idle) after it was picked: it passed switch_mm's barrier
+	 * and runs no thread of the mm any more, so nothing is owed, as
+	 * HotSpot skips a thread that exited and membarrier a CPU that
+	 * switched. Acquire pairs with the release of its mm store. */
+	if (!hc->left && (atomic_load_explicit(&c->mm, memory_order_acquire) != h->mm ||
+			  atomic_load_explicit(&c->lazy, memory_order_relaxed)))
+		hc->left = true;
+	return hc->left;
 }
 
 bool sd_hs_try_on_behalf(struct sd_handshake *h, struct sd_cpu *by, unsigned t)
@@ -83,6 +100,9 @@ bool sd_hs_try_on_behalf(struct sd_handshake *h, struct sd_cpu *by, unsigned t)
 		hc->on_behalf = true;
 	}
 	atomic_store_explicit(&hc->state, SD_HS_SAFE, memory_order_release);
+	/* A target leaving its safe state waits for this store in
+	 * sd_cpu_poll(): in strict mode it looks again only when woken. */
+	sd_cpu_poll_wake(by);
 	return true;
 }
 

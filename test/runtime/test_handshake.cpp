@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
@@ -42,8 +43,11 @@ struct Scene {
 	std::atomic<unsigned> refused_on[kCpus]{};  // set by refuse_until_polled()
 	std::atomic<unsigned> signalled[kCpus]{};   // counted by refuse_first()
 	int lazy_cpu = -1;              // went idle lazily on the mm
+	int leave_cpu = -1;             // leaves the mm during the first request, polls never
+	std::atomic<int> requesting{0}, leaver_signalled{0};
 	int run_err = 0;
 	unsigned rounds = 1;
+	unsigned left_total = 0;
 };
 
 void count_fn(sd_cpu *target, void *arg)
@@ -69,13 +73,26 @@ void scene_body(sd_cpu *c, void *arg)
 	if (id == 0) {
 		while (s->ready.load() < (int)kCpus)
 			EXPECT_EQ(0, sd_cpu_poll(c));
-		for (unsigned r = 0; r < s->rounds && !s->run_err; r++)
+		s->requesting.store(1);
+		for (unsigned r = 0; r < s->rounds && !s->run_err; r++) {
 			s->run_err = sd_handshake_run(s->h, c, count_fn, s, &s->res);
+			s->left_total += s->res.left;
+		}
 		s->done.store(1);
 		EXPECT_EQ(0, sd_cpu_poll_wake(c));
 	} else {
+		if (id == (unsigned)s->leave_cpu) {
+			// Picked first, then gone: it leaves once signalled (its
+			// safe point says so), or 50 ms into the first request.
+			while (!s->leaver_signalled.load() && !s->requesting.load())
+				EXPECT_EQ(0, sd_cpu_poll(c));
+			if (!s->leaver_signalled.load())
+				std::this_thread::sleep_for(std::chrono::milliseconds(50));
+			EXPECT_EQ(0, sd_switch_mm(c, nullptr));
+		}
 		while (!s->done.load()) {
 			if (id != (unsigned)s->safe_cpu && id != (unsigned)s->lazy_cpu &&
+			    id != (unsigned)s->leave_cpu &&
 			    (s->targets_poll || s->refused_on[id].load())) {
 				EXPECT_GE(sd_handshake_poll(s->h, c), 0);
 			}
@@ -167,6 +184,36 @@ TEST(Handshake, PollHandlesASafeTargetOnItsBehalf)
 	EXPECT_EQ(0u, s.ran_by[2].load()) << "not on its own thread";
 	EXPECT_EQ(s.rounds, s.ran_by[0].load()) << "on the requester's";
 }
+
+// A runtime thread that exits (switches away from the mm) while a poll or
+// signal handshake waits for it owes nothing: the handshake ends, and says
+// so, instead of waiting for a poll that never comes.
+class LeavingTarget : public ::testing::TestWithParam<unsigned> {};
+
+TEST_P(LeavingTarget, OwesNothingAndIsCountedAsLeft)
+{
+	Scene s;
+	s.leave_cpu = 2;
+	s.rounds = 5;
+	sd_handshake_config hc = kind(GetParam());
+	if (GetParam() == SD_HANDSHAKE_SIGNAL) {
+		hc.safe_point = [](sd_cpu *t, void *arg) {
+			if (sd_cpu_id(t) != 2)
+				return 1;
+			static_cast<Scene *>(arg)->leaver_signalled.store(1);
+			return 0;
+		};
+		hc.safe_point_arg = &s;
+	}
+	run_scene(s, sdtest::config(kCpus, "ipi"), hc);
+	EXPECT_EQ(0u, s.res.unreached);
+	EXPECT_EQ(0u, s.ran_on[2].load());
+	EXPECT_EQ(1u, s.left_total) << "picked in the first handshake, gone during it";
+	EXPECT_EQ(3u, s.res.targets) << "not a target once gone";
+}
+
+INSTANTIATE_TEST_SUITE_P(Handshake, LeavingTarget,
+			 ::testing::Values(SD_HANDSHAKE_POLL, SD_HANDSHAKE_SIGNAL));
 
 // Go's refusals: half the signals refused at random; every target still
 // ran the function, by a later signal or at its poll.
