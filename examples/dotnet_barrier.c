@@ -19,6 +19,11 @@
  * the profile's machine, and how many threads the library's check found
  * to have passed a barrier after the request.
  *
+ * The real time is this host's: with fewer PUs than threads, whose loops
+ * never sleep, it is mostly the host scheduler's time slices (milliseconds),
+ * not the handshake. The modelled time is the profile's machine's, with a
+ * PU for every thread.
+ *
  *     cc -std=c11 dotnet_barrier.c $(pkg-config --cflags --libs shootdown)
  *     ./dotnet_barrier [--barriers N]
  */

@@ -20,6 +20,11 @@
  * prologue checks alone (SD_HANDSHAKE_POLL), in real time on this host and
  * in modelled time on milan-36.
  *
+ * The real time is this host's: with fewer PUs than threads, whose loops
+ * never sleep, it is mostly the host scheduler's time slices (milliseconds),
+ * not the handshake. The modelled time is the profile's machine's, with a
+ * PU for every thread.
+ *
  *     cc -std=c11 go_preempt.c $(pkg-config --cflags --libs shootdown)
  *     ./go_preempt [--stops N]
  */
