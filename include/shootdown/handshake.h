@@ -188,8 +188,8 @@ SD_EXPORT int sd_handshake_destroy(struct sd_handshake *h);
  * caller is not attached as @cpu; -EINVAL for a NULL @h or @res, @cpu of
  * another machine, or (MPROTECT) a caller that does
  * not run the mm (its write goes through its own TLB); -EDEADLK with
- * interrupts off; -ENOMEM (MEMBARRIER: its list of targets, or the IPIs'
- * request array at the caller's first multicast);
+ * interrupts off; -ENOMEM (MEMBARRIER: the IPIs' request array, made at
+ * the caller's first multicast);
  * MPROTECT: what sd_mmap(), sd_mprotect() or sd_access() returned on the
  * helper page (the handshake did not run). Attached thread only.
  */

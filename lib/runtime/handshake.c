@@ -65,12 +65,17 @@ int sd_handshake_create(struct sd_mm *mm, const struct sd_handshake_config *cfg,
 	if (err)
 		return err;
 	h = calloc(1, sizeof(*h));
-	if (h)
+	if (h) {
 		h->cpus = aligned_alloc(SD_CACHELINE, sd_round_up(mm->m->nr_cpus * sizeof(*h->cpus),
 								   SD_CACHELINE));
-	if (!h || !h->cpus || sd_lock_create(mm->m, "handshake", &h->lock)) {
-		if (h)
+		/* Made here, not at each handshake: no allocation on its path. */
+		h->target_ids = malloc(mm->m->nr_cpus * sizeof(*h->target_ids));
+	}
+	if (!h || !h->cpus || !h->target_ids || sd_lock_create(mm->m, "handshake", &h->lock)) {
+		if (h) {
 			free(h->cpus);
+			free(h->target_ids);
+		}
 		free(h);
 		return sd_fail(-ENOMEM, "sd_handshake_create: no memory for %u CPUs",
 			       mm->m->nr_cpus);
@@ -109,6 +114,7 @@ int sd_handshake_destroy(struct sd_handshake *h)
 			       sd_hs_kind_name(h->cfg.kind));
 	sd_lock_destroy(h->lock);
 	free(h->cpus);
+	free(h->target_ids);
 	free(h);
 	return 0;
 }

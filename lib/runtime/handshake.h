@@ -65,6 +65,7 @@ struct sd_handshake {
 	void *arg;
 	bool helper_mapped;             /* MPROTECT: the helper page exists */
 	struct sd_hs_cpu *cpus;         /* one per CPU of the machine */
+	unsigned *target_ids;           /* MEMBARRIER: the multicast's list, one per CPU */
 };
 
 /* The kinds: deliver the request to every target and wait until each has

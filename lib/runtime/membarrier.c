@@ -10,8 +10,6 @@
  * switches to the mm after the targets were read passed switch_mm's
  * barrier after the request, which is why the kernel need not interrupt it.
  */
-#include <stdlib.h>
-
 #include "../core/error.h"
 #include "../hw/event.h"
 #include "handshake.h"
@@ -27,13 +25,10 @@ static void membarrier_ipi(struct sd_cpu *t, void *arg)
 
 int sd_hs_membarrier(struct sd_handshake *h, struct sd_cpu *cpu)
 {
-	unsigned *targets = malloc(h->m->nr_cpus * sizeof(*targets));
+	unsigned *targets = h->target_ids;
 	unsigned n = 0;
 	int ran;
 
-	if (!targets)
-		return sd_fail(-ENOMEM, "sd_handshake_run: no memory for %u targets",
-			       h->m->nr_cpus);
 	for (unsigned t = 0; t < h->m->nr_cpus; t++)
 		if (h->cpus[t].target)
 			targets[n++] = t;
@@ -47,6 +42,5 @@ int sd_hs_membarrier(struct sd_handshake *h, struct sd_cpu *cpu)
 	/* "exit from system call is not a mb": the second. */
 	sd_smp_mb();
 	sd_event(cpu, SD_EV_SYSCALL_EXIT, 0, 0);
-	free(targets);
 	return ran < 0 ? ran : 0;
 }

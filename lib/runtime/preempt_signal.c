@@ -43,6 +43,8 @@ static void preempt_signal(struct sd_cpu *t, void *arg)
 		return;                 /* it polled meanwhile */
 	if ((h->cfg.safe_point && !h->cfg.safe_point(t, h->cfg.safe_point_arg)) ||
 	    refuse_at_random(h, hc)) {
+		/* This handler alone writes it (no RMW needed); release pairs
+		 * with the requester's acquire in check_targets(). */
 		atomic_store_explicit(&hc->refusals, atomic_load_explicit(&hc->refusals,
 						memory_order_relaxed) + 1, memory_order_release);
 		sd_event(t, SD_EV_HANDSHAKE_REFUSED, t->id, 0);

@@ -2249,7 +2249,7 @@ const std::map<std::pair<std::string, int>, const char *> kNotForced = {
 	{{"sd_line_create", -ENOMEM}, "malloc failing"},
 	{{"sd_smp_call_many", -ENOMEM}, "calloc failing (its per-CPU request array)"},
 	{{"sd_handshake_create", -ENOMEM}, "malloc failing"},
-	{{"sd_handshake_run", -ENOMEM}, "malloc failing (membarrier's target list)"},
+	{{"sd_handshake_run", -ENOMEM}, "calloc failing (membarrier's multicast request array)"},
 	{{"sd_smp_call_async_wait", -ESRCH}, "the endpoint's wait, as sd_smp_call_single()'s "
 					      "-ESRCH: a raw thread exit, in test_smp.cpp"},
 };
