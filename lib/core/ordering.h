@@ -63,6 +63,9 @@ enum sd_order_point {
 	SD_ORDER_VMA_CHANGED,    /* sd_mprotect(): its VMAs split, given the new
 				  * protection and write-locked under the
 				  * mmap_lock, no PTE edited yet */
+	SD_ORDER_TASK_EXITED,    /* a task's exit: its mm reference dropped
+				  * (and the mm destroyed if it was the last
+				  * user), its CPU not yet switched away */
 	SD_ORDER_NR_POINTS,
 };
 

@@ -265,7 +265,17 @@ static int mm_put(struct sd_cpu *c, struct sd_task *t)
 	int err = 0;
 
 	t->owner = NULL;
-	if (!owner || atomic_fetch_sub(&owner->users, 1) != 1)
+	if (!owner)
+		return 0;
+	/* exit_mm(): enter_lazy_tlb() before the reference goes. The last
+	 * user, exiting on another CPU, destroys the mm at once, and
+	 * sd_mm_destroy() refuses one that a CPU still runs: this CPU must
+	 * already count as lazy there (it is shot like any lazy one). Its
+	 * lazy store is released by the fetch_sub below; the partner is the
+	 * last user's fetch_sub, read before its running_anywhere(). */
+	if (sd_cpu_current_mm(c) == owner->mm)
+		sd_cpu_enter_lazy(c);
+	if (atomic_fetch_sub(&owner->users, 1) != 1)
 		return 0;
 	/* exit_mm(), then mmput()'s exit_mmap() on this CPU: off the mm
 	 * first, as sd_mm_destroy() refuses one a CPU runs. */
@@ -292,6 +302,7 @@ static void task_exit(struct sd_task *t)
 	if (err)
 		sd_sched_error(s, err, "sd_sched_run: task %u's mm could not be destroyed: %s",
 			       t->id, sd_last_error());
+	sd_order_point(SD_ORDER_TASK_EXITED, c->id);
 	sd_event(c, SD_EV_TASK_EXIT, t->id, 0);
 	sd_spin_lock(&t->pi_lock);
 	t->state = SD_TASK_DEAD;

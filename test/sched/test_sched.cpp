@@ -614,6 +614,78 @@ TEST(SchedRace, AnIpiToACpuBetweenThreadsRunsWhenTheNextArrives)
 	EXPECT_EQ(0, sd_mm_destroy(mm));
 }
 
+// exit_mm() enters lazy TLB mode before the mm's reference goes. A task
+// that is not its mm's last user exits on CPU 1 and is held there, its CPU
+// not yet switched away; the last user then exits on CPU 2 and destroys the
+// mm. sd_mm_destroy() refuses an mm a CPU still runs, so CPU 1 must count
+// as lazy by then (it is shot like any lazy CPU, by IPI, while held).
+std::atomic<bool> g_exit_armed{false}, g_first_held{false}, g_last_done{false},
+	g_thread_started{false};
+
+void hold_the_first_exit(enum sd_order_point point, unsigned cpu)
+{
+	if (point != SD_ORDER_TASK_EXITED)
+		return;
+	if (cpu == 2) {
+		g_last_done = true;
+		return;
+	}
+	if (cpu != 1 || !g_exit_armed.exchange(false))
+		return;
+	g_first_held = true;
+	// Held with interrupts on: the destroyer's IPI runs here. Bounded,
+	// so a broken build fails rather than hangs.
+	for (int i = 0; i < 20000 && !g_last_done; i++)
+		std::this_thread::sleep_for(std::chrono::microseconds(500));
+}
+
+void last_user(sd_task *self, void *)
+{
+	g_thread_started = true;
+	while (!g_first_held)
+		EXPECT_EQ(0, sd_cpu_poll(sd_task_cpu(self)));
+}
+
+void first_user(sd_task *self, void *)
+{
+	sd_task_config cfg = SD_TASK_CONFIG_INIT;
+	cfg.mm = sd_task_mm(self);
+	cfg.cpu = 2;
+	cfg.affinity = "2";
+	sd_task *t = nullptr;
+	ASSERT_EQ(0, sd_task_create(sd_cpu_machine(sd_task_cpu(self)), &cfg, last_user, nullptr,
+				    &t)) << sd_last_error();
+	while (!g_thread_started)
+		EXPECT_EQ(0, sd_cpu_poll(sd_task_cpu(self)));
+	g_exit_armed = true;
+}
+
+void forker(sd_task *self, void *)
+{
+	sd_task *child = nullptr;
+	EXPECT_EQ(0, sd_task_fork(self, first_user, nullptr, &child)) << sd_last_error();
+}
+
+TEST(SchedRace, AnExitingTaskIsLazyBeforeTheLastUserDestroysTheMm)
+{
+	Machine mach(sdtest::config(3, "ipi"));
+	ASSERT_NE(nullptr, mach.m);
+	sd_mm *mm = mapped_mm(mach.m, 1);
+	g_exit_armed = g_first_held = g_last_done = g_thread_started = false;
+	create(mach.m, mm, forker, nullptr, 1, "1");
+	sd_order_set_hook(hold_the_first_exit);
+	{
+		Watchdog w("exit race", 60);
+		EXPECT_EQ(0, sd_sched_run(mach.m))
+			<< sd_last_error() << " (the exiting task's CPU still ran the mm)";
+	}
+	sd_order_set_hook(nullptr);
+	EXPECT_TRUE(g_first_held.load()) << "the hook never held the first exit";
+	EXPECT_TRUE(g_last_done.load());
+	EXPECT_EQ(0u, total(mach.m, SD_STAT_VIOLATION));
+	EXPECT_EQ(0, sd_mm_destroy(mm));
+}
+
 }  // namespace
 
 namespace {
