@@ -274,6 +274,20 @@ inline uint64_t counter(sd_machine *m, unsigned cpu, sd_stat id)
 	return s.counter[id];
 }
 
+// A task of @m in @mm, created from outside a run (or from a task), placed
+// on @cpu within @affinity; the test fails if it cannot be made.
+inline sd_task *create_task(sd_machine *m, sd_mm *mm, sd_task_fn fn, void *arg,
+			    unsigned cpu = SD_TASK_ANY_CPU, const char *affinity = nullptr)
+{
+	sd_task_config cfg = SD_TASK_CONFIG_INIT;
+	cfg.mm = mm;
+	cfg.cpu = cpu;
+	cfg.affinity = affinity;
+	sd_task *t = nullptr;
+	EXPECT_EQ(0, sd_task_create(m, &cfg, fn, arg, &t)) << sd_last_error();
+	return t;
+}
+
 inline uint64_t total(sd_machine *m, sd_stat id)
 {
 	sd_stats s = SD_STATS_INIT;

@@ -16,6 +16,12 @@
  *   one IPI to each CPU *currently running* a thread of the mm (its loaded
  *   mm, not the lazy mm_cpumask), which runs the function and a barrier in
  *   its handler; the caller waits for all (smp_call_function_many()).
+ * - SD_HANDSHAKE_MEMBARRIER_RSEQ: membarrier(MEMBARRIER_CMD_PRIVATE_
+ *   EXPEDITED_RSEQ): the same IPIs, whose handler (ipi_rseq()) also aborts
+ *   the target's restartable sequence if it is in one (rseq.h), so that
+ *   no critical section begun before the handshake commits after it: the
+ *   fence of per-CPU data structures. With SD_HANDSHAKE_FLAG_CPU, one CPU
+ *   only (MEMBARRIER_CMD_FLAG_CPU), if it runs the mm.
  * - SD_HANDSHAKE_SIGNAL: Go's asynchronous preemption (runtime/preempt.go,
  *   suspendG() and preemptM()): a signal to each target, whose handler runs
  *   the function only at an asynchronous safe point and refuses otherwise;
@@ -40,11 +46,14 @@
  *
  * **The check.** Whatever the kind, after a handshake every target must
  * have run the function after the request, or been handled on its behalf
- * in a safe state, or (membarrier, mprotect) passed a full barrier after
- * it: taken an interrupt, switched mm. The library counts those barriers
- * on each CPU itself, apart from any kind's mechanism, and reports each
- * target that did none of these in the result and in the counter
- * handshake_targets_unreached. A result with unreached targets is a
+ * in a safe state, or (the membarriers, mprotect) passed a full barrier after
+ * it: taken an interrupt, switched mm. For MEMBARRIER_RSEQ, a target that
+ * was in a restartable sequence at the request must also have left it
+ * (committed or aborted) by the end: a section begun before the fence and
+ * still open, unaborted, would commit after it. The library counts those
+ * barriers and sections on each CPU itself, apart from any kind's
+ * mechanism, and reports each target that failed in the result and in the
+ * counter handshake_targets_unreached. A result with unreached targets is a
  * handshake that did not do what the runtime relies on: for the mprotect
  * kind on an IPI-free strategy it is the expected answer, not an error.
  *
@@ -81,6 +90,7 @@ enum sd_handshake_kind {
 	SD_HANDSHAKE_SIGNAL,
 	SD_HANDSHAKE_POLL,
 	SD_HANDSHAKE_MPROTECT,
+	SD_HANDSHAKE_MEMBARRIER_RSEQ,
 	SD_HANDSHAKE_KIND_NR
 };
 
@@ -109,13 +119,23 @@ struct sd_handshake_config {
 	 *  default, SD_HANDSHAKE_HELPER_VA). It is mapped at the first
 	 *  handshake, and the program must not map anything there. */
 	uint64_t helper_va;
+	/** MEMBARRIER, MEMBARRIER_RSEQ: SD_HANDSHAKE_FLAG_* (0: none). */
+	unsigned flags;
+	/** With SD_HANDSHAKE_FLAG_CPU: the one CPU to fence (below the
+	 *  machine's CPU count). */
+	unsigned cpu_id;
 };
+
+/** Fence only the CPU cpu_id (membarrier's MEMBARRIER_CMD_FLAG_CPU): it is
+ *  the one target if it runs a thread of the mm, the caller's own CPU
+ *  excepted; otherwise there is none. */
+#define SD_HANDSHAKE_FLAG_CPU 1u
 
 /** MPROTECT's default helper page: the last page below 2^47 - 2^32. */
 #define SD_HANDSHAKE_HELPER_VA 0x7fff00000000ull
 
 /** Initialiser for struct sd_handshake_config: membarrier, defaults. */
-#define SD_HANDSHAKE_CONFIG_INIT { sizeof(struct sd_handshake_config), 0, 0, 0, 0, 0, 0, 0 }
+#define SD_HANDSHAKE_CONFIG_INIT { sizeof(struct sd_handshake_config), 0, 0, 0, 0, 0, 0, 0, 0, 0 }
 
 /** What one handshake did. */
 struct sd_handshake_result {
@@ -139,6 +159,9 @@ struct sd_handshake_result {
 	unsigned refusals;
 	/** SIGNAL: signals sent again to a target that had not acknowledged. */
 	unsigned resends;
+	/** MEMBARRIER_RSEQ, SIGNAL: targets whose restartable sequence the
+	 *  handshake aborted (rseq.h). */
+	unsigned aborted;
 	/** The caller's time from the request to the last acknowledgement, in
 	 *  ns of its clock: modelled ns under a profile, host ns otherwise. */
 	uint64_t ns;
@@ -149,7 +172,8 @@ struct sd_handshake_result {
  *
  * Return: 0 and *@out; -EINVAL for a NULL argument, an unknown
  * @cfg->size or kind, refuse_per_million above a million, an unaligned
- * helper_va; -ENOMEM. Nothing is made on failure. Any thread; it waits
+ * helper_va, an unknown flag, a flag for a kind other than MEMBARRIER or
+ * MEMBARRIER_RSEQ, a cpu_id not below the machine's CPU count; -ENOMEM. Nothing is made on failure. Any thread; it waits
  * for no CPU, so interrupts may be off.
  */
 SD_EXPORT int sd_handshake_create(struct sd_mm *mm, const struct sd_handshake_config *cfg,

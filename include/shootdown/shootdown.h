@@ -24,5 +24,6 @@
 #include "shared.h"
 #include "events.h"
 #include "handshake.h"
+#include "rseq.h"
 
 #endif

@@ -129,7 +129,10 @@ SD_BEGIN_DECLS
 	X(HANDSHAKE_ON_BEHALF, "handshakes_on_behalf") /* targets in a safe state, done for them */ \
 	X(HANDSHAKE_REFUSED, "handshake_refusals") /* signal: not at a safe point */ \
 	X(HANDSHAKE_RESENT, "handshake_resends") /* signal: sent again */ \
-	X(HANDSHAKE_UNREACHED, "handshake_targets_unreached") /* the check: no barrier, no run */
+	X(HANDSHAKE_UNREACHED, "handshake_targets_unreached") /* the check: no barrier, no run */ \
+	/* rseq.h: restartable sequences */ \
+	X(RSEQ_COMMIT, "rseq_commits")          /* sections that committed */ \
+	X(RSEQ_ABORT, "rseq_aborts")            /* sections aborted: preempted, signalled, fenced */
 
 /** Counter ids. */
 enum sd_stat {

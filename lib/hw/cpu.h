@@ -66,6 +66,12 @@ struct sd_cpu {
 	 * interrupt taken, a switch_mm, a handshake function run):
 	 * sd_cpu_passed_barrier(). */
 	SD_ATOMIC(uint64_t) barriers;
+	/* Restartable sequences (runtime/rseq.c): the section of the thread
+	 * now running here. Written by that thread and its handlers alone;
+	 * a MEMBARRIER_RSEQ handshake's check reads them (the state's
+	 * release store publishes the number it goes with). */
+	SD_ATOMIC(uint64_t) rseq_seq;     /* sections begun here */
+	SD_ATOMIC(int) rseq_state;        /* SD_RSEQ_* */
 
 	/* Owner-private. The IPI handler runs on the owner's thread, so these
 	 * need compiler (signal) fences only, never atomics. */
@@ -121,6 +127,24 @@ static inline void sd_cpu_passed_barrier(struct sd_cpu *c)
 static inline uint64_t sd_cpu_barriers(const struct sd_cpu *c)
 {
 	return atomic_load_explicit(&((struct sd_cpu *)c)->barriers, memory_order_acquire);
+}
+
+enum { SD_RSEQ_NONE, SD_RSEQ_ACTIVE, SD_RSEQ_ABORTED };
+
+/*
+ * rseq_preempt(), rseq_signal_deliver(): abort the restartable sequence of
+ * the thread running on @c, if it is in one, so its commit is refused. On
+ * @c's own thread alone: its IPI handler, its scheduler switching it out.
+ * The owner's commit (sd_rseq_end()) reads the state with interrupts off,
+ * so a handler never runs between its check and its store: no RMW needed.
+ * True if a section was aborted; the caller counts it (SD_EV_RSEQ_ABORT).
+ */
+static inline bool sd_cpu_rseq_abort(struct sd_cpu *c)
+{
+	if (atomic_load_explicit(&c->rseq_state, memory_order_relaxed) != SD_RSEQ_ACTIVE)
+		return false;
+	atomic_store_explicit(&c->rseq_state, SD_RSEQ_ABORTED, memory_order_relaxed);
+	return true;
 }
 
 /* Emulated interrupts, inline for the access path. */

@@ -138,6 +138,9 @@
 	X(HANDSHAKE_REFUSED,  HANDSHAKE_REFUSED,  INSTANT,  ONE, FREE)                                   \
 	X(HANDSHAKE_RESENT,   HANDSHAKE_RESENT,   INSTANT,  ONE, FREE)                                   \
 	X(HANDSHAKE_UNREACHED, HANDSHAKE_UNREACHED, INSTANT, ONE, FREE)                                  \
+	/* Restartable sequences (rseq.h): arg the section's number on the CPU */                        \
+	X(RSEQ_COMMIT,        RSEQ_COMMIT,        UNTRACED, ONE, FREE)                                   \
+	X(RSEQ_ABORT,         RSEQ_ABORT,         INSTANT,  ONE, FREE)                                   \
 	/* The scheduler (lib/sched): arg the task id */                                                 \
 	X(TASK_SWITCH,        TASK_SWITCH,        INSTANT,  ONE, ONCE(SCHED_SWITCH))                     \
 	X(TASK_WAKEUP,        TASK_WAKEUP,        INSTANT,  ONE, ONCE(SCHED_WAKEUP))                     \

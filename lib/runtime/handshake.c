@@ -37,7 +37,12 @@ static uint64_t clock_of(struct sd_cpu *c)
 	return c->m->model.on ? sd_cpu_clock_ns(c) : sd_hs_host_ns();
 }
 
-static int check_config(const struct sd_handshake_config *cfg)
+static bool is_membarrier(unsigned kind)
+{
+	return kind == SD_HANDSHAKE_MEMBARRIER || kind == SD_HANDSHAKE_MEMBARRIER_RSEQ;
+}
+
+static int check_config(const struct sd_machine *m, const struct sd_handshake_config *cfg)
 {
 	if (cfg->size != sizeof(*cfg))
 		return sd_fail(-EINVAL, "sd_handshake_create: config size %zu unknown (expected "
@@ -50,6 +55,15 @@ static int check_config(const struct sd_handshake_config *cfg)
 	if (cfg->helper_va & (SD_PAGE_SIZE - 1))
 		return sd_fail(-EINVAL, "sd_handshake_create: helper_va %#llx not page aligned",
 			       (unsigned long long)cfg->helper_va);
+	if (cfg->flags & ~SD_HANDSHAKE_FLAG_CPU)
+		return sd_fail(-EINVAL, "sd_handshake_create: unknown flags %#x",
+			       cfg->flags & ~SD_HANDSHAKE_FLAG_CPU);
+	if (cfg->flags && !is_membarrier(cfg->kind))
+		return sd_fail(-EINVAL, "sd_handshake_create: SD_HANDSHAKE_FLAG_CPU is a membarrier "
+			       "flag, not for a %s handshake", sd_hs_kind_name(cfg->kind));
+	if ((cfg->flags & SD_HANDSHAKE_FLAG_CPU) && cfg->cpu_id >= m->nr_cpus)
+		return sd_fail(-EINVAL, "sd_handshake_create: cpu_id %u out of range (machine has %u)",
+			       cfg->cpu_id, m->nr_cpus);
 	return 0;
 }
 
@@ -61,7 +75,7 @@ int sd_handshake_create(struct sd_mm *mm, const struct sd_handshake_config *cfg,
 
 	if (!mm || !cfg || !out)
 		return sd_fail(-EINVAL, "sd_handshake_create: NULL argument");
-	err = check_config(cfg);
+	err = check_config(mm->m, cfg);
 	if (err)
 		return err;
 	h = calloc(1, sizeof(*h));
@@ -96,6 +110,7 @@ int sd_handshake_create(struct sd_mm *mm, const struct sd_handshake_config *cfg,
 		atomic_init(&hc->state, SD_HS_RUNNING);
 		atomic_init(&hc->flow, 0);
 		atomic_init(&hc->refusals, 0);
+		atomic_init(&hc->rseq_aborted, 0);
 		hc->rng = cfg->seed ^ (0x9e3779b97f4a7c15ull * (i + 1));
 		sd_model_line_init(&hc->word);
 		sd_model_line_init(&hc->ack);
@@ -122,7 +137,8 @@ int sd_handshake_destroy(struct sd_handshake *h)
 /* ---- the targets and the check ---- */
 
 /* Every CPU running a thread of the mm now (its loaded mm, not lazily),
- * the caller excepted, with its barrier count and the request's arrow. */
+ * the caller excepted (membarrier's MEMBARRIER_CMD_FLAG_CPU: only cpu_id),
+ * with its barrier count, its open section and the request's arrow. */
 static unsigned pick_targets(struct sd_handshake *h, struct sd_cpu *cpu)
 {
 	unsigned n = 0;
@@ -132,6 +148,7 @@ static unsigned pick_targets(struct sd_handshake *h, struct sd_cpu *cpu)
 		struct sd_hs_cpu *hc = &h->cpus[t];
 
 		hc->target = t != cpu->id &&
+			     (!(h->cfg.flags & SD_HANDSHAKE_FLAG_CPU) || t == h->cfg.cpu_id) &&
 			     atomic_load_explicit(&c->mm, memory_order_acquire) == h->mm &&
 			     !atomic_load_explicit(&c->lazy, memory_order_relaxed);
 		hc->in_flight = hc->on_behalf = hc->seen_done = hc->left = false;
@@ -139,6 +156,7 @@ static unsigned pick_targets(struct sd_handshake *h, struct sd_cpu *cpu)
 			continue;
 		hc->barriers_at_request = sd_cpu_barriers(c);
 		hc->refusals_at_request = atomic_load_explicit(&hc->refusals, memory_order_acquire);
+		hc->rseq_open_at_request = sd_hs_rseq_open(c);
 		atomic_store_explicit(&hc->flow, sd_event_flow_out(cpu, SD_EV_HANDSHAKE_REQUEST, t),
 				      memory_order_relaxed);
 		n++;
@@ -150,8 +168,8 @@ static unsigned pick_targets(struct sd_handshake *h, struct sd_cpu *cpu)
 static void check_targets(struct sd_handshake *h, struct sd_cpu *cpu,
 			  struct sd_handshake_result *res)
 {
-	bool barrier_kind = h->cfg.kind == SD_HANDSHAKE_MEMBARRIER ||
-			    h->cfg.kind == SD_HANDSHAKE_MPROTECT;
+	bool barrier_kind = is_membarrier(h->cfg.kind) || h->cfg.kind == SD_HANDSHAKE_MPROTECT;
+	bool rseq_kind = h->cfg.kind == SD_HANDSHAKE_MEMBARRIER_RSEQ;
 
 	res->first_unreached = -1;
 	for (unsigned t = 0; t < h->m->nr_cpus; t++) {
@@ -169,6 +187,12 @@ static void check_targets(struct sd_handshake *h, struct sd_cpu *cpu,
 		res->on_behalf += hc->on_behalf;
 		res->barriers += barrier;
 		res->left += !ran && !hc->on_behalf && hc->left;
+		res->aborted += atomic_load_explicit(&hc->rseq_aborted, memory_order_acquire) == h->seq;
+		/* The fence's promise: the section open at the request is not
+		 * still open, unaborted, able to commit after it. */
+		if (rseq_kind && hc->rseq_open_at_request &&
+		    sd_hs_rseq_open(h->m->cpus[t]) == hc->rseq_open_at_request)
+			barrier = ran = false;
 		if (ran || hc->on_behalf || hc->left || (barrier_kind && barrier))
 			continue;
 		res->unreached++;
@@ -195,6 +219,7 @@ static int deliver(struct sd_handshake *h, struct sd_cpu *cpu, struct sd_handsha
 {
 	switch (h->cfg.kind) {
 	case SD_HANDSHAKE_MEMBARRIER:
+	case SD_HANDSHAKE_MEMBARRIER_RSEQ:
 		return sd_hs_membarrier(h, cpu);
 	case SD_HANDSHAKE_SIGNAL:
 		return sd_hs_signal(h, cpu, res);

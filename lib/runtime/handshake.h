@@ -43,12 +43,18 @@ struct sd_hs_cpu {
 	SD_ATOMIC(uint64_t) flow;       /* the request's trace arrow, 0 none */
 	uint64_t rng;                   /* SIGNAL's refusals: the target's alone */
 	SD_ATOMIC(unsigned) refusals;   /* SIGNAL: signals it refused (its handler's) */
+	/* The last request whose handler aborted this CPU's restartable
+	 * sequence: release by the handler, acquire by the check. */
+	SD_ATOMIC(uint64_t) rseq_aborted;
 	struct sd_model_line word;      /* the poll word's line */
 	struct sd_model_line ack;       /* the acknowledgement's line */
 	/* The requester's, for the handshake in progress. */
 	sd_cacheline_aligned struct sd_smp_call call;   /* SIGNAL: the signal in flight */
 	uint64_t barriers_at_request;   /* the check's baseline */
 	unsigned refusals_at_request;
+	/* MEMBARRIER_RSEQ: the number of the target's section open at the
+	 * request, 0 none (the check's baseline). */
+	uint64_t rseq_open_at_request;
 	bool target, in_flight, on_behalf, seen_done, left;
 };
 
@@ -81,6 +87,7 @@ enum {
 	SD_HS_BREAK_SKIP_LAST = 1u << 0,       /* membarrier: no IPI to the last target */
 	SD_HS_BREAK_NO_WAIT = 1u << 1,         /* poll: arm, then return at once */
 	SD_HS_BREAK_REFUSAL_ACKS = 1u << 2,    /* signal: a refused signal counts as done */
+	SD_HS_BREAK_NO_RSEQ_ABORT = 1u << 3,   /* membarrier_rseq: ipi_mb() in place of ipi_rseq() */
 };
 extern SD_ATOMIC(unsigned) sd_hs_test_break;
 
@@ -94,6 +101,15 @@ uint64_t sd_hs_host_ns(void);
  * acknowledges it: on its own thread, @on_behalf false; by the requester
  * @by for a target in a safe state, @on_behalf true. */
 void sd_hs_run_fn(struct sd_handshake *h, struct sd_cpu *by, struct sd_cpu *t, bool on_behalf);
+
+/* rseq_preempt() or rseq_signal_deliver() in target @t's handler for the
+ * current request: abort its restartable sequence, if it is in one, and
+ * count it. */
+void sd_hs_rseq_abort(struct sd_handshake *h, struct sd_cpu *t);
+
+/* The number of the restartable sequence open on @c now, unaborted; 0 if
+ * none. Any thread (a check's read). */
+uint64_t sd_hs_rseq_open(const struct sd_cpu *c);
 
 /* Whether target @t has run (or had run for it) the current request. */
 bool sd_hs_done(const struct sd_handshake *h, unsigned t);

@@ -39,6 +39,9 @@ static void preempt_signal(struct sd_cpu *t, void *arg)
 	struct sd_handshake *h = arg;
 	struct sd_hs_cpu *hc = &h->cpus[t->id];
 
+	/* A signal delivered aborts a restartable sequence whatever the
+	 * handler then does (rseq_signal_deliver()). */
+	sd_hs_rseq_abort(h, t);
 	if (atomic_load_explicit(&hc->acked, memory_order_relaxed) >= h->seq)
 		return;                 /* it polled meanwhile */
 	if ((h->cfg.safe_point && !h->cfg.safe_point(t, h->cfg.safe_point_arg)) ||

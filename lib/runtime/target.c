@@ -22,6 +22,7 @@ SD_ATOMIC(unsigned) sd_hs_test_break;
 static const char *const kind_names[SD_HANDSHAKE_KIND_NR] = {
 	[SD_HANDSHAKE_MEMBARRIER] = "membarrier", [SD_HANDSHAKE_SIGNAL] = "signal",
 	[SD_HANDSHAKE_POLL] = "poll", [SD_HANDSHAKE_MPROTECT] = "mprotect",
+	[SD_HANDSHAKE_MEMBARRIER_RSEQ] = "membarrier_rseq",
 };
 
 const char *sd_hs_kind_name(unsigned kind)
@@ -58,6 +59,27 @@ void sd_hs_run_fn(struct sd_handshake *h, struct sd_cpu *by, struct sd_cpu *t, b
 	/* A requester polling for this acknowledgement looks again now. */
 	if (!on_behalf)
 		sd_cpu_poll_wake(by);
+}
+
+void sd_hs_rseq_abort(struct sd_handshake *h, struct sd_cpu *t)
+{
+	if (!sd_cpu_rseq_abort(t))
+		return;
+	sd_event(t, SD_EV_RSEQ_ABORT, atomic_load_explicit(&t->rseq_seq, memory_order_relaxed), 0);
+	/* Before the acknowledgement (the function run or the IPI's ack),
+	 * which releases it again to the requester's check. */
+	atomic_store_explicit(&h->cpus[t->id].rseq_aborted, h->seq, memory_order_release);
+}
+
+uint64_t sd_hs_rseq_open(const struct sd_cpu *c)
+{
+	struct sd_cpu *cpu = (struct sd_cpu *)c;
+
+	/* Acquire pairs with sd_rseq_begin()'s release of ACTIVE: the
+	 * number read after it is that section's or a later one's. */
+	if (atomic_load_explicit(&cpu->rseq_state, memory_order_acquire) != SD_RSEQ_ACTIVE)
+		return 0;
+	return atomic_load_explicit(&cpu->rseq_seq, memory_order_relaxed);
 }
 
 bool sd_hs_done(const struct sd_handshake *h, unsigned t)

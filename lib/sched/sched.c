@@ -519,6 +519,11 @@ struct sd_cpu *sd_schedule(struct sd_cpu *c, struct sd_task *prev, bool yield)
 		sd_irq_on(c);
 		return c;
 	}
+	/* rseq_preempt(prev) in prepare_task_switch(): a task switched out
+	 * loses its restartable sequence, wherever it runs next. */
+	if (sd_cpu_rseq_abort(c))
+		sd_event(c, SD_EV_RSEQ_ABORT,
+			 atomic_load_explicit(&c->rseq_seq, memory_order_relaxed), 0);
 	sd_event(c, SD_EV_TASK_SWITCH, next->id, prev->id);
 	/* switch_mm(): a task's mm, unless it is loaded already; the idle
 	 * thread keeps the last one, lazily (its loop enters lazy mode). */

@@ -2131,6 +2131,19 @@ TEST(HandshakeErrors, EveryCallRefusesWhatItDocuments)
 	prime_last_error();
 	check_error(sd_handshake_create(mm, &hc, &h), -EINVAL, {"aligned"});
 	hc = SD_HANDSHAKE_CONFIG_INIT;
+	hc.flags = 2;
+	prime_last_error();
+	check_error(sd_handshake_create(mm, &hc, &h), -EINVAL, {"unknown flags"});
+	hc.flags = SD_HANDSHAKE_FLAG_CPU;
+	hc.kind = SD_HANDSHAKE_POLL;
+	prime_last_error();
+	check_error(sd_handshake_create(mm, &hc, &h), -EINVAL, {"membarrier flag"});
+	hc.kind = SD_HANDSHAKE_MEMBARRIER_RSEQ;
+	hc.cpu_id = 2;
+	prime_last_error();
+	check_error(sd_handshake_create(mm, &hc, &h), -EINVAL, {"cpu_id 2 out of range"});
+	EXPECT_EQ(sentinel, h) << "a failed create wrote *out";
+	hc = SD_HANDSHAKE_CONFIG_INIT;
 	ASSERT_EQ(0, sd_handshake_create(mm, &hc, &h));
 	hc.kind = SD_HANDSHAKE_POLL;
 	ASSERT_EQ(0, sd_handshake_create(mm, &hc, &poll_h));
@@ -2215,6 +2228,60 @@ TEST(HandshakeErrors, EveryCallRefusesWhatItDocuments)
 	EXPECT_EQ(0, sd_handshake_destroy(foreign));
 	EXPECT_EQ(0, sd_mm_destroy(mm));
 	EXPECT_EQ(0, sd_mm_destroy(foreign_mm));
+}
+
+// Restartable sequences (rseq.h).
+TEST(RseqErrors, EveryCallRefusesWhatItDocuments)
+{
+	Machine mach(cfg_cpus(2));
+	ASSERT_NE(nullptr, mach.m);
+	sd_mm *mm = nullptr;
+	ASSERT_EQ(0, sd_mm_create(mach.m, &mm));
+	sd_handshake_config hc = SD_HANDSHAKE_CONFIG_INIT;
+	hc.kind = SD_HANDSHAKE_MEMBARRIER_RSEQ;
+	sd_handshake *h = nullptr;
+	ASSERT_EQ(0, sd_handshake_create(mm, &hc, &h));
+	alignas(8) uint64_t words[2] = {0, 0};
+
+	prime_last_error();
+	check_error(sd_rseq_begin(nullptr), -EPERM, {"attached"});
+	prime_last_error();
+	check_error(sd_rseq_end(nullptr, words, 1), -EPERM, {"attached"});
+	std::atomic<int> in_section{0}, fenced{0};
+	std::thread target([&] {
+		Attached t(mach.m, 1);
+		ASSERT_NE(nullptr, t.c);
+		ASSERT_EQ(0, sd_switch_mm(t.c, mm));
+		prime_last_error();
+		check_error(sd_rseq_end(t.c, words, 1), -EINVAL, {"no section"});
+		ASSERT_EQ(1, sd_rseq_begin(t.c));
+		prime_last_error();
+		check_error(sd_rseq_end(t.c, reinterpret_cast<uint64_t *>(
+				reinterpret_cast<char *>(words) + 4), 1), -EINVAL, {"aligned"});
+		in_section.store(1);
+		while (!fenced.load())
+			EXPECT_EQ(0, sd_cpu_poll(t.c));
+		// Aborted by the fence: nothing stored, and the section is over.
+		prime_last_error();
+		check_error(sd_rseq_end(t.c, words, 1), -EAGAIN, {"aborted"});
+		EXPECT_EQ(0u, words[0]);
+		prime_last_error();
+		check_error(sd_rseq_end(t.c, words, 1), -EINVAL, {"no section"});
+		EXPECT_EQ(0, sd_switch_mm(t.c, nullptr));
+	});
+	{
+		Attached a(mach.m, 0);
+		ASSERT_NE(nullptr, a.c);
+		while (!in_section.load())
+			std::this_thread::yield();
+		sd_handshake_result res{};
+		EXPECT_EQ(0, sd_handshake_run(h, a.c, nullptr, nullptr, &res));
+		EXPECT_EQ(1u, res.aborted);
+	}
+	fenced.store(1);
+	target.join();
+	EXPECT_EQ(0, sd_handshake_destroy(h));
+	EXPECT_EQ(0, sd_mm_destroy(mm));
 }
 
 // ---- every documented code, driven ----

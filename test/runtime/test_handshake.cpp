@@ -157,7 +157,7 @@ TEST_P(EveryKind, ReachesTheCpusRunningTheMmAndNoOther)
 
 INSTANTIATE_TEST_SUITE_P(Handshake, EveryKind,
 			 ::testing::Values(SD_HANDSHAKE_MEMBARRIER, SD_HANDSHAKE_SIGNAL,
-					   SD_HANDSHAKE_POLL));
+					   SD_HANDSHAKE_POLL, SD_HANDSHAKE_MEMBARRIER_RSEQ));
 
 TEST(Handshake, MembarrierSkipsALazyCpu)
 {

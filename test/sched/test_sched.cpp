@@ -22,6 +22,7 @@ namespace {
 using sdtest::Machine;
 using sdtest::Profile;
 using sdtest::Watchdog;
+using sdtest::create_task;
 
 constexpr uint64_t P = SD_PAGE_SIZE;
 constexpr unsigned RW = SD_PROT_READ | SD_PROT_WRITE;
@@ -32,18 +33,6 @@ uint64_t total(sd_machine *m, sd_stat which)
 	sd_stats st = SD_STATS_INIT;
 	EXPECT_EQ(0, sd_stats_snapshot(m, &st));
 	return st.counter[which];
-}
-
-sd_task *create(sd_machine *m, sd_mm *mm, sd_task_fn fn, void *arg, unsigned cpu = SD_TASK_ANY_CPU,
-		const char *affinity = nullptr)
-{
-	sd_task_config cfg = SD_TASK_CONFIG_INIT;
-	cfg.mm = mm;
-	cfg.cpu = cpu;
-	cfg.affinity = affinity;
-	sd_task *t = nullptr;
-	EXPECT_EQ(0, sd_task_create(m, &cfg, fn, arg, &t)) << sd_last_error();
-	return t;
 }
 
 // A new mm of @m with @pages pages mapped read-write at kBase (not yet
@@ -104,8 +93,8 @@ void run_ping_pong(sd_machine *m, unsigned cpu0, unsigned cpu1, unsigned rounds,
 	pp.rounds = rounds;
 	Player pl[2] = {{&pp, 0}, {&pp, 1}};
 	std::string a0 = std::to_string(cpu0), a1 = std::to_string(cpu1);
-	create(m, mm, player, &pl[0], cpu0, pinned ? a0.c_str() : nullptr);
-	create(m, mm, player, &pl[1], cpu1, pinned ? a1.c_str() : nullptr);
+	create_task(m, mm, player, &pl[0], cpu0, pinned ? a0.c_str() : nullptr);
+	create_task(m, mm, player, &pl[1], cpu1, pinned ? a1.c_str() : nullptr);
 	Watchdog w("ping-pong", 120);
 	EXPECT_EQ(0, sd_sched_run(m)) << sd_last_error();
 	EXPECT_EQ(2u, pp.done.load());
@@ -167,7 +156,7 @@ TEST(Sched, AWaitThatCannotEndIsReported)
 	sd_waitq *q = nullptr;
 	ASSERT_EQ(0, sd_waitq_create(mach.m, "never", &q));
 	for (unsigned i = 0; i < 3; i++)
-		create(mach.m, mm, waits_for_ever, q);
+		create_task(mach.m, mm, waits_for_ever, q);
 	Watchdog w("deadlock report", 60);
 	EXPECT_EQ(0, sd_sched_run(mach.m)) << sd_last_error();
 	EXPECT_EQ(0, sd_waitq_destroy(q));
@@ -228,8 +217,8 @@ std::vector<uint64_t> modelled_ping_pong(const sd_machine_config &cfg, unsigned 
 		EXPECT_EQ(0, sd_stats_cpu(mach.m, 0, &st));
 		start = st.counter[SD_STAT_MODEL_NS];
 	}
-	create(mach.m, mm, clocked_player, &cl[0], 0, "0");
-	create(mach.m, mm, clocked_player, &cl[1], cpu1, a1.c_str());
+	create_task(mach.m, mm, clocked_player, &cl[0], 0, "0");
+	create_task(mach.m, mm, clocked_player, &cl[1], cpu1, a1.c_str());
 	EXPECT_EQ(0, sd_sched_run(mach.m)) << sd_last_error();
 	if (info) {
 		*info = SD_MODEL_INFO_INIT;
@@ -349,7 +338,7 @@ TEST(Sched, ForkGivesTheChildACopyOnWriteMmThatGoesWithIt)
 		sd_mm *mm = nullptr;
 		ASSERT_EQ(0, sd_mm_create(mach.m, &mm));
 		ForkCase f;
-		create(mach.m, mm, forking_parent, &f);
+		create_task(mach.m, mm, forking_parent, &f);
 		Watchdog w("fork", 60);
 		EXPECT_EQ(0, sd_sched_run(mach.m)) << sd_last_error();
 		EXPECT_TRUE(f.child_done);
@@ -386,7 +375,7 @@ TEST(Sched, ExecReplacesTheMmAndTheProgramKeepsItsOwn)
 	sd_mm *mm = mapped_mm(mach.m, 1);
 	ASSERT_NE(nullptr, mm);
 	sd_mm *old = nullptr;
-	create(mach.m, mm, execing_task, &old);
+	create_task(mach.m, mm, execing_task, &old);
 	EXPECT_EQ(0, sd_sched_run(mach.m)) << sd_last_error();
 	EXPECT_EQ(mm, old);
 	EXPECT_EQ(1u, total(mach.m, SD_STAT_TASK_EXEC));
@@ -418,7 +407,7 @@ TEST(Sched, AffinityMovesARunningTask)
 	sd_mm *mm = mapped_mm(mach.m, 1);
 	ASSERT_NE(nullptr, mm);
 	Hopper h;
-	create(mach.m, mm, hopper, &h, 0, "0");
+	create_task(mach.m, mm, hopper, &h, 0, "0");
 	EXPECT_EQ(0, sd_sched_run(mach.m)) << sd_last_error();
 	EXPECT_EQ((std::vector<unsigned>{1, 2, 0, 2}), h.seen);
 	EXPECT_EQ(4u, total(mach.m, SD_STAT_TASK_MIGRATE));
@@ -452,8 +441,8 @@ TEST(SchedModelled, SleepEndsAtItsModelledTime)
 		sd_mm *mm = nullptr;
 		ASSERT_EQ(0, sd_mm_create(mach.m, &mm));
 		Sleeper s[2];
-		create(mach.m, mm, sleeper, &s[0], 0);
-		create(mach.m, mm, sleeper, &s[1], 1);
+		create_task(mach.m, mm, sleeper, &s[0], 0);
+		create_task(mach.m, mm, sleeper, &s[1], 1);
 		Watchdog w("sleep", 60);
 		EXPECT_EQ(0, sd_sched_run(mach.m)) << sd_last_error();
 		for (auto &x : s) {
@@ -522,8 +511,8 @@ TEST(SchedRace, AWakeupBeforeTheSwitchIsNotLost)
 	ASSERT_EQ(0, sd_waitq_create(mach.m, "race", &r.q));
 	g_blocking = g_woken = false;
 	sd_order_set_hook(hold_the_blocker);
-	create(mach.m, mm, race_waiter, &r, 0, "0");
-	create(mach.m, mm, race_waker, &r, 1, "1");
+	create_task(mach.m, mm, race_waiter, &r, 0, "0");
+	create_task(mach.m, mm, race_waker, &r, 1, "1");
 	{
 		Watchdog w("wakeup race", 60);
 		EXPECT_EQ(0, sd_sched_run(mach.m)) << sd_last_error();
@@ -596,9 +585,9 @@ TEST(SchedRace, AnIpiToACpuBetweenThreadsRunsWhenTheNextArrives)
 	sd_mm *mm = mapped_mm(mach.m, 1);
 	Handover h;
 	g_handed = g_flush_posted = false;
-	create(mach.m, mm, yielder, &h, 1, "1");
-	create(mach.m, mm, second, &h, 1, "1");
-	create(mach.m, mm, flusher, nullptr, 0, "0");
+	create_task(mach.m, mm, yielder, &h, 1, "1");
+	create_task(mach.m, mm, second, &h, 1, "1");
+	create_task(mach.m, mm, flusher, nullptr, 0, "0");
 	sd_order_set_hook(hold_the_handover);
 	{
 		Watchdog w("handover race", 60);
@@ -672,7 +661,7 @@ TEST(SchedRace, AnExitingTaskIsLazyBeforeTheLastUserDestroysTheMm)
 	ASSERT_NE(nullptr, mach.m);
 	sd_mm *mm = mapped_mm(mach.m, 1);
 	g_exit_armed = g_first_held = g_last_done = g_thread_started = false;
-	create(mach.m, mm, forker, nullptr, 1, "1");
+	create_task(mach.m, mm, forker, nullptr, 1, "1");
 	sd_order_set_hook(hold_the_first_exit);
 	{
 		Watchdog w("exit race", 60);
@@ -826,12 +815,12 @@ TEST(SchedRace, AReschedulingRequestIsPostedOnceAtATime)
 	g_k = &k;
 	ASSERT_EQ(0, sd_waitq_create(mach.m, "one", &k.q1));
 	ASSERT_EQ(0, sd_waitq_create(mach.m, "two", &k.q2));
-	k.one = create(mach.m, mm, sleeper_one, &k, 0, "0");
+	k.one = create_task(mach.m, mm, sleeper_one, &k, 0, "0");
 	k.rq0 = &static_cast<sd_sched *>(mach.m->sched)->rq[0];
-	create(mach.m, mm, sleeper_two, &k, 0, "0");
-	create(mach.m, mm, target_task, &k, 0, "0");
-	create(mach.m, mm, first_sender, &k, 1, "1");
-	create(mach.m, mm, third_sender, &k, 2, "2");
+	create_task(mach.m, mm, sleeper_two, &k, 0, "0");
+	create_task(mach.m, mm, target_task, &k, 0, "0");
+	create_task(mach.m, mm, first_sender, &k, 1, "1");
+	create_task(mach.m, mm, third_sender, &k, 2, "2");
 	sd_order_set_hook(hold_the_second_claim);
 	{
 		Watchdog w("resched claims (a cycle in CPU 0's IPI queue?)", 60);
@@ -876,7 +865,7 @@ TEST(SchedBalance, AnIdleCpuPullsWaitingTasks)
 	sd_mm *mm = mapped_mm(mach.m, 1);
 	Spread s;
 	for (int i = 0; i < 4; i++)
-		create(mach.m, mm, spreader, &s, 0);
+		create_task(mach.m, mm, spreader, &s, 0);
 	EXPECT_EQ(0, sd_sched_run(mach.m)) << sd_last_error();
 	EXPECT_GT(s.seen_on[1].load(), 0u) << "CPU 1 never ran a task queued on CPU 0";
 	EXPECT_GE(total(mach.m, SD_STAT_TASK_MIGRATE), 1u);
@@ -904,7 +893,7 @@ TEST(SchedBalance, NoIdleCpuTakesTheOneTaskAnotherIdleCpuIsAboutToRun)
 	sd_mm *mm = mapped_mm(mach.m, 1);
 	Watchdog w("one task, idle CPUs", 60);
 	for (int run = 0; run < 20; run++) {
-		create(mach.m, mm, returns_at_once, nullptr, 3);
+		create_task(mach.m, mm, returns_at_once, nullptr, 3);
 		EXPECT_EQ(0, sd_sched_run(mach.m)) << sd_last_error();
 	}
 	EXPECT_EQ(0u, total(mach.m, SD_STAT_TASK_MIGRATE));
@@ -950,9 +939,9 @@ TEST(SchedBalance, PeriodicBalanceMovesWorkToABusyButShorterQueue)
 	ASSERT_NE(nullptr, mach.m);
 	sd_mm *mm = mapped_mm(mach.m, 1);
 	Busy b;
-	create(mach.m, mm, busy_forever, &b, 1, "1");
+	create_task(mach.m, mm, busy_forever, &b, 1, "1");
 	for (int i = 0; i < 4; i++)
-		create(mach.m, mm, queued_on_cpu0, &b, 0);
+		create_task(mach.m, mm, queued_on_cpu0, &b, 0);
 	{
 		Watchdog w("periodic balance", 60);
 		EXPECT_EQ(0, sd_sched_run(mach.m)) << sd_last_error();
