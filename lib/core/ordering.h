@@ -66,6 +66,9 @@ enum sd_order_point {
 	SD_ORDER_TASK_EXITED,    /* a task's exit: its mm reference dropped
 				  * (and the mm destroyed if it was the last
 				  * user), its CPU not yet switched away */
+	SD_ORDER_HS_POLLED,      /* sd_handshake_poll(): a request found armed,
+				  * its function not yet run (the target's
+				  * signal handler may run it now) */
 	SD_ORDER_NR_POINTS,
 };
 

@@ -99,8 +99,10 @@ uint64_t sd_hs_host_ns(void);
 
 /* @t runs the current request's function (interrupts off) and
  * acknowledges it: on its own thread, @on_behalf false; by the requester
- * @by for a target in a safe state, @on_behalf true. */
-void sd_hs_run_fn(struct sd_handshake *h, struct sd_cpu *by, struct sd_cpu *t, bool on_behalf);
+ * @by for a target in a safe state, @on_behalf true. False if @t had
+ * acknowledged the request already (its signal handler and its poll
+ * both reached it). */
+bool sd_hs_run_fn(struct sd_handshake *h, struct sd_cpu *by, struct sd_cpu *t, bool on_behalf);
 
 /* rseq_preempt() or rseq_signal_deliver() in target @t's handler for the
  * current request: abort its restartable sequence, if it is in one, and

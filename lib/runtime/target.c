@@ -13,6 +13,7 @@
 #include <shootdown/handshake.h>
 
 #include "../core/error.h"
+#include "../core/ordering.h"
 #include "../hw/event.h"
 #include "../hw/machine_state.h"
 #include "handshake.h"
@@ -40,17 +41,25 @@ uint64_t sd_hs_host_ns(void)
 
 /* ---- the steps the kinds share ---- */
 
-void sd_hs_run_fn(struct sd_handshake *h, struct sd_cpu *by, struct sd_cpu *t, bool on_behalf)
+bool sd_hs_run_fn(struct sd_handshake *h, struct sd_cpu *by, struct sd_cpu *t, bool on_behalf)
 {
 	struct sd_hs_cpu *hc = &h->cpus[t->id];
 
 	sd_irq_off(by);
+	/* Checked and acknowledged with interrupts off: a SIGNAL request
+	 * reaches its target by its handler and by its poll, and the
+	 * handler runs on the target's own thread, so it cannot fall
+	 * between this check and the ack and run the function twice. */
+	if (!on_behalf && atomic_load_explicit(&hc->acked, memory_order_relaxed) >= h->seq) {
+		sd_irq_on(by);
+		return false;
+	}
 	if (h->fn)
 		h->fn(t, h->arg);
-	sd_irq_on(by);
 	/* The function's effects before the acknowledgement: pairs with the
 	 * acquire in sd_hs_done(). */
 	atomic_store_explicit(&hc->acked, h->seq, memory_order_release);
+	sd_irq_on(by);
 	if (!on_behalf)
 		sd_cpu_passed_barrier(t);
 	sd_event_line(by, &hc->ack, true);
@@ -59,6 +68,7 @@ void sd_hs_run_fn(struct sd_handshake *h, struct sd_cpu *by, struct sd_cpu *t, b
 	/* A requester polling for this acknowledgement looks again now. */
 	if (!on_behalf)
 		sd_cpu_poll_wake(by);
+	return true;
 }
 
 void sd_hs_rseq_abort(struct sd_handshake *h, struct sd_cpu *t)
@@ -186,8 +196,8 @@ int sd_handshake_poll(struct sd_handshake *h, struct sd_cpu *cpu)
 	if (!armed || armed <= atomic_load_explicit(&hc->acked, memory_order_relaxed))
 		return 0;
 	sd_event_line(cpu, &hc->word, false);
-	sd_hs_run_fn(h, cpu, cpu, false);
-	return 1;
+	sd_order_point(SD_ORDER_HS_POLLED, cpu->id);
+	return sd_hs_run_fn(h, cpu, cpu, false);
 }
 
 int sd_handshake_set_safe(struct sd_handshake *h, struct sd_cpu *cpu, int safe)

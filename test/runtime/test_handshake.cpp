@@ -20,6 +20,7 @@
 #include "hw/profile.hpp"
 
 extern "C" {
+#include "core/ordering.h"
 #include "runtime/handshake.h"
 }
 
@@ -324,6 +325,69 @@ INSTANTIATE_TEST_SUITE_P(
 			  Planted{SD_HANDSHAKE_POLL, SD_HS_BREAK_NO_WAIT, "no_wait"},
 			  Planted{SD_HANDSHAKE_SIGNAL, SD_HS_BREAK_REFUSAL_ACKS, "refusal_acks"}),
 	[](const ::testing::TestParamInfo<Planted> &i) { return std::string(i.param.name); });
+
+// A signal's handler and the target's own poll both reach one SIGNAL
+// request: the poll finds it armed and is held (interrupts on) until the
+// signal's handler has run the function; the poll then must not run it
+// again.
+std::atomic<int> g_poll_held{0};
+std::atomic<unsigned> g_runs{0};
+
+void hold_the_poll(enum sd_order_point p, unsigned cpu)
+{
+	if (p != SD_ORDER_HS_POLLED || cpu != 1 || g_poll_held.exchange(1))
+		return;
+	for (int i = 0; i < 20000 && !g_runs.load(); i++)
+		std::this_thread::sleep_for(std::chrono::microseconds(100));
+}
+
+TEST(Handshake, ASignalAndAPollRunOneRequestOnce)
+{
+	Machine mach(sdtest::config(2, "ipi"));
+	ASSERT_NE(nullptr, mach.m);
+	sd_mm *mm = nullptr;
+	ASSERT_EQ(0, sd_mm_create(mach.m, &mm));
+	sd_handshake_config hc = kind(SD_HANDSHAKE_SIGNAL);
+	sd_handshake *h = nullptr;
+	ASSERT_EQ(0, sd_handshake_create(mm, &hc, &h));
+	g_poll_held = 0;
+	g_runs = 0;
+	sd_order_set_hook(hold_the_poll);
+	std::atomic<int> ready{0}, done{0};
+	int held_poll = -1;
+	std::thread target([&] {
+		sdtest::Attached t(mach.m, 1);
+		ASSERT_EQ(0, sd_switch_mm(t.c, mm));
+		ready = 1;
+		while (!done.load()) {
+			int rc = sd_handshake_poll(h, t.c);
+			if (g_poll_held.load() == 1) {
+				held_poll = rc;
+				g_poll_held = 2;
+			}
+			EXPECT_EQ(0, sd_cpu_poll(t.c));
+		}
+		EXPECT_EQ(0, sd_switch_mm(t.c, nullptr));
+	});
+	{
+		sdtest::Attached a(mach.m, 0);
+		while (!ready.load())
+			std::this_thread::yield();
+		sd_handshake_result res{};
+		EXPECT_EQ(0, sd_handshake_run(h, a.c, [](sd_cpu *, void *) { g_runs.fetch_add(1); },
+					      nullptr, &res));
+		EXPECT_EQ(0u, res.unreached);
+		while (g_poll_held.load() == 1)
+			std::this_thread::yield();
+		done = 1;
+	}
+	target.join();
+	sd_order_set_hook(nullptr);
+	EXPECT_EQ(1u, g_runs.load()) << "the function ran twice for one request";
+	EXPECT_EQ(0, held_poll) << "the held poll found it done";
+	EXPECT_EQ(0, sd_handshake_destroy(h));
+	EXPECT_EQ(0, sd_mm_destroy(mm));
+}
 
 // The trace: a handshake slice on the requester and one arrow from each
 // request to its target's acknowledgement, which shootdown-trace-check
