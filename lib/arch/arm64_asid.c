@@ -104,15 +104,19 @@ static bool update_reserved(struct sd_arm64_asid *a, uint64_t id, uint64_t new_i
 	return hit;
 }
 
-static uint64_t new_context(struct sd_arm64_asid *a, uint64_t id, bool *rolled)
+static uint64_t new_context(struct sd_arm64_asid *a, uint64_t id, bool *rolled, bool *fresh)
 {
 	uint64_t gen = atomic_load_explicit(&a->generation, memory_order_relaxed);
 	uint64_t asid;
 
+	*fresh = true;
 	if (id) {
 		uint64_t new_id = gen | (id & (a->nr - 1));
-		if (update_reserved(a, id, new_id))
+		/* A CPU still runs the mm under this number. */
+		if (update_reserved(a, id, new_id)) {
+			*fresh = false;
 			return new_id;
+		}
 		if (!test_bit(a->map, id & (a->nr - 1))) {
 			set_bit(a->map, id & (a->nr - 1));
 			return new_id;
@@ -141,6 +145,7 @@ void sd_arm64_asid_switch(struct sd_arm64_asid *a, unsigned cpu, SD_ATOMIC(uint6
 
 	out->flush_local_all = false;
 	out->allocated = false;
+	out->fresh = false;
 	out->rolled_over = false;
 
 	/* Fast path. The relaxed CAS and flush_context()'s exchange on the
@@ -162,7 +167,7 @@ void sd_arm64_asid_switch(struct sd_arm64_asid *a, unsigned cpu, SD_ATOMIC(uint6
 	 * allocated for it already. */
 	id = atomic_load_explicit(ctx_id, memory_order_relaxed);
 	if (!same_generation(a, id, atomic_load_explicit(&a->generation, memory_order_relaxed))) {
-		id = new_context(a, id, &out->rolled_over);
+		id = new_context(a, id, &out->rolled_over, &out->fresh);
 		atomic_store_explicit(ctx_id, id, memory_order_relaxed);
 		out->allocated = true;
 	}

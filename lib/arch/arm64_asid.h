@@ -50,6 +50,8 @@ struct sd_arm64_switch {
 	uint16_t asid;                 /* the number to load */
 	bool flush_local_all;          /* flush the whole local TLB before use */
 	bool allocated;                /* new_context() ran */
+	bool fresh;                    /* ...and gave a number no CPU runs the mm
+					* with (not a reserved one) */
 	bool rolled_over;              /* ...and started a new generation */
 };
 

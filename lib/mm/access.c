@@ -287,8 +287,10 @@ static void report_violation(struct sd_cpu *c, struct sd_mm *mm, uint64_t vpn,
 	sd_oracle_record(&c->m->oracle, &v);
 }
 
+/* The walk and the fill; a fault when the PTE does not allow @kind, unless
+ * @speculative (the walker alone, which never faults: -EAGAIN). */
 static int walk_and_fill(struct sd_cpu *c, struct sd_mm *mm, uint64_t vpn,
-			 enum sd_access_kind kind, uint64_t *pte_out)
+			 enum sd_access_kind kind, uint64_t *pte_out, bool speculative)
 {
 	for (;;) {
 		sd_irq_off(c);
@@ -333,6 +335,8 @@ static int walk_and_fill(struct sd_cpu *c, struct sd_mm *mm, uint64_t vpn,
 			return 0;
 		}
 		sd_irq_on(c);
+		if (speculative)
+			return -EAGAIN;
 		int err = (pte & SD_PTE_PRESENT) ? wp_fault(c, mm, vpn) : populate(c, mm, vpn, kind);
 		if (err)
 			return err;
@@ -382,7 +386,7 @@ static __attribute__((noinline)) int access_slow(struct sd_cpu *c, uint64_t va,
 	}
 	sd_event(c, SD_EV_TLB_MISS, 0, 0);
 	uint64_t pte;
-	int err = walk_and_fill(c, mm, vpn, kind, &pte);
+	int err = walk_and_fill(c, mm, vpn, kind, &pte, false);
 	if (!err && pfn)
 		*pfn = sd_pte_pfn(pte);
 	if (err == -EFAULT)
@@ -394,6 +398,13 @@ static __attribute__((noinline)) int access_slow(struct sd_cpu *c, uint64_t va,
 }
 
 /* The L1 probe of sd_access()'s fast path, without the rest of it. */
+int sd_mm_walk_speculative(struct sd_cpu *c, struct sd_mm *mm, uint64_t va)
+{
+	uint64_t pte;
+
+	return walk_and_fill(c, mm, va >> SD_PAGE_SHIFT, SD_READ, &pte, true);
+}
+
 int sd_tlb_probe(const struct sd_cpu *c, uint64_t va, uint64_t *pfn)
 {
 	struct sd_tlb_hit hit;

@@ -108,6 +108,13 @@ void sd_mm_zap_present(struct sd_cpu *c, struct sd_mm *mm, uint64_t vpn, uint64_
  * alone, as it waits in the machine. Owner, interrupts on. */
 void sd_cpu_enter_lazy(struct sd_cpu *c);
 
+/* What the hardware walker may do at any time once TTBR0 (CR3) names @mm's
+ * tables: walk @va in @mm and fill @c's TLB under its current ASID, never
+ * faulting (-EAGAIN where a fault would be needed, -EFAULT unmapped). On
+ * @c's thread; for tests that force a speculative walk inside a race
+ * window (test_active_cpu.cpp), where @c->mm may not name @mm yet. */
+int sd_mm_walk_speculative(struct sd_cpu *c, struct sd_mm *mm, uint64_t va);
+
 /* Free a change's frames after its flush: off the LRU (mm/lru.c, per the
  * machine's lru setting), then back to the allocator. */
 void sd_mm_free_frames(struct sd_cpu *c, const uint64_t *pfns, size_t n);

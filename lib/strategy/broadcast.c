@@ -5,6 +5,10 @@
  * initiator waits for all of it (the DSB ISH) before returning. Ranges are
  * per-page operations (VALE1IS, or VAE1IS when tables were freed), with one
  * ASIDE1IS from MAX_TLBI_OPS pages on (__flush_tlb_range()).
+ *
+ * select=active_cpu keeps a flush local when the mm only ever ran on the
+ * flushing CPU (active_cpu.c): Roberts' and Cherian's series, an option
+ * of this strategy as it is in the kernel.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -38,6 +42,8 @@ int sd_broadcast_machine_init(struct sd_machine *m, struct sd_broadcast *b)
 	b->kpti = m->arch_kpti;
 	b->split.lpa2 = false;
 	b->split.max_tlbi_ops = SD_MAX_TLBI_OPS;
+	b->select = SD_SELECT_ALWAYS;
+	b->active_cpu_reset = true;
 	return sd_arm64_asid_init(&b->asid, m->cfg.asid_bits, m->nr_cpus);
 }
 
@@ -64,6 +70,24 @@ int sd_broadcast_option(struct sd_broadcast *b, const char *name, const struct s
 	if (!strcmp(o->key, "lpa2")) {
 		err = sd_opt_uint(name, o, 0, 1, &v);
 		b->split.lpa2 = v;
+		return err;
+	}
+	if ((!strcmp(o->key, "select") || !strcmp(o->key, "reset")) && strcmp(name, "broadcast"))
+		return sd_fail(-EINVAL, "option %s= for '%s': select= and reset= are options of "
+			       "'broadcast' alone", o->key, name);
+	if (!strcmp(o->key, "select")) {
+		if (!strcmp(o->value, "always"))
+			b->select = SD_SELECT_ALWAYS;
+		else if (!strcmp(o->value, "active_cpu"))
+			b->select = SD_SELECT_ACTIVE_CPU;
+		else
+			return sd_fail(-EINVAL, "option select=%s for '%s': want always or "
+				       "active_cpu", o->value, name);
+		return 0;
+	}
+	if (!strcmp(o->key, "reset")) {
+		err = sd_opt_uint(name, o, 0, 1, &v);
+		b->active_cpu_reset = v;
 		return err;
 	}
 	if (!strcmp(o->key, "range")) {
@@ -120,6 +144,12 @@ size_t sd_broadcast_state_bytes(const struct sd_machine *m, const void *priv)
 	return sizeof(*b) + sd_arm64_asid_bytes(&b->asid);
 }
 
+void sd_broadcast_mm_ctx_init(struct sd_broadcast_mm *bm)
+{
+	atomic_init(&bm->ctx_id, 0);
+	sd_active_cpu_init(bm);
+}
+
 int sd_broadcast_mm_init(struct sd_machine *m, struct sd_mm *mm, void **mm_priv)
 {
 	struct sd_broadcast_mm *bm = aligned_alloc(SD_CACHELINE, sizeof(*bm));
@@ -128,7 +158,7 @@ int sd_broadcast_mm_init(struct sd_machine *m, struct sd_mm *mm, void **mm_priv)
 	(void)mm;
 	if (!bm)
 		return -ENOMEM;
-	atomic_init(&bm->ctx_id, 0);
+	sd_broadcast_mm_ctx_init(bm);
 	*mm_priv = bm;
 	return 0;
 }
@@ -157,7 +187,10 @@ void sd_broadcast_switch_context(struct sd_cpu *cpu, struct sd_mm *next,
 		sd_tlb_invalidate(&cpu->tlb, &all);
 		sd_event(cpu, SD_EV_LOCAL_FLUSH_ALL, 0, 0);
 	}
-	cpu->asid = sw->asid;
+	if (b->select == SD_SELECT_ACTIVE_CPU)
+		sd_active_cpu_switch(cpu, bcast_mm_of(next), sw, b->active_cpu_reset);
+	else
+		cpu->asid = sw->asid;
 }
 
 void sd_broadcast_switch(struct sd_cpu *cpu, struct sd_mm *prev, struct sd_mm *next)
@@ -267,14 +300,25 @@ void sd_broadcast_flush(struct sd_cpu *cpu, struct sd_mm *mm, uint64_t vpn, uint
 		sd_event(cpu, SD_EV_REMOTE_FLUSH, 0, 0);
 }
 
+/* Whether this flush may use non-shareable TLBIs (select=active_cpu). */
+static bool flush_local(struct sd_cpu *cpu, struct sd_mm *mm)
+{
+	if (bcast_of(cpu->m)->select != SD_SELECT_ACTIVE_CPU ||
+	    !sd_active_cpu_local(cpu, bcast_mm_of(mm)))
+		return false;
+	sd_event(cpu, SD_EV_LOCAL_ONLY_FLUSH, 0, 0);
+	return true;
+}
+
 static void bcast_flush_mm(struct sd_cpu *cpu, struct sd_mm *mm)
 {
-	sd_broadcast_flush(cpu, mm, 0, 0, true, false);
+	sd_broadcast_flush(cpu, mm, 0, 0, true, flush_local(cpu, mm));
 }
 
 static void bcast_flush_range(struct sd_cpu *cpu, const struct sd_flush_req *req)
 {
-	sd_broadcast_flush(cpu, req->mm, req->vpn, req->nr, req->freed_tables, false);
+	sd_broadcast_flush(cpu, req->mm, req->vpn, req->nr, req->freed_tables,
+			   flush_local(cpu, req->mm));
 }
 
 static void bcast_enter_lazy(struct sd_cpu *cpu, struct sd_mm *mm)

@@ -10,6 +10,7 @@
 #include "../arch/arm64_asid.h"
 #include "../core/spinlock.h"
 #include "../hw/tlb.h"
+#include "../time/resource.h"
 #include "../arch/tlbi_range.h"
 
 struct sd_cpu;
@@ -32,11 +33,25 @@ struct sd_broadcast {
 	/* The kernel runs with KPTI (the profile's features): every user
 	 * TLBI is issued twice, __tlbi_user(). Read-only after creation. */
 	bool kpti;
+	/* How a flush chooses between ...IS and local TLBIs: select=always
+	 * (broadcast every time) or active_cpu (active_cpu.c), with
+	 * reset=0|1 (v2's reset of active_cpu at a fresh ASID). */
+	unsigned select;
+	bool active_cpu_reset;
 };
 
-/* Per-mm state: the arm64 context id (generation | ASID). */
+enum { SD_SELECT_ALWAYS, SD_SELECT_ACTIVE_CPU };
+
+/* mm_context_t::active_cpu's sentinels; any other value is a CPU's id. */
+#define SD_ACTIVE_CPU_NONE ((uintptr_t)-1)
+#define SD_ACTIVE_CPU_MULTIPLE ((uintptr_t)-2)
+
+/* Per-mm state: the arm64 context id (generation | ASID), and for
+ * select=active_cpu the CPUs it ran on (SD_ACTIVE_CPU_*) with its line. */
 struct sd_broadcast_mm {
 	sd_cacheline_aligned SD_ATOMIC(uint64_t) ctx_id;
+	SD_ATOMIC(uintptr_t) active_cpu;
+	struct sd_model_line active_cpu_line;
 };
 
 struct sd_opt;
@@ -76,6 +91,20 @@ void sd_broadcast_tlbi(struct sd_cpu *cpu, const struct sd_tlb_inval *op);
  */
 void sd_broadcast_flush(struct sd_cpu *cpu, struct sd_mm *mm, uint64_t vpn, uint64_t nr,
 			bool freed_tables, bool local_only);
+/* A new mm's context: no ASID, active_cpu NONE. */
+void sd_broadcast_mm_ctx_init(struct sd_broadcast_mm *bm);
+/* select=active_cpu (active_cpu.c): check_and_switch_context()'s update
+ * of active_cpu, and flush_tlb_user_pre()'s choice (true: local TLBIs). */
+void sd_active_cpu_init(struct sd_broadcast_mm *bm);
+void sd_active_cpu_switch(struct sd_cpu *cpu, struct sd_broadcast_mm *bm,
+			  const struct sd_arm64_switch *sw, bool reset);
+bool sd_active_cpu_local(struct sd_cpu *cpu, struct sd_broadcast_mm *bm);
+/* Test only: planted bugs (test/strategy/test_active_cpu.cpp). */
+enum {
+	SD_ACTIVE_CPU_BREAK_NO_DSB = 1u << 0,          /* the switcher's dsb(ishst) removed */
+	SD_ACTIVE_CPU_BREAK_RESET_RESERVED = 1u << 1,  /* reset at any new_context() */
+};
+extern SD_ATOMIC(unsigned) sd_active_cpu_test_break;
 /* The ASID @mm runs with now; 0 if it never ran (nothing to flush). */
 bool sd_broadcast_mm_asid(struct sd_cpu *cpu, struct sd_mm *mm, uint16_t *asid);
 

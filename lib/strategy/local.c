@@ -139,7 +139,7 @@ static int local_mm_init(struct sd_machine *m, struct sd_mm *mm, void **mm_priv)
 		free(lm);
 		return -ENOMEM;
 	}
-	atomic_init(&lm->base.ctx_id, 0);
+	sd_broadcast_mm_ctx_init(&lm->base);
 	atomic_init(&lm->nr_active, 0);
 	sd_model_line_init(&lm->active_line);
 	sd_model_line_init(&lm->stale_line);

@@ -173,7 +173,7 @@ static int user_mm_init(struct sd_machine *m, struct sd_mm *mm, void **mm_priv)
 		free(u);
 		return -ENOMEM;
 	}
-	atomic_init(&u->base.ctx_id, 0);
+	sd_broadcast_mm_ctx_init(&u->base);
 	atomic_init(&u->nr_active, 0);
 	*mm_priv = &u->base;
 	return 0;

@@ -498,6 +498,8 @@ const StressConfig kConfigs[] = {
 	{"broadcast_cpus4_asid5", 4, "broadcast", 5, 40, false, 1.0},
 	{"broadcast_cpus8", 8, "broadcast", 0, 0, false, 1.0},
 	{"broadcast_maxtlbi4_cpus4", 4, "broadcast:max_tlbi_ops=4", 0, 0, false, 0.5},
+	// Roberts' active_cpu, with ASID rollovers (v2's reset at a fresh ASID).
+	{"active_cpu_asid5_cpus4", 4, "broadcast:select=active_cpu", 5, 40, false, 0.5},
 	// Hits racing invalidations of the entries they use (it caught the L2-to-L1
 	// promotion race of tlb.c before 96bbfbd: ~1000 violations in 3 s).
 	{"broadcast_hot_cpus2", 2, "broadcast", 0, 0, false, 0.5, true},
