@@ -139,8 +139,18 @@ static uint64_t new_context(struct sd_arm64_asid *a, uint64_t id, bool *rolled, 
 void sd_arm64_asid_switch(struct sd_arm64_asid *a, unsigned cpu, SD_ATOMIC(uint64_t) *ctx_id,
 			  struct sd_arm64_switch *out, struct sd_cpu *self)
 {
+	sd_arm64_asid_switch_hook(a, cpu, ctx_id, out, self, NULL, NULL);
+}
+
+void sd_arm64_asid_switch_hook(struct sd_arm64_asid *a, unsigned cpu, SD_ATOMIC(uint64_t) *ctx_id,
+			       struct sd_arm64_switch *out, struct sd_cpu *self,
+			       void (*on_new)(void *arg, bool fresh), void *arg)
+{
 	SD_ATOMIC(uint64_t) *active = &a->percpu[cpu].active;
-	uint64_t id = atomic_load_explicit(ctx_id, memory_order_relaxed);
+	/* Acquire: pairs with the release that published a new id below,
+	 * so what @on_new reset before it is seen by a CPU taking the fast
+	 * path with that id. */
+	uint64_t id = atomic_load_explicit(ctx_id, memory_order_acquire);
 	uint64_t old = atomic_load_explicit(active, memory_order_relaxed);
 
 	out->flush_local_all = false;
@@ -168,7 +178,9 @@ void sd_arm64_asid_switch(struct sd_arm64_asid *a, unsigned cpu, SD_ATOMIC(uint6
 	id = atomic_load_explicit(ctx_id, memory_order_relaxed);
 	if (!same_generation(a, id, atomic_load_explicit(&a->generation, memory_order_relaxed))) {
 		id = new_context(a, id, &out->rolled_over, &out->fresh);
-		atomic_store_explicit(ctx_id, id, memory_order_relaxed);
+		if (on_new)
+			on_new(arg, out->fresh);
+		atomic_store_explicit(ctx_id, id, memory_order_release);
 		out->allocated = true;
 	}
 	if (sd_cpumask_test_and_clear(&a->flush_pending, cpu))

@@ -65,6 +65,18 @@ struct sd_arm64_switch {
 void sd_arm64_asid_switch(struct sd_arm64_asid *a, unsigned cpu, SD_ATOMIC(uint64_t) *ctx_id,
 			  struct sd_arm64_switch *out, struct sd_cpu *self);
 
+/*
+ * The same, calling @on_new(@arg, fresh) when new_context() ran, under
+ * cpu_asid_lock and before the mm's new id is published (a release that
+ * the fast path of every other CPU switching in acquires): the place where
+ * per-mm state tied to the ASID is reset (new_context()), so that no CPU
+ * running the mm under its new id can have updated it before the reset.
+ * @fresh: the number is one no CPU runs the mm with (not a reserved one).
+ */
+void sd_arm64_asid_switch_hook(struct sd_arm64_asid *a, unsigned cpu, SD_ATOMIC(uint64_t) *ctx_id,
+			       struct sd_arm64_switch *out, struct sd_cpu *self,
+			       void (*on_new)(void *arg, bool fresh), void *arg);
+
 static inline uint16_t sd_arm64_asid_of(const struct sd_arm64_asid *a, uint64_t ctx_id)
 {
 	return (uint16_t)(ctx_id & (a->nr - 1));

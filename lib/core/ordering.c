@@ -7,7 +7,7 @@ SD_ATOMIC(bool) sd_order_delayed;
 #define SD_SB_ENTRIES 8
 
 struct sb_entry {
-	enum { SB_ADD, SB_SETALL, SB_STORE } kind;
+	enum { SB_ADD, SB_SETALL, SB_STORE, SB_SETBIT } kind;
 	void *p;
 	uintptr_t v;
 };
@@ -35,6 +35,8 @@ void sd_sb_drain(void)
 		else if (sb.e[i].kind == SB_STORE)
 			atomic_store_explicit((SD_ATOMIC(uintptr_t) *)sb.e[i].p, sb.e[i].v,
 					      memory_order_release);
+		else if (sb.e[i].kind == SB_SETBIT)
+			sd_cpumask_set(sb.e[i].p, (unsigned)sb.e[i].v);
 		else
 			sd_cpumask_setall(sb.e[i].p);
 	}
@@ -59,6 +61,11 @@ void sd_sb_add_slow(SD_ATOMIC(int) *p, int v)
 void sd_sb_store_slow(SD_ATOMIC(uintptr_t) *p, uintptr_t v)
 {
 	sb_push(SB_STORE, (void *)p, v);
+}
+
+void sd_sb_setbit_slow(struct sd_cpumask *mask, unsigned cpu)
+{
+	sb_push(SB_SETBIT, mask, cpu);
 }
 
 void sd_sb_setall_slow(struct sd_cpumask *mask)

@@ -69,6 +69,9 @@ enum sd_order_point {
 	SD_ORDER_HS_POLLED,      /* sd_handshake_poll(): a request found armed,
 				  * its function not yet run (the target's
 				  * signal handler may run it now) */
+	SD_ORDER_ASID_PUBLISHED, /* arm64 switch: new_context() ran and the mm's
+				  * new id is published, the switcher's own
+				  * update of per-mm state not yet made */
 	SD_ORDER_NR_POINTS,
 };
 
@@ -92,6 +95,7 @@ static inline void sd_order_point(enum sd_order_point p, unsigned cpu)
 void sd_sb_add_slow(SD_ATOMIC(int) *p, int v);
 void sd_sb_store_slow(SD_ATOMIC(uintptr_t) *p, uintptr_t v);
 void sd_sb_setall_slow(struct sd_cpumask *mask);
+void sd_sb_setbit_slow(struct sd_cpumask *mask, unsigned cpu);
 void sd_sb_drain(void);
 
 /* atomic_fetch_add(p, v) through the (possibly emulated) store buffer. */
@@ -119,6 +123,19 @@ static inline void sd_sb_store(SD_ATOMIC(uintptr_t) *p, uintptr_t v)
 		sd_sb_store_slow(p, v);
 	else
 		atomic_store_explicit(p, v, memory_order_release);
+}
+
+/*
+ * cpumask_set_cpu() on arm64: a relaxed atomic (STSET), which orders
+ * nothing, so it may sit in the store buffer like a plain store until the
+ * next barrier (sd_sb_fence()).
+ */
+static inline void sd_sb_cpumask_set_relaxed(struct sd_cpumask *mask, unsigned cpu)
+{
+	if (unlikely(atomic_load_explicit(&sd_order_delayed, memory_order_relaxed)))
+		sd_sb_setbit_slow(mask, cpu);
+	else
+		sd_cpumask_set(mask, cpu);
 }
 
 /*

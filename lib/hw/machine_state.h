@@ -51,6 +51,7 @@ struct sd_machine {
 	 * TLBIs, no KPTI), for the strategies, which read no profile. */
 	bool arch_range_tlbi;
 	bool arch_kpti;
+	bool arch_repeat_tlbi;          /* the profile's repeat_tlbi erratum workaround */
 
 	struct sd_frame_pool frames;
 	struct sd_traps traps;

@@ -316,6 +316,7 @@ int sd_machine_create(const struct sd_machine_config *in, struct sd_machine **ou
 		goto fail_model;
 	m->arch_range_tlbi = !m->model.on || (m->model.features & SD_MODEL_FEATURE_RANGE_TLBI);
 	m->arch_kpti = m->model.on && (m->model.features & SD_MODEL_FEATURE_KPTI);
+	m->arch_repeat_tlbi = m->model.on && (m->model.features & SD_MODEL_FEATURE_REPEAT_TLBI);
 	/* Once, for lax mode's window waits (time/sync.c), which read no
 	 * topology of their own. */
 	m->model.oversubscribed = sd_topology_oversubscribed(&m->topo);

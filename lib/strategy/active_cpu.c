@@ -62,21 +62,30 @@ void sd_active_cpu_init(struct sd_broadcast_mm *bm)
 	sd_model_line_init(&bm->active_cpu_line);
 }
 
-/* check_and_switch_context()'s update, after the ASID is chosen (@sw),
- * then the TTBR0 write that loads it. With @reset (v2), active_cpu starts
- * again from NONE when new_context() gave the mm a number no TLB holds
+/* v2's reset, in new_context() under cpu_asid_lock and before the mm's new
+ * id is published (sd_arm64_asid_switch_hook()): a CPU that switches in
+ * under the new id reads NONE, or what a later switcher wrote, never the
+ * old value after the reset. Only at a @fresh number, which no TLB holds
  * entries for. */
+void sd_active_cpu_reset(struct sd_broadcast_mm *bm, bool fresh)
+{
+	if (broken(SD_ACTIVE_CPU_BREAK_RESET_LATE))
+		return;
+	if (fresh || broken(SD_ACTIVE_CPU_BREAK_RESET_RESERVED))
+		atomic_store_explicit(&bm->active_cpu, SD_ACTIVE_CPU_NONE, memory_order_relaxed);
+}
+
+/* check_and_switch_context()'s update, after the ASID is chosen (@sw),
+ * then the TTBR0 write that loads it. */
 void sd_active_cpu_switch(struct sd_cpu *cpu, struct sd_broadcast_mm *bm,
-			  const struct sd_arm64_switch *sw, bool reset)
+			  const struct sd_arm64_switch *sw)
 {
 	uintptr_t me = cpu->id;
 	uintptr_t active;
 
-	if (reset && (sw->fresh ||
-		      (sw->allocated && broken(SD_ACTIVE_CPU_BREAK_RESET_RESERVED)))) {
+	/* The planted bug: the reset after the new id was published. */
+	if (sw->fresh && broken(SD_ACTIVE_CPU_BREAK_RESET_LATE))
 		atomic_store_explicit(&bm->active_cpu, SD_ACTIVE_CPU_NONE, memory_order_relaxed);
-		sd_event_line(cpu, &bm->active_cpu_line, true);
-	}
 	sd_event_line(cpu, &bm->active_cpu_line, false);
 	active = atomic_load_explicit(&bm->active_cpu, memory_order_relaxed);
 	if (active == me || active == SD_ACTIVE_CPU_MULTIPLE) {

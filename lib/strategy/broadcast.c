@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "../core/error.h"
+#include "../core/ordering.h"
 #include "../hw/event.h"
 #include "../hw/machine_state.h"
 #include "../mm/mm.h"
@@ -40,10 +41,13 @@ int sd_broadcast_machine_init(struct sd_machine *m, struct sd_broadcast *b)
 	 * up to MAX_TLBI_OPS, then flushes the ASID: the "none" split. */
 	b->split.order = m->arch_range_tlbi ? SD_TLBI_RANGE_DESCENDING : SD_TLBI_RANGE_NONE;
 	b->kpti = m->arch_kpti;
+	b->repeat_tlbi = m->arch_repeat_tlbi;
 	b->split.lpa2 = false;
 	b->split.max_tlbi_ops = SD_MAX_TLBI_OPS;
 	b->select = SD_SELECT_ALWAYS;
-	b->active_cpu_reset = true;
+	b->active_cpu_reset = -1;
+	b->tm_ipi_max = b->tm_local = b->tm_none = -1;
+	b->tm = NULL;
 	return sd_arm64_asid_init(&b->asid, m->cfg.asid_bits, m->nr_cpus);
 }
 
@@ -59,6 +63,52 @@ int sd_broadcast_check_range(struct sd_machine *m, const struct sd_broadcast *b,
 		       m->model.name);
 }
 
+static bool is_select_option(const char *key)
+{
+	return !strcmp(key, "select") || !strcmp(key, "reset") || !strcmp(key, "ipi_max") ||
+	       !strcmp(key, "tlb_local") || !strcmp(key, "tlb_none");
+}
+
+static int parse_select(struct sd_broadcast *b, const char *name, const struct sd_opt *o)
+{
+	static const char *const names[] = {
+		[SD_SELECT_ALWAYS] = "always", [SD_SELECT_ACTIVE_CPU] = "active_cpu",
+		[SD_SELECT_TLB_MODE] = "tlb_mode", [SD_SELECT_IPI] = "ipi",
+	};
+
+	for (unsigned i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+		if (!strcmp(o->value, names[i])) {
+			b->select = i;
+			return 0;
+		}
+	}
+	return sd_fail(-EINVAL, "option select=%s for '%s': want always, active_cpu, tlb_mode "
+		       "or ipi", o->value, name);
+}
+
+static int opt_int(const char *name, const struct sd_opt *o, uint64_t max, int *out)
+{
+	uint64_t v;
+	int err = sd_opt_uint(name, o, 0, max, &v);
+
+	if (!err)
+		*out = (int)v;
+	return err;
+}
+
+/* After the options: each of select='s options belongs to one select. */
+static int check_select(const struct sd_broadcast *b)
+{
+	bool tm = b->select == SD_SELECT_TLB_MODE || b->select == SD_SELECT_IPI;
+
+	if (b->active_cpu_reset >= 0 && b->select != SD_SELECT_ACTIVE_CPU)
+		return sd_fail(-EINVAL, "option reset= for 'broadcast' needs select=active_cpu");
+	if ((b->tm_ipi_max >= 0 || b->tm_local >= 0 || b->tm_none >= 0) && !tm)
+		return sd_fail(-EINVAL, "options ipi_max=, tlb_local=, tlb_none= for 'broadcast' "
+			       "need select=tlb_mode or select=ipi");
+	return 0;
+}
+
 int sd_broadcast_option(struct sd_broadcast *b, const char *name, const struct sd_opt *o)
 {
 	uint64_t v;
@@ -72,24 +122,19 @@ int sd_broadcast_option(struct sd_broadcast *b, const char *name, const struct s
 		b->split.lpa2 = v;
 		return err;
 	}
-	if ((!strcmp(o->key, "select") || !strcmp(o->key, "reset")) && strcmp(name, "broadcast"))
-		return sd_fail(-EINVAL, "option %s= for '%s': select= and reset= are options of "
-			       "'broadcast' alone", o->key, name);
-	if (!strcmp(o->key, "select")) {
-		if (!strcmp(o->value, "always"))
-			b->select = SD_SELECT_ALWAYS;
-		else if (!strcmp(o->value, "active_cpu"))
-			b->select = SD_SELECT_ACTIVE_CPU;
-		else
-			return sd_fail(-EINVAL, "option select=%s for '%s': want always or "
-				       "active_cpu", o->value, name);
-		return 0;
-	}
-	if (!strcmp(o->key, "reset")) {
-		err = sd_opt_uint(name, o, 0, 1, &v);
-		b->active_cpu_reset = v;
-		return err;
-	}
+	if (is_select_option(o->key) && strcmp(name, "broadcast"))
+		return sd_fail(-EINVAL, "option %s= for '%s': select= and its options are "
+			       "'broadcast''s alone", o->key, name);
+	if (!strcmp(o->key, "select"))
+		return parse_select(b, name, o);
+	if (!strcmp(o->key, "reset"))
+		return opt_int(name, o, 1, &b->active_cpu_reset);
+	if (!strcmp(o->key, "ipi_max"))
+		return opt_int(name, o, 1023, &b->tm_ipi_max);
+	if (!strcmp(o->key, "tlb_local"))
+		return opt_int(name, o, 1, &b->tm_local);
+	if (!strcmp(o->key, "tlb_none"))
+		return opt_int(name, o, 1, &b->tm_none);
 	if (!strcmp(o->key, "range")) {
 		if (sd_tlbi_range_order_parse(o->value, &b->split.order))
 			return sd_fail(-EINVAL, "option range=%s for '%s': want none, ascending "
@@ -112,6 +157,10 @@ int sd_broadcast_machine_create(struct sd_machine *m, const char *name,
 		err = sd_broadcast_option(b, name, &opts[i]);
 	if (!err)
 		err = sd_broadcast_check_range(m, b, name);
+	if (!err)
+		err = check_select(b);
+	if (!err && (b->select == SD_SELECT_TLB_MODE || b->select == SD_SELECT_IPI))
+		err = sd_tlb_mode_create(m, b);
 	if (err) {
 		sd_arm64_asid_fini(&b->asid);
 		free(b);
@@ -132,6 +181,7 @@ void sd_broadcast_machine_fini(struct sd_machine *m, void *priv)
 	struct sd_broadcast *b = priv;
 
 	(void)m;
+	sd_tlb_mode_destroy(b);
 	sd_arm64_asid_fini(&b->asid);
 	free(b);
 }
@@ -141,12 +191,14 @@ size_t sd_broadcast_state_bytes(const struct sd_machine *m, const void *priv)
 	const struct sd_broadcast *b = priv;
 
 	(void)m;
-	return sizeof(*b) + sd_arm64_asid_bytes(&b->asid);
+	return sizeof(*b) + sd_arm64_asid_bytes(&b->asid) + sd_tlb_mode_bytes(m, b);
 }
 
 void sd_broadcast_mm_ctx_init(struct sd_broadcast_mm *bm)
 {
 	atomic_init(&bm->ctx_id, 0);
+	bm->cpus.nbits = 0;
+	bm->cpus.words = NULL;
 	sd_active_cpu_init(bm);
 }
 
@@ -154,29 +206,56 @@ int sd_broadcast_mm_init(struct sd_machine *m, struct sd_mm *mm, void **mm_priv)
 {
 	struct sd_broadcast_mm *bm = aligned_alloc(SD_CACHELINE, sizeof(*bm));
 
-	(void)m;
 	(void)mm;
 	if (!bm)
 		return -ENOMEM;
 	sd_broadcast_mm_ctx_init(bm);
+	if (bcast_of(m)->tm && sd_cpumask_init(&bm->cpus, m->nr_cpus)) {
+		free(bm);
+		return -ENOMEM;
+	}
 	*mm_priv = bm;
 	return 0;
 }
 
 void sd_broadcast_mm_fini(struct sd_machine *m, struct sd_mm *mm, void *mm_priv)
 {
+	struct sd_broadcast_mm *bm = mm_priv;
+
 	(void)m;
 	(void)mm;
-	free(mm_priv);
+	if (bm->cpus.nbits)
+		sd_cpumask_destroy(&bm->cpus);
+	free(bm);
+}
+
+struct new_ctx {
+	struct sd_broadcast *b;
+	struct sd_broadcast_mm *bm;
+};
+
+/* new_context() ran for the mm (under cpu_asid_lock, before its new id is
+ * published): the select's per-mm state tied to the ASID starts again. */
+static void on_new_context(void *arg, bool fresh)
+{
+	struct new_ctx *n = arg;
+
+	if (n->b->select == SD_SELECT_ACTIVE_CPU && n->b->active_cpu_reset != 0)
+		sd_active_cpu_reset(n->bm, fresh);
+	else if (n->b->tm)
+		sd_tlb_mode_reset(n->bm, fresh);
 }
 
 void sd_broadcast_switch_context(struct sd_cpu *cpu, struct sd_mm *next,
 				 struct sd_arm64_switch *sw)
 {
 	struct sd_broadcast *b = bcast_of(cpu->m);
+	struct new_ctx n = { b, bcast_mm_of(next) };
 
-	sd_arm64_asid_switch(&b->asid, cpu->id, &bcast_mm_of(next)->ctx_id,
-			     sw, cpu);
+	sd_arm64_asid_switch_hook(&b->asid, cpu->id, &n.bm->ctx_id, sw, cpu,
+				  b->select == SD_SELECT_ALWAYS ? NULL : on_new_context, &n);
+	if (sw->allocated)
+		sd_order_point(SD_ORDER_ASID_PUBLISHED, cpu->id);
 	if (sw->allocated)
 		sd_event(cpu, SD_EV_ASID_ALLOC, 0, 0);
 	if (sw->rolled_over)
@@ -188,7 +267,9 @@ void sd_broadcast_switch_context(struct sd_cpu *cpu, struct sd_mm *next,
 		sd_event(cpu, SD_EV_LOCAL_FLUSH_ALL, 0, 0);
 	}
 	if (b->select == SD_SELECT_ACTIVE_CPU)
-		sd_active_cpu_switch(cpu, bcast_mm_of(next), sw, b->active_cpu_reset);
+		sd_active_cpu_switch(cpu, n.bm, sw);
+	else if (b->tm)
+		sd_tlb_mode_switch(cpu, n.bm, sw);
 	else
 		cpu->asid = sw->asid;
 }
@@ -205,101 +286,6 @@ void sd_broadcast_switch(struct sd_cpu *cpu, struct sd_mm *prev, struct sd_mm *n
 	sd_broadcast_switch_context(cpu, next, &sw);
 }
 
-void sd_broadcast_tlbi(struct sd_cpu *cpu, const struct sd_tlb_inval *op)
-{
-	struct sd_machine *m = cpu->m;
-	struct sd_broadcast *b = bcast_of(m);
-
-	sd_event_spin_lock(cpu, &b->dvm, SD_LOCK_DVM);
-	for (unsigned i = 0; i < m->nr_cpus; i++)
-		sd_tlb_invalidate(&m->cpus[i]->tlb, op);
-	sd_spin_unlock(&b->dvm);
-	sd_event(cpu, SD_EV_TLBI_OP, m->nr_cpus - 1,
-		 op->kind == SD_TLB_INVAL_RANGE ? op->nr : 0);
-	if (op->kind != SD_TLB_INVAL_RANGE)
-		sd_event(cpu, SD_EV_TLBI_ASID_OP, 0, 0);
-	sd_event(cpu, SD_EV_REMOTE_INVAL, m->nr_cpus - 1, 0);
-}
-
-bool sd_broadcast_mm_asid(struct sd_cpu *cpu, struct sd_mm *mm, uint16_t *asid)
-{
-	struct sd_broadcast *b = bcast_of(cpu->m);
-	uint64_t id = atomic_load_explicit(&bcast_mm_of(mm)->ctx_id,
-					   memory_order_relaxed);
-
-	/* An mm that never ran has no entries anywhere. One that ran in an
-	 * older generation may still be live under its reserved number, so
-	 * its number is flushed as it stands. */
-	if (!id)
-		return false;
-	*asid = sd_arm64_asid_of(&b->asid, id);
-	return true;
-}
-
-struct tlbi_issue {
-	struct sd_cpu *cpu;
-	uint16_t asid;
-	bool leaf_only;
-	bool local_only;
-	bool kpti;
-};
-
-/* One TLBI op: a single broadcast message (or a local op), whatever the
- * number of pages it covers; each TLB it reaches pays one scan at most. */
-static void issue_tlbi(const struct sd_tlbi_op *op, void *arg)
-{
-	const struct tlbi_issue *t = arg;
-	struct sd_tlb_inval inv = {
-		.kind = op->kind == SD_TLBI_OP_ASID ? SD_TLB_INVAL_ASID : SD_TLB_INVAL_RANGE,
-		.asid = t->asid,
-		.leaf_only = t->leaf_only,
-		.vpn = op->vpn,
-		.nr = op->pages,
-	};
-	struct sd_cpu *cpu = t->cpu;
-
-	if (op->kind == SD_TLBI_OP_RANGE)
-		sd_event(cpu, (enum sd_event)(SD_EV_TLBI_RANGE_S0 + op->scale), 0, 0);
-	else if (op->kind == SD_TLBI_OP_PAGE)
-		sd_event(cpu, SD_EV_TLBI_PAGE_OP, 0, 0);
-	/* Under KPTI every user TLBI goes out twice, the second for the
-	 * user ASID (__tlbi_user()). Our TLB tags one ASID per mm, so the
-	 * second finds nothing more; it is the same op again, paid again. */
-	for (int i = 0; i < 1 + t->kpti; i++) {
-		if (!t->local_only) {
-			sd_broadcast_tlbi(cpu, &inv);
-			continue;
-		}
-		sd_tlb_invalidate(&cpu->tlb, &inv);
-		sd_event(cpu, inv.kind == SD_TLB_INVAL_ASID ? SD_EV_LOCAL_FLUSH_ASID
-			 : op->kind == SD_TLBI_OP_PAGE ? SD_EV_LOCAL_FLUSH_ONE
-						       : SD_EV_LOCAL_FLUSH_RANGE, op->vpn, op->pages);
-	}
-}
-
-void sd_broadcast_flush(struct sd_cpu *cpu, struct sd_mm *mm, uint64_t vpn, uint64_t nr,
-			bool freed_tables, bool local_only)
-{
-	struct sd_broadcast *b = bcast_of(cpu->m);
-	struct tlbi_issue t = {
-		.cpu = cpu, .leaf_only = !freed_tables, .local_only = local_only, .kpti = b->kpti,
-	};
-
-	if (!sd_broadcast_mm_asid(cpu, mm, &t.asid))
-		return;
-	if (nr == 0) {
-		struct sd_tlbi_op all = { .kind = SD_TLBI_OP_ASID, .vpn = vpn };
-		issue_tlbi(&all, &t);
-	} else {
-		sd_tlbi_split(&b->split, vpn, nr, issue_tlbi, &t);
-	}
-	/* __flush_tlb_range()'s closing dsb(ish): the flush is over only
-	 * when every target has done every op (dsb(nsh) for a local one). */
-	sd_event(cpu, SD_EV_DSB, 0, 0);
-	if (!local_only)
-		sd_event(cpu, SD_EV_REMOTE_FLUSH, 0, 0);
-}
-
 /* Whether this flush may use non-shareable TLBIs (select=active_cpu). */
 static bool flush_local(struct sd_cpu *cpu, struct sd_mm *mm)
 {
@@ -310,15 +296,25 @@ static bool flush_local(struct sd_cpu *cpu, struct sd_mm *mm)
 	return true;
 }
 
+static void bcast_flush(struct sd_cpu *cpu, struct sd_mm *mm, uint64_t vpn, uint64_t nr,
+			bool freed_tables)
+{
+	struct sd_broadcast *b = bcast_of(cpu->m);
+
+	if (b->tm)
+		sd_tlb_mode_flush(cpu, b, mm, bcast_mm_of(mm), vpn, nr, freed_tables);
+	else
+		sd_broadcast_flush(cpu, mm, vpn, nr, freed_tables, flush_local(cpu, mm));
+}
+
 static void bcast_flush_mm(struct sd_cpu *cpu, struct sd_mm *mm)
 {
-	sd_broadcast_flush(cpu, mm, 0, 0, true, flush_local(cpu, mm));
+	bcast_flush(cpu, mm, 0, 0, true);
 }
 
 static void bcast_flush_range(struct sd_cpu *cpu, const struct sd_flush_req *req)
 {
-	sd_broadcast_flush(cpu, req->mm, req->vpn, req->nr, req->freed_tables,
-			   flush_local(cpu, req->mm));
+	bcast_flush(cpu, req->mm, req->vpn, req->nr, req->freed_tables);
 }
 
 static void bcast_enter_lazy(struct sd_cpu *cpu, struct sd_mm *mm)

@@ -33,14 +33,21 @@ struct sd_broadcast {
 	/* The kernel runs with KPTI (the profile's features): every user
 	 * TLBI is issued twice, __tlbi_user(). Read-only after creation. */
 	bool kpti;
+	/* ARM64_WORKAROUND_REPEAT_TLBI (the profile's repeat_tlbi): every
+	 * TLBI is followed by DSB ISH and issued again. Read-only. */
+	bool repeat_tlbi;
 	/* How a flush chooses between ...IS and local TLBIs: select=always
-	 * (broadcast every time) or active_cpu (active_cpu.c), with
-	 * reset=0|1 (v2's reset of active_cpu at a fresh ASID). */
+	 * (broadcast every time), active_cpu (active_cpu.c) with reset=0|1
+	 * (v2's reset at a fresh ASID), tlb_mode or ipi (tlb_mode.c) with
+	 * ipi_max=, tlb_local=, tlb_none= (-1: not given, the select's
+	 * default). */
 	unsigned select;
-	bool active_cpu_reset;
+	int active_cpu_reset;
+	int tm_ipi_max, tm_local, tm_none;
+	struct sd_tlb_mode *tm;        /* select=tlb_mode|ipi: its state */
 };
 
-enum { SD_SELECT_ALWAYS, SD_SELECT_ACTIVE_CPU };
+enum { SD_SELECT_ALWAYS, SD_SELECT_ACTIVE_CPU, SD_SELECT_TLB_MODE, SD_SELECT_IPI };
 
 /* mm_context_t::active_cpu's sentinels; any other value is a CPU's id. */
 #define SD_ACTIVE_CPU_NONE ((uintptr_t)-1)
@@ -51,6 +58,10 @@ enum { SD_SELECT_ALWAYS, SD_SELECT_ACTIVE_CPU };
 struct sd_broadcast_mm {
 	sd_cacheline_aligned SD_ATOMIC(uint64_t) ctx_id;
 	SD_ATOMIC(uintptr_t) active_cpu;
+	/* select=tlb_mode|ipi: the CPUs that may hold its entries (no bits
+	 * otherwise: nbits 0). */
+	struct sd_cpumask cpus;
+	/* The line of active_cpu, or of the cpus mask, in modelled time. */
 	struct sd_model_line active_cpu_line;
 };
 
@@ -96,13 +107,28 @@ void sd_broadcast_mm_ctx_init(struct sd_broadcast_mm *bm);
 /* select=active_cpu (active_cpu.c): check_and_switch_context()'s update
  * of active_cpu, and flush_tlb_user_pre()'s choice (true: local TLBIs). */
 void sd_active_cpu_init(struct sd_broadcast_mm *bm);
+void sd_active_cpu_reset(struct sd_broadcast_mm *bm, bool fresh);
 void sd_active_cpu_switch(struct sd_cpu *cpu, struct sd_broadcast_mm *bm,
-			  const struct sd_arm64_switch *sw, bool reset);
+			  const struct sd_arm64_switch *sw);
 bool sd_active_cpu_local(struct sd_cpu *cpu, struct sd_broadcast_mm *bm);
-/* Test only: planted bugs (test/strategy/test_active_cpu.cpp). */
+/* select=tlb_mode|ipi (tlb_mode.c): its state from the options, freed by
+ * destroy; the switch's mask update before TTBR0 (it loads sw->asid); a
+ * flush by the mode the mask's weight chooses. */
+struct sd_tlb_mode;
+int sd_tlb_mode_create(struct sd_machine *m, struct sd_broadcast *b);
+void sd_tlb_mode_destroy(struct sd_broadcast *b);
+size_t sd_tlb_mode_bytes(const struct sd_machine *m, const struct sd_broadcast *b);
+void sd_tlb_mode_reset(struct sd_broadcast_mm *bm, bool fresh);
+void sd_tlb_mode_switch(struct sd_cpu *cpu, struct sd_broadcast_mm *bm,
+			const struct sd_arm64_switch *sw);
+void sd_tlb_mode_flush(struct sd_cpu *cpu, struct sd_broadcast *b, struct sd_mm *mm,
+		       struct sd_broadcast_mm *bm, uint64_t vpn, uint64_t nr, bool freed_tables);
+/* Test only: planted bugs (test/strategy/test_active_cpu.cpp, and the
+ * switcher's barrier in test_tlb_mode.cpp). */
 enum {
 	SD_ACTIVE_CPU_BREAK_NO_DSB = 1u << 0,          /* the switcher's dsb(ishst) removed */
 	SD_ACTIVE_CPU_BREAK_RESET_RESERVED = 1u << 1,  /* reset at any new_context() */
+	SD_ACTIVE_CPU_BREAK_RESET_LATE = 1u << 2,      /* reset after the new id is public */
 };
 extern SD_ATOMIC(unsigned) sd_active_cpu_test_break;
 /* The ASID @mm runs with now; 0 if it never ran (nothing to flush). */

@@ -89,6 +89,7 @@ struct sd_model_place {
 enum {
 	SD_MODEL_FEATURE_RANGE_TLBI = 1u << 0,
 	SD_MODEL_FEATURE_KPTI = 1u << 1,
+	SD_MODEL_FEATURE_REPEAT_TLBI = 1u << 2,
 };
 
 struct sd_model {

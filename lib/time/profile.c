@@ -353,7 +353,11 @@ static const char *const feature_key[] = {
 };
 #define NR_FEATURES (sizeof(feature_key) / sizeof(feature_key[0]))
 _Static_assert(SD_MODEL_FEATURE_RANGE_TLBI == 1u << 0 && SD_MODEL_FEATURE_KPTI == 1u << 1 &&
-	       NR_FEATURES == 2, "SD_MODEL_FEATURE_LIST and the feature bits agree");
+	       SD_MODEL_FEATURE_REPEAT_TLBI == 1u << 2 && NR_FEATURES == 3,
+	       "SD_MODEL_FEATURE_LIST and the feature bits agree");
+/* The features a machine with TLBI broadcasts must state; repeat_tlbi, an
+ * erratum's workaround few parts need, may be left out (not present). */
+#define REQUIRED_FEATURES (SD_MODEL_FEATURE_RANGE_TLBI | SD_MODEL_FEATURE_KPTI)
 
 /* One feature: {"present": true|false, "source": "..."}; sets its bit. */
 static int read_feature(const char *key, struct json_object *val, unsigned bit,
@@ -395,13 +399,14 @@ static int read_features(struct json_object *root, unsigned mechanisms, unsigned
 
 			if (i < 0)
 				return sd_fail(-EINVAL, "profile: unknown feature '%s' (known: "
-					       "range_tlbi, kpti)", key);
+					       "range_tlbi, kpti, repeat_tlbi)", key);
 			if ((err = read_feature(key, val, 1u << i, features)))
 				return err;
 			stated |= 1u << i;
 		}
 	}
-	if ((mechanisms & SD_MECH_TLBI_BROADCAST) && stated != (1u << NR_FEATURES) - 1)
+	if ((mechanisms & SD_MECH_TLBI_BROADCAST) &&
+	    (stated & REQUIRED_FEATURES) != REQUIRED_FEATURES)
 		return sd_fail(-EINVAL, "profile: a machine with tlbi_broadcast must state its "
 			       "\"features\": range_tlbi and kpti, each {\"present\": ..., "
 			       "\"source\": ...}");

@@ -130,7 +130,8 @@ const std::vector<const char *> &specs_of(const std::string &family)
 	static const std::vector<const char *> broadcast = {
 		"broadcast", "broadcast:max_tlbi_ops=1", "broadcast:range=none",
 		"broadcast:range=descending,lpa2=1", "broadcast:select=active_cpu",
-		"broadcast:select=active_cpu,reset=0"};
+		"broadcast:select=active_cpu,reset=0", "broadcast:select=tlb_mode,ipi_max=2",
+		"broadcast:select=ipi"};
 	static const std::vector<const char *> local = {"local"};
 	static const std::vector<const char *> ipi = {
 		"ipi", "ipi:cpumask=lazy", "ipi:ceiling=0", "ipi:ceiling=4",

@@ -9,6 +9,7 @@
 // with its dsb(ishst) removed (the planted bug) the oracle sees the stale
 // translation.
 #include "common.hpp"
+#include "walk_race.hpp"
 
 #include <atomic>
 #include <chrono>
@@ -109,91 +110,21 @@ TEST(ActiveCpu, OptionsAreBroadcastsAlone)
 	}
 }
 
-// ---- the switch/flush race, forced ----
-
-// CPU 0 ran the mm alone (active_cpu == 0) and write-protects page P; CPU 1
-// switches to the mm for the first time, and its walker caches P (still
-// writable) as soon as its TTBR0 is written, held there while CPU 0
-// flushes. Returns the violations CPU 1's later write through its TLB
-// makes, and that write's result.
-struct RaceResult {
-	uint64_t violations = 0;
-	int write = 1;
-	Flushes f;
-};
-
-std::atomic<bool> g_hold{false}, g_filled{false}, g_flushed{false};
-sd_mm *g_mm = nullptr;
-
-void hold_after_ttbr0(enum sd_order_point p, unsigned cpu)
-{
-	if (p != SD_ORDER_SWITCH_LOADED || cpu != 1 || !g_hold.exchange(false))
-		return;
-	// The walker, speculatively, right after the TTBR0 write.
-	EXPECT_EQ(0, sd_mm_walk_speculative(sd_cpu_self(), g_mm, kPage));
-	g_filled = true;
-	auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-	while (!g_flushed && std::chrono::steady_clock::now() < deadline)
-		std::this_thread::yield();
-}
-
-RaceResult run_race(unsigned bug)
-{
-	RaceResult r;
-	Machine mach(active_cpu_config(2, "broadcast:select=active_cpu"));
-	EXPECT_NE(nullptr, mach.m);
-	if (!mach.m)
-		return r;
-	EXPECT_EQ(0, sd_mm_create(mach.m, &g_mm));
-	std::atomic<bool> a_ready{false};
-	g_hold = g_filled = g_flushed = false;
-	sd_order_set_delayed_stores(true);
-	sd_order_set_hook(hold_after_ttbr0);
-	atomic_store(&sd_active_cpu_test_break, bug);
-	std::thread tb([&] {
-		sdtest::Attached b(mach.m, 1);
-		while (!a_ready)
-			std::this_thread::yield();
-		g_hold = true;
-		EXPECT_EQ(0, sd_switch_mm(b.c, g_mm));
-		r.write = sd_access(b.c, kPage, SD_WRITE, nullptr);
-		EXPECT_EQ(0, sd_switch_mm(b.c, nullptr));
-	});
-	{
-		sdtest::Attached a(mach.m, 0);
-		EXPECT_EQ(0, sd_mmap(a.c, g_mm, kPage, SD_PAGE_SIZE, RW));
-		EXPECT_EQ(0, sd_switch_mm(a.c, g_mm));
-		EXPECT_EQ(0, sd_access(a.c, kPage, SD_WRITE, nullptr));
-		a_ready = true;
-		while (!g_filled)
-			std::this_thread::yield();
-		EXPECT_EQ(0, sd_mprotect(a.c, g_mm, kPage, SD_PAGE_SIZE, SD_PROT_READ));
-		g_flushed = true;
-		tb.join();
-		EXPECT_EQ(0, sd_switch_mm(a.c, nullptr));
-	}
-	atomic_store(&sd_active_cpu_test_break, 0u);
-	sd_order_set_hook(nullptr);
-	sd_order_set_delayed_stores(false);
-	r.violations = total(mach.m, SD_STAT_VIOLATION);
-	r.f = flushes(mach.m);
-	EXPECT_EQ(0, sd_mm_destroy(g_mm));
-	return r;
-}
+// ---- the switch/flush race, forced (walk_race.hpp) ----
 
 TEST(ActiveCpuRace, TheSwitchersBarrierMakesTheFlusherBroadcast)
 {
-	RaceResult r = run_race(0);
+	sdtest::WalkRace r = sdtest::run_walk_race("broadcast:select=active_cpu", 0);
 	EXPECT_EQ(0u, r.violations);
 	EXPECT_EQ(-EACCES, r.write) << "the write-protected page, read afresh";
-	EXPECT_EQ(0u, r.f.local);
-	EXPECT_EQ(1u, r.f.broadcast);
+	EXPECT_EQ(0u, r.local);
+	EXPECT_EQ(1u, r.broadcast);
 }
 
 TEST(ActiveCpuRace, WithoutItTheFlusherStaysLocalAndTheOracleSeesIt)
 {
-	RaceResult r = run_race(SD_ACTIVE_CPU_BREAK_NO_DSB);
-	EXPECT_EQ(1u, r.f.local) << "the switcher's store was still in its store buffer";
+	sdtest::WalkRace r = sdtest::run_walk_race("broadcast:select=active_cpu", SD_ACTIVE_CPU_BREAK_NO_DSB);
+	EXPECT_EQ(1u, r.local) << "the switcher's store was still in its store buffer";
 	EXPECT_GE(r.violations, 1u) << "CPU 1 wrote through its stale writable entry";
 }
 
@@ -211,25 +142,67 @@ struct Rollover {
 	int write = 1;
 };
 
+// 2 CPUs with 4-bit ASIDs, the mm under test, the one CPU 1 moves on to,
+// and 16 others for CPU 0 to run through: one rollover at least.
+struct RolloverRig {
+	Machine mach;
+	sd_mm *mm = nullptr, *rest = nullptr;
+	std::vector<sd_mm *> others = std::vector<sd_mm *>(16);
+	static sd_machine_config cfg(const char *strategy)
+	{
+		sd_machine_config c = sdtest::config(2, strategy);
+		c.asid_bits = 4;
+		return c;
+	}
+	explicit RolloverRig(const char *strategy) : mach(cfg(strategy))
+	{
+		if (!mach.m)
+			return;
+		EXPECT_EQ(0, sd_mm_create(mach.m, &mm));
+		EXPECT_EQ(0, sd_mm_create(mach.m, &rest));
+		for (auto &o : others)
+			EXPECT_EQ(0, sd_mm_create(mach.m, &o));
+	}
+	~RolloverRig()
+	{
+		if (!mach.m)
+			return;
+		for (auto *o : others)
+			EXPECT_EQ(0, sd_mm_destroy(o));
+		EXPECT_EQ(0, sd_mm_destroy(rest));
+		EXPECT_EQ(0, sd_mm_destroy(mm));
+	}
+	// CPU @c maps the page, runs the mm and writes it, then lets CPU 1
+	// run (@step 1) and waits until it has moved on (@step 2).
+	void first_run(sd_cpu *c, std::atomic<int> &step)
+	{
+		EXPECT_EQ(0, sd_mmap(c, mm, kPage, SD_PAGE_SIZE, RW));
+		EXPECT_EQ(0, sd_switch_mm(c, mm));
+		EXPECT_EQ(0, sd_access(c, kPage, SD_WRITE, nullptr));
+		step.store(1);
+		while (step.load() < 2)
+			std::this_thread::yield();
+	}
+	void roll_over(sd_cpu *c)
+	{
+		for (auto *o : others)
+			EXPECT_EQ(0, sd_switch_mm(c, o));
+	}
+};
+
 Rollover run_rollover(const char *strategy, bool cpu1_stays, unsigned bug = 0)
 {
 	Rollover r;
-	sd_machine_config cfg = sdtest::config(2, strategy);
-	cfg.asid_bits = 4;
-	Machine mach(cfg);
-	EXPECT_NE(nullptr, mach.m);
-	if (!mach.m)
+	RolloverRig rig(strategy);
+	EXPECT_NE(nullptr, rig.mach.m);
+	if (!rig.mach.m)
 		return r;
-	sd_mm *mm = nullptr, *rest = nullptr;
-	std::vector<sd_mm *> others(16);
-	EXPECT_EQ(0, sd_mm_create(mach.m, &mm));
-	EXPECT_EQ(0, sd_mm_create(mach.m, &rest));
-	for (auto &o : others)
-		EXPECT_EQ(0, sd_mm_create(mach.m, &o));
+	sd_machine *m = rig.mach.m;
+	sd_mm *mm = rig.mm, *rest = rig.rest;
 	atomic_store(&sd_active_cpu_test_break, bug);
 	std::atomic<int> step{0};
 	std::thread tb([&] {
-		sdtest::Attached b(mach.m, 1);
+		sdtest::Attached b(m, 1);
 		while (step.load() < 1)
 			std::this_thread::yield();
 		EXPECT_EQ(0, sd_switch_mm(b.c, mm));
@@ -247,31 +220,21 @@ Rollover run_rollover(const char *strategy, bool cpu1_stays, unsigned bug = 0)
 		EXPECT_EQ(0, sd_switch_mm(b.c, nullptr));
 	});
 	{
-		sdtest::Attached a(mach.m, 0);
-		EXPECT_EQ(0, sd_mmap(a.c, mm, kPage, SD_PAGE_SIZE, RW));
-		EXPECT_EQ(0, sd_switch_mm(a.c, mm));
-		EXPECT_EQ(0, sd_access(a.c, kPage, SD_WRITE, nullptr));
-		step.store(1);
-		while (step.load() < 2)
-			std::this_thread::yield();
+		sdtest::Attached a(m, 0);
+		rig.first_run(a.c, step);
 		// active_cpu is MULTIPLE now. Roll the ASIDs over.
-		for (auto *o : others)
-			EXPECT_EQ(0, sd_switch_mm(a.c, o));
-		r.before = flushes(mach.m);
+		rig.roll_over(a.c);
+		r.before = flushes(m);
 		EXPECT_EQ(0, sd_switch_mm(a.c, mm));
 		EXPECT_EQ(0, sd_mprotect(a.c, mm, kPage, SD_PAGE_SIZE, SD_PROT_READ));
-		r.after = flushes(mach.m);
+		r.after = flushes(m);
 		step.store(3);
 		tb.join();
 		EXPECT_EQ(0, sd_switch_mm(a.c, nullptr));
 	}
 	atomic_store(&sd_active_cpu_test_break, 0u);
-	r.violations = total(mach.m, SD_STAT_VIOLATION);
-	EXPECT_GE(total(mach.m, SD_STAT_ASID_ROLLOVER), 1u);
-	for (auto *o : others)
-		EXPECT_EQ(0, sd_mm_destroy(o));
-	EXPECT_EQ(0, sd_mm_destroy(rest));
-	EXPECT_EQ(0, sd_mm_destroy(mm));
+	r.violations = total(m, SD_STAT_VIOLATION);
+	EXPECT_GE(total(m, SD_STAT_ASID_ROLLOVER), 1u);
 	return r;
 }
 
@@ -294,6 +257,88 @@ TEST(ActiveCpuReset, NotWhileACpuStillRunsTheMmUnderItsReservedAsid)
 				    SD_ACTIVE_CPU_BREAK_RESET_RESERVED);
 	EXPECT_EQ(1u, bad.after.local - bad.before.local) << "reset at the reserved ASID";
 	EXPECT_GE(bad.violations, 1u) << "CPU 1 kept its writable entry";
+}
+
+// v2's reset must be made before the mm's new id is public: CPU 0 gives
+// the mm a fresh ASID and is held right after publishing it; meanwhile
+// CPU 1 switches in under the new id and caches the page. Reset first
+// (new_context(), under the lock), CPU 1 reads NONE and claims, and CPU 0
+// then makes it MULTIPLE: its flush broadcasts. Reset late (the planted
+// bug, where the first version of this file made it), CPU 1 read the old
+// MULTIPLE and did nothing, CPU 0's reset wiped it out and CPU 0 claims
+// alone: its flush stays local and CPU 1 keeps a stale translation.
+std::atomic<int> g_phase{0};
+
+void hold_after_publish(enum sd_order_point p, unsigned cpu)
+{
+	if (p != SD_ORDER_ASID_PUBLISHED || cpu != 0 || g_phase.load() != 1)
+		return;
+	g_phase = 2;
+	auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+	while (g_phase.load() != 3 && std::chrono::steady_clock::now() < deadline)
+		std::this_thread::yield();
+}
+
+Rollover run_reset_race(unsigned bug)
+{
+	Rollover r;
+	RolloverRig rig("broadcast:select=active_cpu");
+	EXPECT_NE(nullptr, rig.mach.m);
+	if (!rig.mach.m)
+		return r;
+	sd_machine *m = rig.mach.m;
+	sd_mm *mm = rig.mm, *rest = rig.rest;
+	g_phase = 0;
+	atomic_store(&sd_active_cpu_test_break, bug);
+	sd_order_set_hook(hold_after_publish);
+	std::atomic<int> step{0};
+	std::thread tb([&] {
+		sdtest::Attached b(m, 1);
+		while (step.load() < 1)
+			std::this_thread::yield();
+		EXPECT_EQ(0, sd_switch_mm(b.c, mm));            // MULTIPLE
+		EXPECT_EQ(0, sd_switch_mm(b.c, rest));          // its ASID not reserved
+		step.store(2);
+		while (g_phase.load() != 2)
+			std::this_thread::yield();
+		// CPU 0 is held with the new id public: switch in under it.
+		EXPECT_EQ(0, sd_switch_mm(b.c, mm));
+		EXPECT_EQ(0, sd_access(b.c, kPage, SD_READ, nullptr));
+		g_phase = 3;
+		while (step.load() < 3)
+			std::this_thread::yield();
+		r.write = sd_access(b.c, kPage, SD_WRITE, nullptr);
+		EXPECT_EQ(0, sd_switch_mm(b.c, nullptr));
+	});
+	{
+		sdtest::Attached a(m, 0);
+		rig.first_run(a.c, step);
+		rig.roll_over(a.c);
+		g_phase = 1;
+		EXPECT_EQ(0, sd_switch_mm(a.c, mm));            // fresh ASID, held
+		r.before = flushes(m);
+		EXPECT_EQ(0, sd_mprotect(a.c, mm, kPage, SD_PAGE_SIZE, SD_PROT_READ));
+		r.after = flushes(m);
+		step.store(3);
+		tb.join();
+		EXPECT_EQ(0, sd_switch_mm(a.c, nullptr));
+	}
+	sd_order_set_hook(nullptr);
+	atomic_store(&sd_active_cpu_test_break, 0u);
+	EXPECT_EQ(3, g_phase.load()) << "the interleaving was not forced";
+	r.violations = total(m, SD_STAT_VIOLATION);
+	return r;
+}
+
+TEST(ActiveCpuReset, ACpuSwitchingInUnderTheNewIdSeesTheReset)
+{
+	Rollover ok = run_reset_race(0);
+	EXPECT_EQ(0u, ok.after.local - ok.before.local);
+	EXPECT_EQ(0u, ok.violations);
+	EXPECT_EQ(-EACCES, ok.write);
+	Rollover late = run_reset_race(SD_ACTIVE_CPU_BREAK_RESET_LATE);
+	EXPECT_EQ(1u, late.after.local - late.before.local) << "CPU 0 claimed alone";
+	EXPECT_GE(late.violations, 1u) << "CPU 1 wrote through its stale entry";
 }
 
 }  // namespace

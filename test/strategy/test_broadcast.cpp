@@ -222,6 +222,24 @@ TEST(BroadcastFeatures, KptiIssuesEveryUserTlbiTwice)
 	}
 }
 
+// ARM64_WORKAROUND_REPEAT_TLBI: every TLBI is followed by "dsb ish; tlbi"
+// again (__TLBI_0()'s ALTERNATIVE); a profile that leaves the feature out
+// has none.
+TEST(BroadcastFeatures, RepeatTlbiIssuesEveryTlbiAgainAfterADsb)
+{
+	sdtest::Profile plain("pack:1 core:2 pu:1", {}, "", "", sdtest::kAllMechanisms,
+			      sdtest::features_text(true, false));
+	sdtest::Profile repeat("pack:1 core:2 pu:1", {{"dsb", 100}}, "", "", sdtest::kAllMechanisms,
+			       sdtest::features_text(true, false) +
+				       ", \"repeat_tlbi\": {\"present\": true, \"source\": \"test\"}");
+	for (uint64_t pages : {1, 33}) {
+		Tlbi once = one_flush_on(on_profile(plain, "broadcast"), pages);
+		Tlbi twice = one_flush_on(on_profile(repeat, "broadcast"), pages);
+		EXPECT_EQ(2 * once.ops, twice.ops) << pages << " pages: messages";
+		EXPECT_EQ(2 * once.remote, twice.remote) << pages << " pages: targets' work";
+	}
+}
+
 TEST(Broadcast, BadOptionsAreRefusedAndNothingIsCreated)
 {
 	const struct {

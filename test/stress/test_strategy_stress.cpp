@@ -500,6 +500,9 @@ const StressConfig kConfigs[] = {
 	{"broadcast_maxtlbi4_cpus4", 4, "broadcast:max_tlbi_ops=4", 0, 0, false, 0.5},
 	// Roberts' active_cpu, with ASID rollovers (v2's reset at a fresh ASID).
 	{"active_cpu_asid5_cpus4", 4, "broadcast:select=active_cpu", 5, 40, false, 0.5},
+	// Lameter's tlb_mode (IPIs up to 2 CPUs, then broadcast) and Fujitsu's
+	// IPI-only flush, with ASID rollovers emptying the masks.
+	{"tlb_mode_ipimax2_asid5_cpus4", 4, "broadcast:select=tlb_mode,ipi_max=2", 5, 40, false, 0.5},
 	// Hits racing invalidations of the entries they use (it caught the L2-to-L1
 	// promotion race of tlb.c before 96bbfbd: ~1000 violations in 3 s).
 	{"broadcast_hot_cpus2", 2, "broadcast", 0, 0, false, 0.5, true},

@@ -121,6 +121,8 @@ int write_profile(const struct profile *p, const char *dir, const char *desc,
 			"emulated: libshootdown's broadcast encodes range ops (lib/arch/tlbi_range.c)"));
 		json_object_object_add(feat, "kpti", feature_json(false,
 			"emulated: the emulator has no kernel mapping to isolate"));
+		json_object_object_add(feat, "repeat_tlbi", feature_json(false,
+			"emulated: the emulator's TLBIs have no erratum to work around"));
 		json_object_object_add(root, "features", feat);
 	}
 	for (int k = 0; k < P_NR; k++)
