@@ -106,7 +106,9 @@ void BM_bystander(State &st, const char *strategy, unsigned flushers, unsigned b
 
 void register_bystander(Set set)
 {
-	static const char *const strategies[] = { "broadcast", "local", "ipi", "gbcast" };
+	static const char *const strategies[] = {
+		"broadcast", "local", "ipi", "gbcast", "broadcast:select=active_cpu",
+		"broadcast:select=tlb_mode,ipi_max=4", "broadcast:select=ipi" };
 
 	// Not in the comparison run's matrix nor the patches': no patch
 	// measured bystanders, so there is nothing to compare it with.

@@ -181,14 +181,21 @@ void register_mprotect_threaded(Set set)
 	static const std::vector<unsigned> all_cpus = { 1, 2, 4, 8, 16 };
 	// The skip-broadcast patch: one process per CPU on a 32-CPU eMAG.
 	static const std::vector<unsigned> patch_cpus = { 1, 2, 4, 8, 16, 32 };
-	static const std::vector<const char *> all = { "broadcast", "local" };
+	// With the arm64 flush selections of issue 28 beside Arcangeli's
+	// `local`: Roberts' active_cpu, Lameter's tlb_mode (IPIs up to 4
+	// CPUs) and Fujitsu's IPI-only flush; not among the patches'.
+	static const std::vector<const char *> all = {
+		"broadcast", "local", "broadcast:select=active_cpu",
+		"broadcast:select=tlb_mode,ipi_max=4", "broadcast:select=ipi" };
+	static const std::vector<const char *> patch_set = { "broadcast", "local" };
 	static const std::vector<const char *> main_set = { "broadcast", "local", "ipi", "gbcast" };
 	const std::vector<unsigned> &cpus = set == Set::main ? g_opt.cpus
 					    : set == Set::patches ? patch_cpus : all_cpus;
 
 	// broadcast ("before") first: scripts/compare divides by it.
 	for (unsigned n : cpus)
-		for (const char *s : set == Set::main ? main_set : all)
+		for (const char *s : set == Set::main ? main_set
+				     : set == Set::patches ? patch_set : all)
 			reg("mprotect_threaded/" + std::string(s) + cpus_tail(n),
 			    [s, n](State &st) { BM_mprotect_threaded(st, s, n); });
 	if (set == Set::patches)
