@@ -132,7 +132,8 @@ SD_BEGIN_DECLS
 	X(HANDSHAKE_UNREACHED, "handshake_targets_unreached") /* the check: no barrier, no run */ \
 	/* rseq.h: restartable sequences */ \
 	X(RSEQ_COMMIT, "rseq_commits")          /* sections that committed */ \
-	X(RSEQ_ABORT, "rseq_aborts")            /* sections aborted: preempted, signalled, fenced */
+	X(RSEQ_ABORT, "rseq_aborts")            /* sections aborted: preempted, signalled, fenced */ \
+	X(SPURIOUS_FAULT, "spurious_faults")    /* faults on a PTE that allowed the access: a stale entry */
 
 /** Counter ids. */
 enum sd_stat {

@@ -55,6 +55,8 @@
 	X(PAGE_FAULT,         PAGE_FAULT,         INSTANT,  ONE, ONCE(PAGE_FAULT_ENTRY)) /* arg vpn */   \
 	/* a read fault that mapped the shared zero page (no frame) */                                   \
 	X(ZERO_PAGE_FAULT,    ZERO_PAGE_FAULT,    INSTANT,  ONE, FREE) /* arg vpn */                     \
+	/* a fault on a PTE that already allows the access: a stale, less permissive TLB entry */       \
+	X(SPURIOUS_FAULT,     SPURIOUS_FAULT,     INSTANT,  ONE, ONCE(PAGE_FAULT_ENTRY)) /* arg vpn */   \
 	/* a write-protect fault: a copy-on-write break of a read-only PTE */                            \
 	X(WP_FAULT,           WP_FAULT,           INSTANT,  ONE, FREE) /* arg vpn */                     \
 	/* a new anonymous page: page_alloc + memcg_charge + page_zero (arg 1) or page_copy (arg 0) */   \

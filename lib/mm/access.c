@@ -164,8 +164,9 @@ static int populate(struct sd_cpu *c, struct sd_mm *mm, uint64_t vpn, enum sd_ac
 /*
  * A write to a write-protected PTE of a writable mapping: do_wp_page().
  * A frame no other mm maps is reused in place (wp_page_reuse(): the PTE
- * made writable, same translation, no flush: a CPU that cached it read-only
- * faults again and finds it writable). The zero page, or a frame fork left
+ * made writable, same translation; the strategy's wp_reuse_flush, arm64's
+ * flush of the page, or none on x86: a CPU that cached it read-only takes
+ * a spurious fault and finds it writable). The zero page, or a frame fork left
  * shared, is copied (wp_page_copy()), under the split lock as the kernel
  * does it: the PTE is cleared (kept a non-present mapping, so a walker that
  * comes meanwhile faults and waits for this lock), flushed from every TLB
@@ -200,6 +201,12 @@ static enum wp_outcome wp_handle(struct sd_cpu *c, struct sd_mm *mm, SD_ATOMIC(u
 	if (!sd_pte_is_zero_page(pte) && !sd_frame_shared(&c->m->frames, w->old_pfn)) {
 		atomic_store_explicit(slot, pte & ~SD_PTE_WRPROTECT, memory_order_release);
 		sd_event(c, SD_EV_PTE_UPDATE, 1, 0);
+		/* __ptep_set_access_flags(): arm64 flushes the page, still under
+		 * the split lock; x86 does not. Same frame, more permission:
+		 * a stale read-only entry left anywhere is safe (its next write
+		 * takes a spurious fault), so the floor does not rise. */
+		if (c->m->ops->wp_reuse_flush)
+			c->m->ops->wp_reuse_flush(c, mm, vpn);
 		return WP_REUSED;
 	}
 	w->version = sd_mm_change_version(mm);
@@ -288,9 +295,11 @@ static void report_violation(struct sd_cpu *c, struct sd_mm *mm, uint64_t vpn,
 }
 
 /* The walk and the fill; a fault when the PTE does not allow @kind, unless
- * @speculative (the walker alone, which never faults: -EAGAIN). */
+ * @speculative (the walker alone, which never faults: -EAGAIN). *@faulted
+ * says whether a fault ran (NULL: not asked). */
 static int walk_and_fill(struct sd_cpu *c, struct sd_mm *mm, uint64_t vpn,
-			 enum sd_access_kind kind, uint64_t *pte_out, bool speculative)
+			 enum sd_access_kind kind, uint64_t *pte_out, bool speculative,
+			 bool *faulted)
 {
 	for (;;) {
 		sd_irq_off(c);
@@ -337,6 +346,8 @@ static int walk_and_fill(struct sd_cpu *c, struct sd_mm *mm, uint64_t vpn,
 		sd_irq_on(c);
 		if (speculative)
 			return -EAGAIN;
+		if (faulted)
+			*faulted = true;
 		int err = (pte & SD_PTE_PRESENT) ? wp_fault(c, mm, vpn) : populate(c, mm, vpn, kind);
 		if (err)
 			return err;
@@ -350,6 +361,7 @@ static __attribute__((noinline)) int access_slow(struct sd_cpu *c, uint64_t va,
 	struct sd_tlb_hit hit;
 	uint64_t vpn = va >> SD_PAGE_SHIFT;
 	uint32_t floor = 0;
+	bool stale = false;
 
 	if (sd_cpu_check_self(c))
 		return sd_fail(-EPERM, "sd_access: " SD_NOT_ATTACHED);
@@ -380,13 +392,24 @@ static __attribute__((noinline)) int access_slow(struct sd_cpu *c, uint64_t va,
 				*pfn = sd_pte_pfn(hit.pte);
 			return 0;
 		}
-		/* A cached entry that forbids the access may be older than the
-		 * PTE: drop it and walk, as the kernel handles a spurious fault. */
+		/* The cached entry forbids the access: the hardware faults. The
+		 * entry may be older and less permissive than the PTE (a page
+		 * reused writable elsewhere without a broadcast flush): the
+		 * fault then finds the PTE allowing it, a spurious fault, which
+		 * x86 repairs by the fault itself evicting the entry and arm64
+		 * by a local invalidate (spurious_fixup). */
 		sd_tlb_drop(&c->tlb, vpn, c->asid);
+		stale = true;
 	}
 	sd_event(c, SD_EV_TLB_MISS, 0, 0);
 	uint64_t pte;
-	int err = walk_and_fill(c, mm, vpn, kind, &pte, false);
+	bool faulted = false;
+	int err = walk_and_fill(c, mm, vpn, kind, &pte, false, &faulted);
+	if (stale && !err && !faulted) {
+		sd_event(c, SD_EV_SPURIOUS_FAULT, vpn, 0);
+		if (c->m->ops->spurious_fixup)
+			c->m->ops->spurious_fixup(c, mm, vpn);
+	}
 	if (!err && pfn)
 		*pfn = sd_pte_pfn(pte);
 	if (err == -EFAULT)
@@ -402,7 +425,7 @@ int sd_mm_walk_speculative(struct sd_cpu *c, struct sd_mm *mm, uint64_t va)
 {
 	uint64_t pte;
 
-	return walk_and_fill(c, mm, va >> SD_PAGE_SHIFT, SD_READ, &pte, true);
+	return walk_and_fill(c, mm, va >> SD_PAGE_SHIFT, SD_READ, &pte, true, NULL);
 }
 
 int sd_tlb_probe(const struct sd_cpu *c, uint64_t va, uint64_t *pfn)

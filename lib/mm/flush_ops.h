@@ -68,6 +68,20 @@ struct sd_strategy_ops {
 	void (*switch_mm)(struct sd_cpu *cpu, struct sd_mm *prev, struct sd_mm *next);
 	void (*enter_lazy)(struct sd_cpu *cpu, struct sd_mm *mm);
 	/*
+	 * Optional, both arm64's. wp_reuse_flush: __ptep_set_access_flags()'s
+	 * flush of @vpn when a write fault reuses a write-protected page in
+	 * place (wp_page_reuse(): the PTE made writable, the same frame), which
+	 * is flush_tlb_page() (TLBI IS) before Linux 6.19 and
+	 * local_flush_tlb_page() since (Huang Ying, "arm64, tlbflush: don't
+	 * TLBI broadcast if page reused in write fault"). spurious_fixup:
+	 * flush_tlb_fix_spurious_fault(), the local invalidate of @vpn by a CPU
+	 * whose stale read-only entry faulted on a page now writable. NULL
+	 * for both (x86): no flush at the reuse, and the faulting entry is
+	 * evicted by the fault itself, the hardware walking again.
+	 */
+	void (*wp_reuse_flush)(struct sd_cpu *cpu, struct sd_mm *mm, uint64_t vpn);
+	void (*spurious_fixup)(struct sd_cpu *cpu, struct sd_mm *mm, uint64_t vpn);
+	/*
 	 * Optional batched flushes (arch_tlbbatch_*). batch_add notes a
 	 * deferred flush of @mm in the batch's @cpus; batch_flush then runs one
 	 * flush for everything noted and returns only when invariant 1 holds

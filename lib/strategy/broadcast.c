@@ -48,6 +48,7 @@ int sd_broadcast_machine_init(struct sd_machine *m, struct sd_broadcast *b)
 	b->active_cpu_reset = -1;
 	b->tm_ipi_max = b->tm_local = b->tm_none = -1;
 	b->tm = NULL;
+	b->wp_reuse_tlbi = false;
 	return sd_arm64_asid_init(&b->asid, m->cfg.asid_bits, m->nr_cpus);
 }
 
@@ -63,9 +64,10 @@ int sd_broadcast_check_range(struct sd_machine *m, const struct sd_broadcast *b,
 		       m->model.name);
 }
 
-static bool is_select_option(const char *key)
+/* The options only 'broadcast' itself takes (not the strategies built on it). */
+static bool broadcast_only_option(const char *key)
 {
-	return !strcmp(key, "select") || !strcmp(key, "reset") || !strcmp(key, "ipi_max") ||
+	return !strcmp(key, "wp_reuse") || !strcmp(key, "select") || !strcmp(key, "reset") || !strcmp(key, "ipi_max") ||
 	       !strcmp(key, "tlb_local") || !strcmp(key, "tlb_none");
 }
 
@@ -122,9 +124,9 @@ int sd_broadcast_option(struct sd_broadcast *b, const char *name, const struct s
 		b->split.lpa2 = v;
 		return err;
 	}
-	if (is_select_option(o->key) && strcmp(name, "broadcast"))
-		return sd_fail(-EINVAL, "option %s= for '%s': select= and its options are "
-			       "'broadcast''s alone", o->key, name);
+	if (broadcast_only_option(o->key) && strcmp(name, "broadcast"))
+		return sd_fail(-EINVAL, "option %s= for '%s': an option of 'broadcast' alone",
+			       o->key, name);
 	if (!strcmp(o->key, "select"))
 		return parse_select(b, name, o);
 	if (!strcmp(o->key, "reset"))
@@ -135,6 +137,13 @@ int sd_broadcast_option(struct sd_broadcast *b, const char *name, const struct s
 		return opt_int(name, o, 1, &b->tm_local);
 	if (!strcmp(o->key, "tlb_none"))
 		return opt_int(name, o, 1, &b->tm_none);
+	if (!strcmp(o->key, "wp_reuse")) {
+		if (strcmp(o->value, "local") && strcmp(o->value, "tlbi"))
+			return sd_fail(-EINVAL, "option wp_reuse=%s for '%s': want local (Linux "
+				       "6.19) or tlbi (before)", o->value, name);
+		b->wp_reuse_tlbi = !strcmp(o->value, "tlbi");
+		return 0;
+	}
 	if (!strcmp(o->key, "range")) {
 		if (sd_tlbi_range_order_parse(o->value, &b->split.order))
 			return sd_fail(-EINVAL, "option range=%s for '%s': want none, ascending "
@@ -317,6 +326,29 @@ static void bcast_flush_range(struct sd_cpu *cpu, const struct sd_flush_req *req
 	bcast_flush(cpu, req->mm, req->vpn, req->nr, req->freed_tables);
 }
 
+/*
+ * __ptep_set_access_flags() after wp_page_reuse(): flush_tlb_page(), a
+ * broadcast (through the select, as any user flush), before Linux 6.19;
+ * local_flush_tlb_page() since (Huang Ying's "arm64, tlbflush: don't TLBI
+ * broadcast if page reused in write fault"), leaving stale read-only
+ * entries elsewhere to fault spuriously.
+ */
+static void bcast_wp_reuse_flush(struct sd_cpu *cpu, struct sd_mm *mm, uint64_t vpn)
+{
+	if (bcast_of(cpu->m)->wp_reuse_tlbi)
+		bcast_flush(cpu, mm, vpn, 1, false);
+	else
+		sd_broadcast_flush(cpu, mm, vpn, 1, false, true);
+}
+
+/* flush_tlb_fix_spurious_fault(): since 6.19 local_flush_tlb_page_nonotify();
+ * before, nothing (a spurious fault could only race a broadcast flush). */
+static void bcast_spurious_fixup(struct sd_cpu *cpu, struct sd_mm *mm, uint64_t vpn)
+{
+	if (!bcast_of(cpu->m)->wp_reuse_tlbi)
+		sd_broadcast_flush(cpu, mm, vpn, 1, false, true);
+}
+
 static void bcast_enter_lazy(struct sd_cpu *cpu, struct sd_mm *mm)
 {
 	/* arm64 leaves the ASID loaded in TTBR0 of a lazy CPU; broadcasts
@@ -339,5 +371,7 @@ const struct sd_strategy_ops sd_broadcast_ops = {
 	.flush_mm = bcast_flush_mm,
 	.switch_mm = sd_broadcast_switch,
 	.enter_lazy = bcast_enter_lazy,
+	.wp_reuse_flush = bcast_wp_reuse_flush,
+	.spurious_fixup = bcast_spurious_fixup,
 	.state_bytes = sd_broadcast_state_bytes,
 };

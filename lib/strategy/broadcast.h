@@ -44,6 +44,9 @@ struct sd_broadcast {
 	unsigned select;
 	int active_cpu_reset;
 	int tm_ipi_max, tm_local, tm_none;
+	/* wp_reuse=local (Linux 6.19, the default) or tlbi (before): the
+	 * flush of a page a write fault reused in place. */
+	bool wp_reuse_tlbi;
 	struct sd_tlb_mode *tm;        /* select=tlb_mode|ipi: its state */
 };
 

@@ -321,6 +321,13 @@ static void local_flush_mm(struct sd_cpu *cpu, struct sd_mm *mm)
 	local_flush(cpu, mm, 0, 0, true);
 }
 
+/* The 2020 kernel's __ptep_set_access_flags(): flush_tlb_page() after a
+ * reuse, through the series' own choice of local or broadcast. */
+static void local_wp_reuse_flush(struct sd_cpu *cpu, struct sd_mm *mm, uint64_t vpn)
+{
+	local_flush(cpu, mm, vpn, 1, false);
+}
+
 const struct sd_strategy_ops sd_local_ops = {
 	.name = "local",
 	.summary = "arm64 skip-broadcast: flush locally when the mm runs nowhere else",
@@ -335,5 +342,6 @@ const struct sd_strategy_ops sd_local_ops = {
 	.flush_mm = local_flush_mm,
 	.switch_mm = local_switch,
 	.enter_lazy = local_enter_lazy,
+	.wp_reuse_flush = local_wp_reuse_flush,
 	.state_bytes = local_state_bytes,
 };

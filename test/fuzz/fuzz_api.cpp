@@ -131,7 +131,7 @@ const std::vector<const char *> &specs_of(const std::string &family)
 		"broadcast", "broadcast:max_tlbi_ops=1", "broadcast:range=none",
 		"broadcast:range=descending,lpa2=1", "broadcast:select=active_cpu",
 		"broadcast:select=active_cpu,reset=0", "broadcast:select=tlb_mode,ipi_max=2",
-		"broadcast:select=ipi"};
+		"broadcast:select=ipi", "broadcast:wp_reuse=tlbi"};
 	static const std::vector<const char *> local = {"local"};
 	static const std::vector<const char *> ipi = {
 		"ipi", "ipi:cpumask=lazy", "ipi:ceiling=0", "ipi:ceiling=4",
