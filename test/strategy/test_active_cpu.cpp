@@ -31,12 +31,6 @@ using sdtest::total;
 constexpr uint64_t kPage = 0x40000000;
 constexpr unsigned RW = SD_PROT_READ | SD_PROT_WRITE;
 
-sd_machine_config active_cpu_config(unsigned cpus, const char *strategy)
-{
-	sd_machine_config c = sdtest::config(cpus, strategy);
-	return c;
-}
-
 // ---- the choice ----
 
 struct Flushes {
@@ -50,7 +44,7 @@ Flushes flushes(sd_machine *m)
 
 TEST(ActiveCpu, LocalWhileTheMmRanOnlyHereThenBroadcastForGood)
 {
-	Machine mach(active_cpu_config(2, "broadcast:select=active_cpu"));
+	Machine mach(sdtest::config(2, "broadcast:select=active_cpu"));
 	ASSERT_NE(nullptr, mach.m);
 	sd_mm *mm = nullptr;
 	ASSERT_EQ(0, sd_mm_create(mach.m, &mm));
