@@ -238,7 +238,7 @@ TEST(ZeroPage, SharedByEveryMmAndNeverFreed)
 // sd_mm_fork(): the child shares the parent's frames copy-on-write. A write
 // in the child copies (a frame of its own, the parent's unchanged); the
 // parent's write after it reuses its frame in place (no other mm maps it,
-// no shootdown); pages never populated stay so; the zero page stays shared;
+// no shootdown: a local flush of the page, counted as a flush); pages never populated stay so; the zero page stays shared;
 // destroying the child gives its frames back and leaves the parent's.
 TEST(Fork, ChildSharesCopyOnWriteAndBreaksApart)
 {
@@ -286,12 +286,18 @@ TEST(Fork, ChildSharesCopyOnWriteAndBreaksApart)
 		// The parent's write after it reuses in place: no shootdown (arm64
 		// since 6.19 flushes the page locally, test_spurious.cpp).
 		ASSERT_EQ(0, sd_switch_mm(c, parent));
-		const uint64_t fl = stat(m.m, SD_STAT_FLUSH);
+		const uint64_t tlbi = stat(m.m, SD_STAT_TLBI_OP);
+		const uint64_t ipis = stat(m.m, SD_STAT_IPI_SENT);
+		uint64_t fl = stat(m.m, SD_STAT_FLUSH);
 		ASSERT_EQ(0, sd_access(c, kVa, SD_WRITE, &pfn));
 		EXPECT_EQ(pw[0], pfn) << "the parent's frame, no longer shared, is reused";
-		EXPECT_EQ(fl, stat(m.m, SD_STAT_FLUSH)) << "a reuse makes no shootdown";
+		EXPECT_EQ(tlbi, stat(m.m, SD_STAT_TLBI_OP)) << "a reuse makes no shootdown";
+		EXPECT_EQ(ipis, stat(m.m, SD_STAT_IPI_SENT)) << "a reuse makes no shootdown";
+		EXPECT_EQ(fl + 1, stat(m.m, SD_STAT_FLUSH))
+			<< "broadcast (arm64 since 6.19) flushes the reused page, locally";
 		EXPECT_EQ(wp + 2, stat(m.m, SD_STAT_WP_FAULT));
 		// A page both still share: the parent's write copies, with a flush.
+		fl = stat(m.m, SD_STAT_FLUSH);
 		ASSERT_EQ(0, sd_access(c, kVa + P, SD_WRITE, &pfn));
 		EXPECT_NE(pw[1], pfn);
 		EXPECT_EQ(fl + 1, stat(m.m, SD_STAT_FLUSH));
