@@ -7,6 +7,8 @@
 //
 //   tlb_flush2_threads/{broadcast,local}/lru:percpu/cpus:{1,2,4,8}
 //   tlb_flush2_threads/{ipi,gbcast,gbcast:threshold=0}/lru:{global,percpu}/cpus:{1,2,4,8}
+//   tlb_flush2_threads/{rar,rar:threshold=0}/lru:percpu/cpus:{1,2,4,8}
+//   tlb_flush2_threads/{ipi,gbcast,rar}/lru:percpu/cpus:{16,32,36,64,112}  the curves
 //                                            threads of one mm: write a page,
 //                                            madvise(DONTNEED) it, read it. The series'
 //                                            four configurations back to back: vanilla
@@ -162,7 +164,7 @@ bool tf2_warmup(State &st, RunMachine &rm, Tf2Warmup *w)
 	// Only an mm active on more than `threshold` CPUs goes global, and
 	// only after an IPI-path flush (another CPU in its mask): with fewer
 	// CPUs than that, or one, waiting for it is pointless.
-	const bool gbcast = strategy_is(rm.m(), "gbcast") &&
+	const bool gbcast = (strategy_is(rm.m(), "gbcast") || strategy_is(rm.m(), "rar")) &&
 			    sd_machine_nr_cpus(rm.m()) > std::max(1u, gbcast_threshold(rm.m()));
 	const auto t0 = std::chrono::steady_clock::now();
 
@@ -224,6 +226,17 @@ void BM_tlb_flush2(State &st, const char *strategy, unsigned lru, unsigned cpus,
 	st.counters["lru_lock_pages_per_loop"] =
 		loops > 0 ? (double)d.counter[SD_STAT_LRU_LOCK_PAGES] / loops : 0;
 	st.counters["warmup_batches"] = (double)warm.batches;
+	if (strategy_is(rm.m(), "rar")) {
+		// rar, timed part: RAR payloads (one a flush once the mm is
+		// global), signals and actions per flush, slot waits.
+		st.counters["rar_payloads_per_flush"] = ratio(d.counter[SD_STAT_RAR_PAYLOAD], flushes);
+		st.counters["rar_signals_per_flush"] = ratio(d.counter[SD_STAT_RAR_SENT], flushes);
+		st.counters["rar_slot_waits"] = (double)d.counter[SD_STAT_RAR_SLOT_WAIT];
+		st.counters["rar_new_cpu_flushes"] = (double)d.counter[SD_STAT_RAR_NEW_CPU_FLUSH];
+		st.counters["fallback_ipi_flushes_per_flush"] =
+			ratio(d.counter[SD_STAT_FALLBACK_IPI_FLUSH], flushes);
+		st.counters["mms_global"] = (double)mms_with_global_asid(rm.m());
+	}
 	if (strategy_is(rm.m(), "gbcast")) {
 		// gbcast, timed part: INVLPGBs and one TLBSYNC per flush once
 		// the mm has its global ASID; fallback_ipi_flushes are IPI-path
@@ -299,7 +312,17 @@ void register_tlb_flush2(Set set)
 		{ "ipi", SD_LRU_GLOBAL },	{ "ipi", SD_LRU_PERCPU },
 		{ "gbcast", SD_LRU_GLOBAL },	{ "gbcast", SD_LRU_PERCPU },
 		{ "gbcast:threshold=0", SD_LRU_GLOBAL }, { "gbcast:threshold=0", SD_LRU_PERCPU },
+		{ "rar", SD_LRU_PERCPU }, { "rar:threshold=0", SD_LRU_PERCPU },
 	};
+	// The RAR, INVLPGB and IPI curves to a two-socket machine's 112 CPUs
+	// (BENCHMARKS.md: each on the profile of a machine that has it; a
+	// strategy its profile lacks is refused, its row n/a).
+	static const Tf2Config curve[] = {
+		{ "ipi", SD_LRU_PERCPU }, { "gbcast", SD_LRU_PERCPU }, { "rar", SD_LRU_PERCPU },
+	};
+	for (unsigned n : { 16u, 32u, 36u, 64u, 112u })
+		for (const Tf2Config &c : curve)
+			reg_tlb_flush2("tlb_flush2_threads", c, n, false);
 	// Processes mode: the global LRU lock alone, the mm shared by nobody.
 	static const Tf2Config processes[] = { { "ipi", SD_LRU_GLOBAL }, { "ipi", SD_LRU_PERCPU } };
 	for (unsigned n : { 1u, 2u, 4u, 8u }) {

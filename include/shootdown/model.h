@@ -213,7 +213,8 @@ SD_EXPORT int sd_profile_locate(const char *name, char *path, size_t len);
  * its machine has in its "mechanisms" object, each with its source (the
  * guide, "Modelled time"); each strategy needs some: broadcast and local
  * SD_MECH_TLBI_BROADCAST, ipi SD_MECH_IPI, gbcast SD_MECH_INVLPGB and
- * SD_MECH_IPI (for the mms without a global ASID), a user strategy what
+ * SD_MECH_IPI (for the mms without a global ASID), rar SD_MECH_RAR and
+ * SD_MECH_IPI (the same, and its cpumask trims), a user strategy what
  * its sd_strategy.mechanisms declares. sd_machine_create() refuses a
  * modelled machine whose strategy needs one its profile lacks (-EOPNOTSUPP):
  * such a run would charge a mechanism the machine does not have at costs
@@ -226,13 +227,16 @@ enum sd_mechanism {
 	SD_MECH_TLBI_BROADCAST = 1u << 1,
 	/** AMD INVLPGB broadcasts, completed by TLBSYNC. */
 	SD_MECH_INVLPGB = 1u << 2,
+	/** Intel RAR remote action requests, serviced by the targets'
+	 *  microcode even with interrupts off. Added in 0.5.0. */
+	SD_MECH_RAR = 1u << 3,
 	/** Every mechanism this release knows. */
-	SD_MECH_ALL = (1u << 3) - 1,
+	SD_MECH_ALL = (1u << 4) - 1,
 };
 
 /**
  * sd_mechanism_name() - the profile key of one mechanism: "ipi",
- * "tlbi_broadcast" or "invlpgb".
+ * "tlbi_broadcast", "invlpgb" or "rar".
  * Return: the name; NULL (with the detail in sd_last_error()) for anything
  * but exactly one bit of SD_MECH_ALL. Any thread. Never waits: may be
  * called with interrupts off.
@@ -248,7 +252,7 @@ struct sd_mechanism_info {
 	 *  strategy that declared none). */
 	unsigned needed;
 	/** Of those, the one that sets the strategy apart (tlbi_broadcast for
-	 *  broadcast and local, ipi for ipi, invlpgb for gbcast), the one
+	 *  broadcast and local, ipi for ipi, invlpgb for gbcast, rar for rar), the one
 	 *  @used is judged by; 0 for none and undeclared user strategies. */
 	unsigned primary;
 	/** The profile's mechanisms; SD_MECH_ALL for a machine that models no
@@ -261,7 +265,7 @@ struct sd_mechanism_info {
 	unsigned missing;
 	/** The mechanisms used so far, from every CPU's counters: IPIs sent
 	 *  (ipis_sent), broadcast TLBIs issued (tlbi_ops), INVLPGBs issued
-	 *  (invlpgb_ops). */
+	 *  (invlpgb_ops), RAR signals sent (rar_signals_sent). */
 	unsigned used;
 	/** One line for a report: "" when the primary mechanism was used and
 	 *  none is missing; else what was not, and why when the strategy knows

@@ -133,7 +133,13 @@ SD_BEGIN_DECLS
 	/* rseq.h: restartable sequences */ \
 	X(RSEQ_COMMIT, "rseq_commits")          /* sections that committed */ \
 	X(RSEQ_ABORT, "rseq_aborts")            /* sections aborted: preempted, signalled, fenced */ \
-	X(SPURIOUS_FAULT, "spurious_faults")    /* faults on a PTE that allowed the access: a stale entry */
+	X(SPURIOUS_FAULT, "spurious_faults")    /* faults on a PTE that allowed the access: a stale entry */ \
+	X(RAR_PAYLOAD, "rar_payloads")          /* rar: payload slots filled (two a flush under PTI) */ \
+	X(RAR_SENT, "rar_signals_sent")         /* rar: CPUs signalled (one per target and payload) */ \
+	X(RAR_DONE, "rar_actions_done")         /* rar: action entries this CPU's microcode completed */ \
+	X(RAR_SLOT_WAIT, "rar_slot_waits")      /* rar: initiators that found the payload table full */ \
+	X(RAR_NEW_CPU_FLUSH, "rar_new_cpu_flushes") /* rar: switches flushing a global ASID (new_cpu) */ \
+	X(RAR_IRQS_OFF, "rar_irqs_off_services") /* rar: services run while interrupts were off */
 
 /** Counter ids. */
 enum sd_stat {

@@ -53,3 +53,13 @@ unsigned sd_cpumask_weight(const struct sd_cpumask *mask)
 			atomic_load_explicit(&mask->words[i], memory_order_relaxed));
 	return n;
 }
+
+bool sd_cpumask_any_but(const struct sd_cpumask *mask, unsigned cpu)
+{
+	unsigned t;
+
+	sd_cpumask_for_each(t, mask)
+		if (t != cpu)
+			return true;
+	return false;
+}

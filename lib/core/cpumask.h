@@ -71,6 +71,8 @@ static inline bool sd_cpumask_test_and_clear(struct sd_cpumask *mask, unsigned c
 }
 
 void sd_cpumask_setall(struct sd_cpumask *mask);
+/* cpumask_any_but() < nr_cpu_ids: a CPU of @mask other than @cpu. */
+bool sd_cpumask_any_but(const struct sd_cpumask *mask, unsigned cpu);
 void sd_cpumask_clearall(struct sd_cpumask *mask);
 unsigned sd_cpumask_weight(const struct sd_cpumask *mask);
 

@@ -77,6 +77,9 @@ struct sd_cpu {
 	 * need compiler (signal) fences only, never atomics. */
 	sd_cacheline_aligned volatile sig_atomic_t irq_depth;
 	volatile sig_atomic_t ipi_pending;
+	/* A RAR request arrived with interrupts off: serviced at the next
+	 * instruction boundary (sd_smp_rar_boundary()). */
+	volatile sig_atomic_t rar_pending;
 	unsigned irq_unbalanced;       /* sd_irq_enable() calls with interrupts on */
 	uint16_t asid;                 /* the ASID register */
 	uint64_t regs[31];             /* X0..X30: what trap emulation writes */

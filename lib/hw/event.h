@@ -143,6 +143,14 @@
 	/* Restartable sequences (rseq.h): arg the section's number on the CPU */                        \
 	X(RSEQ_COMMIT,        RSEQ_COMMIT,        UNTRACED, ONE, FREE)                                   \
 	X(RSEQ_ABORT,         RSEQ_ABORT,         INSTANT,  ONE, FREE)                                   \
+	/* Intel RAR (arch/rar.c): arg the payload slot */                                               \
+	X(RAR_PAYLOAD,        RAR_PAYLOAD,        INSTANT,  ONE, FREE)                                   \
+	X(RAR_RUN_BEGIN,      NONE,               BEGIN,    ONE, FREE) /* arg flow id */                 \
+	X(RAR_RUN_END,        NONE,               END,      ONE, FREE) /* arg flow id */                 \
+	X(RAR_DONE,           RAR_DONE,           UNTRACED, ONE, ONCE(RAR_SERVICE))                      \
+	X(RAR_SLOT_WAIT,      RAR_SLOT_WAIT,      INSTANT,  ONE, FREE)                                   \
+	X(RAR_NEW_CPU_FLUSH,  RAR_NEW_CPU_FLUSH,  INSTANT,  ONE, FREE)                                   \
+	X(RAR_IRQS_OFF,       RAR_IRQS_OFF,       INSTANT,  ONE, FREE)                                   \
 	/* The scheduler (lib/sched): arg the task id */                                                 \
 	X(TASK_SWITCH,        TASK_SWITCH,        INSTANT,  ONE, ONCE(SCHED_SWITCH))                     \
 	X(TASK_WAKEUP,        TASK_WAKEUP,        INSTANT,  ONE, ONCE(SCHED_WAKEUP))                     \
@@ -308,6 +316,8 @@ static inline void sd_event_count(struct sd_cpu *c, enum sd_stat id, uint64_t n)
 void sd_model_event(struct sd_cpu *c, enum sd_event ev, uint64_t arg, uint64_t aux);
 uint64_t sd_model_ipi_posted(struct sd_cpu *from, struct sd_cpu *t);
 void sd_model_ipi_run(struct sd_cpu *c, uint64_t sent_ps);
+uint64_t sd_model_rar_posted(struct sd_cpu *from, struct sd_cpu *t);
+void sd_model_rar_run(struct sd_cpu *c, uint64_t sent_ps);
 void sd_model_ipi_acked(struct sd_cpu *from, struct sd_cpu *t, uint64_t acked_ps);
 void sd_model_irq_exit(struct sd_cpu *c);
 
@@ -382,6 +392,34 @@ static inline void sd_event_ipi_run_begin(struct sd_cpu *c, uint64_t flow, uint6
 static inline uint64_t sd_event_ipi_run_end(struct sd_cpu *c, uint64_t flow)
 {
 	sd_event(c, SD_EV_IPI_RUN_END, flow, 0);
+	return c->model.clock_ps;
+}
+
+/* A RAR signal leaves @c for @target (arch/rar.c): counted, traced as an
+ * arrow like an IPI, charged rar_send. */
+static inline uint64_t sd_event_rar_sent(struct sd_cpu *c, struct sd_cpu *target,
+					 uint64_t *model_sent_ps)
+{
+	sd_event_count(c, SD_STAT_RAR_SENT, 1);
+	if (unlikely(c->model.ev_ps != NULL))
+		*model_sent_ps = sd_model_rar_posted(c, target);
+	if (unlikely(c->trace != NULL))
+		return sd_trace_record_flow(c, SD_EV_IPI_SENT, target->id);
+	return 0;
+}
+
+/* @c's microcode takes a RAR request sent at @sent_ps: no interrupt entry,
+ * whatever the interrupt flag says. */
+static inline void sd_event_rar_run_begin(struct sd_cpu *c, uint64_t flow, uint64_t sent_ps)
+{
+	if (unlikely(c->model.ev_ps != NULL))
+		sd_model_rar_run(c, sent_ps);
+	sd_event(c, SD_EV_RAR_RUN_BEGIN, flow, 0);
+}
+
+static inline uint64_t sd_event_rar_run_end(struct sd_cpu *c, uint64_t flow)
+{
+	sd_event(c, SD_EV_RAR_RUN_END, flow, 0);
 	return c->model.clock_ps;
 }
 

@@ -52,6 +52,10 @@ struct sd_machine {
 	bool arch_range_tlbi;
 	bool arch_kpti;
 	bool arch_repeat_tlbi;          /* the profile's repeat_tlbi erratum workaround */
+	/* The strategy sends RAR requests (smp.h): an IPI handler that finds
+	 * interrupts off marks them for the next instruction boundary. Set by
+	 * the strategy's machine_init, before any CPU attaches. */
+	bool rar_requests;
 
 	struct sd_frame_pool frames;
 	struct sd_traps traps;

@@ -385,6 +385,26 @@ void sd_model_ipi_run(struct sd_cpu *c, uint64_t sent_ps)
 	charge_line(c, &c->ipi_line, true);
 }
 
+/* A RAR signal: the initiator writes the target's action byte and its bit
+ * in the RAR IPI, rar_send a target; the byte's line moves to it. */
+uint64_t sd_model_rar_posted(struct sd_cpu *from, struct sd_cpu *t)
+{
+	from->model.clock_ps += from->m->model.param_ps[SD_MP_RAR_SEND];
+	charge_line(from, &t->ipi_line, true);
+	return from->model.clock_ps;
+}
+
+/* The microcode starts at the later of the signal's arrival and this CPU's
+ * time; no interrupt entry or exit, and no handler: each action entry it
+ * completes is charged (RAR_DONE, rar_service) with its invalidation. */
+void sd_model_rar_run(struct sd_cpu *c, uint64_t sent_ps)
+{
+	if (sent_ps)
+		c->model.clock_ps = max_u64(c->model.clock_ps,
+					    sent_ps + c->m->model.param_ps[SD_MP_RAR_DELIVERY]);
+	charge_line(c, &c->ipi_line, true);
+}
+
 void sd_model_irq_exit(struct sd_cpu *c)
 {
 	if (!c->model.irq_batch)

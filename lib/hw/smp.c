@@ -46,10 +46,16 @@ static void ipi_run_one(struct sd_cpu *c, struct sd_smp_call_req *req)
 	uint64_t flow = req->flow;
 	struct sd_cpu *from = req->async ? NULL : req->from;
 
-	sd_event_ipi_run_begin(c, flow, req->model_sent_ps);
+	const bool rar = req->rar;
+
+	if (rar)
+		sd_event_rar_run_begin(c, flow, req->model_sent_ps);
+	else
+		sd_event_ipi_run_begin(c, flow, req->model_sent_ps);
 	req->fn(c, req->arg);
 	/* Written before the ack publishes the request's end. */
-	uint64_t acked = req->model_acked_ps = sd_event_ipi_run_end(c, flow);
+	uint64_t acked = req->model_acked_ps = rar ? sd_event_rar_run_end(c, flow)
+						   : sd_event_ipi_run_end(c, flow);
 	/* Strict modelled time: the sender waits in the sequencer for the
 	 * ack's time; told before the ack, while the request is still ours. */
 	if (from && from->model.seq)
@@ -88,9 +94,18 @@ static struct sd_smp_call_req *ipi_req_of(struct cds_lfs_node *node)
  * it), and put back the ones still on their way; the sequencer learns
  * when the first of those arrives, which is the CPU's next sync point.
  */
+/* When @req reaches its target in modelled time (0: at once). */
+static uint64_t req_arrival(const struct sd_cpu *t, const struct sd_smp_call_req *req)
+{
+	const uint64_t *p = t->m->model.param_ps;
+
+	if (!req->model_sent_ps)
+		return 0;
+	return req->model_sent_ps + p[req->rar ? SD_MP_RAR_DELIVERY : SD_MP_IPI_DELIVERY];
+}
+
 static void ipi_run_arrived(struct sd_cpu *c)
 {
-	const uint64_t delivery = c->m->model.param_ps[SD_MP_IPI_DELIVERY];
 	uint64_t posts, next = SD_SEQ_NEVER;
 
 	sd_seq_arrival(&c->model, &posts);
@@ -99,7 +114,7 @@ static void ipi_run_arrived(struct sd_cpu *c)
 	while (node) {
 		struct sd_smp_call_req *req = ipi_req_of(node);
 		struct cds_lfs_node *next_node = node->next;
-		uint64_t arrival = req->model_sent_ps ? req->model_sent_ps + delivery : 0;
+		uint64_t arrival = req_arrival(c, req);
 
 		if (arrival <= c->model.clock_ps) {
 			ipi_run_one(c, req);
@@ -286,6 +301,9 @@ static void ipi_deliver(struct sd_cpu *c)
 		sd_seq_irq_missed = 1;
 	} else if (c->irq_depth) {
 		c->ipi_pending = 1;
+		/* RAR ignores IF: the next instruction boundary takes it. */
+		if (c->m->rar_requests)
+			c->rar_pending = 1;
 		sd_event(c, SD_EV_IPI_DEFERRED, 0, 0);
 	} else if (c->model.seq) {
 		ipi_seq_handler(c);
@@ -329,6 +347,41 @@ void sd_irq_run_pending(struct sd_cpu *c)
 		ipi_seq_handler(c);
 	else
 		ipi_run_queue(c);
+}
+
+/*
+ * RAR requests that reached @c with interrupts off (smp.h). Take the queue,
+ * run the RAR requests in it, put the interrupts back for when IF is set
+ * again (ipi_pending stays as the handler left it). Strict modelled time
+ * leaves them to the interrupts: a CPU with interrupts off there keeps the
+ * machine to itself (sync.c), so no request reaches it meanwhile but one
+ * posted before it turned them off, which runs when it turns them on.
+ */
+void sd_smp_rar_run(struct sd_cpu *c)
+{
+	struct cds_lfs_node *node;
+
+	c->rar_pending = 0;
+	/* Pairs with the handler's rar_pending store: one after this point
+	 * finds its request in the queue taken below, or sets the flag again. */
+	atomic_signal_fence(memory_order_seq_cst);
+	if (!c->irq_depth || c->model.seq)
+		return;
+	node = ipi_take_queue(c);
+	while (node) {
+		struct sd_smp_call_req *req = ipi_req_of(node);
+		struct cds_lfs_node *next = node->next;
+
+		if (req->rar) {
+			sd_event(c, SD_EV_RAR_IRQS_OFF, 0, 0);
+			ipi_run_one(c, req);
+		} else {
+			cds_lfs_node_init(&req->node);
+			sd_tsan_release(req);
+			cds_lfs_push(&c->ipi_queue, &req->node);
+		}
+		node = next;
+	}
 }
 
 void sd_smp_call_drain(struct sd_cpu *c)
@@ -435,7 +488,21 @@ void sd_smp_call_uninstall(int sig)
 	pthread_mutex_unlock(&install_lock);
 }
 
+static bool post(struct sd_cpu *from, struct sd_cpu *t, struct sd_smp_call_req *req);
+
 bool sd_smp_call_post(struct sd_cpu *from, struct sd_cpu *t, struct sd_smp_call_req *req)
+{
+	req->rar = false;
+	return post(from, t, req);
+}
+
+bool sd_smp_rar_post(struct sd_cpu *from, struct sd_cpu *t, struct sd_smp_call_req *req)
+{
+	req->rar = true;
+	return post(from, t, req);
+}
+
+static bool post(struct sd_cpu *from, struct sd_cpu *t, struct sd_smp_call_req *req)
 {
 	int tid, err;
 
@@ -466,7 +533,8 @@ bool sd_smp_call_post(struct sd_cpu *from, struct sd_cpu *t, struct sd_smp_call_
 	 * lazy CPUs): there is no sending CPU to count it on. */
 	req->model_sent_ps = 0;
 	req->model_acked_ps = 0;
-	req->flow = from ? sd_event_ipi_sent(from, t, &req->model_sent_ps) : 0;
+	req->flow = !from ? 0 : req->rar ? sd_event_rar_sent(from, t, &req->model_sent_ps)
+					 : sd_event_ipi_sent(from, t, &req->model_sent_ps);
 	req->from = from;
 	/* The push's barrier is inside liburcu, where TSan cannot see it. */
 	sd_tsan_release(req);
@@ -477,8 +545,7 @@ bool sd_smp_call_post(struct sd_cpu *from, struct sd_cpu *t, struct sd_smp_call_
 		/* A summoned CPU always gets its own signal: a kick left by
 		 * an earlier one (whose handler found it in the machine and
 		 * left the queue to its sync point) must not swallow it. */
-		if (sd_seq_posted(from ? &from->model : NULL, &t->model, req->model_sent_ps ?
-				  req->model_sent_ps + t->m->model.param_ps[SD_MP_IPI_DELIVERY] : 0)) {
+		if (sd_seq_posted(from ? &from->model : NULL, &t->model, req_arrival(t, req))) {
 			atomic_store(&t->ipi_kick, 1);
 			err = sd_ipi_signal_send(t->m->cfg.ipi_signal, tid);
 			if (err)

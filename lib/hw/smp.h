@@ -43,6 +43,11 @@ struct sd_smp_call_req {
 	/* Nobody waits for it (a reschedule IPI, lib/sched): the target
 	 * tells the sender nothing, which may have gone offline since. */
 	bool async;
+	/* An Intel RAR signal (arch/rar.c): @fn is the microcode's service,
+	 * run even with interrupts off, at the CPU's next instruction
+	 * boundary (sd_smp_rar_boundary()), and charged as RAR, not as an
+	 * interrupt. Set by the post: sd_smp_rar_post() or not. */
+	bool rar;
 };
 
 /*
@@ -53,6 +58,10 @@ struct sd_smp_call_req {
  * sender is not a CPU (a plain thread; nothing is counted then).
  */
 bool sd_smp_call_post(struct sd_cpu *from, struct sd_cpu *t, struct sd_smp_call_req *req);
+
+/* The same for an Intel RAR signal (@req->rar): what sd_smp_call_wait()
+ * then waits for is the target's microcode, not its interrupt handler. */
+bool sd_smp_rar_post(struct sd_cpu *from, struct sd_cpu *t, struct sd_smp_call_req *req);
 
 /*
  * Wait until the target has run @req: spin, yield, then park on a futex
@@ -85,6 +94,20 @@ void sd_smp_call_describe(struct sd_cpu *t, char *buf, size_t len);
 /* Test only: plant the stranded-IPI bug back (no look at ipi_pending after
  * ipi_run_queue()'s decrement), so a test can show it tells the two apart. */
 extern SD_ATOMIC(bool) sd_smp_call_test_no_recheck;
+
+/*
+ * An instruction boundary of @c (sd_access(), sd_cpu_poll(), sd_cpu_work()):
+ * the RAR requests that reached it with interrupts off run here, as the
+ * microcode runs them between two instructions whatever IF says; the
+ * interrupts stay deferred. Owner only; costs one owner-private load when
+ * none is pending.
+ */
+void sd_smp_rar_run(struct sd_cpu *c);
+static inline void sd_smp_rar_boundary(struct sd_cpu *c)
+{
+	if (__builtin_expect(c->rar_pending, 0))
+		sd_smp_rar_run(c);
+}
 
 /* Answer every queued IPI now (detach, shutdown). Owner only. */
 void sd_smp_call_drain(struct sd_cpu *c);

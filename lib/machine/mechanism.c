@@ -23,6 +23,8 @@ const char *sd_mechanism_name(unsigned mechanism)
 		return "tlbi_broadcast";
 	case SD_MECH_INVLPGB:
 		return "invlpgb";
+	case SD_MECH_RAR:
+		return "rar";
 	}
 	sd_fail(-EINVAL, "sd_mechanism_name: 0x%x is not one enum sd_mechanism bit", mechanism);
 	return NULL;
@@ -37,6 +39,8 @@ static enum sd_stat use_counter(unsigned mechanism)
 		return SD_STAT_TLBI_OP;
 	case SD_MECH_INVLPGB:
 		return SD_STAT_INVLPGB;
+	case SD_MECH_RAR:
+		return SD_STAT_RAR_SENT;
 	default:
 		return SD_STAT_IPI_SENT;
 	}

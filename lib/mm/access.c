@@ -9,6 +9,7 @@
 #include "../core/ordering.h"
 #include "../hw/event.h"
 #include "../hw/machine_state.h"
+#include "../hw/smp.h"
 #include "flush_ops.h"
 #include "lru.h"
 #include "mm.h"
@@ -383,6 +384,10 @@ static __attribute__((noinline)) int access_slow(struct sd_cpu *c, uint64_t va,
 
 	if (sd_cpu_check_self(c))
 		return sd_fail(-EPERM, "sd_access: " SD_NOT_ATTACHED);
+	/* An instruction boundary: RAR requests that came with interrupts
+	 * off are serviced here (every TLB miss, every SD_ACCESSES_PER_QS
+	 * accesses), before the access. */
+	sd_smp_rar_boundary(c);
 	if ((unsigned)kind > SD_WRITE)
 		return sd_fail(-EINVAL, "sd_access: unknown access kind %u", (unsigned)kind);
 	struct sd_mm *mm = atomic_load_explicit(&c->mm, memory_order_relaxed);

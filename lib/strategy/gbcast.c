@@ -29,6 +29,7 @@
 #include "../core/ordering.h"
 #include "builtin.h"
 #include "gbcast.h"
+#include "global_asid_policy.h"
 
 static struct sd_gbcast *gbcast_of_priv(void *priv)
 {
@@ -191,47 +192,6 @@ static unsigned global_asid_threshold(struct sd_gbcast *g)
 	return t;
 }
 
-/* mm_active_cpus_exceeds(): more than @threshold CPUs run @mm, not lazily. */
-static bool mm_active_cpus_exceeds(struct sd_ipi *ipi, struct sd_mm *mm, unsigned threshold)
-{
-	const struct sd_cpumask *mask = &sd_ipi_mm_of(mm)->cpumask;
-	unsigned t, count = 0;
-
-	if (sd_cpumask_weight(mask) <= threshold)
-		return false;
-	sd_cpumask_for_each(t, mask) {
-		struct sd_ipi_cpu *pc = &ipi->percpu[t];
-		if (atomic_load_explicit(&pc->loaded_mm, memory_order_relaxed) != (uintptr_t)mm ||
-		    atomic_load_explicit(&pc->is_lazy, memory_order_relaxed))
-			continue;
-		if (++count > threshold)
-			return true;
-	}
-	return false;
-}
-
-/*
- * use_global_asid() and mm_assign_global_asid(): under the lock, recheck,
- * allocate, then set the transition flag before publishing the ASID with
- * release ordering (the partner of the acquire in sd_ipi_mm_global_asid()),
- * so whoever sees the ASID sees the transition too.
- */
-static void use_global_asid(struct sd_cpu *cpu, struct sd_gbcast *g, struct sd_mm *mm)
-{
-	struct sd_ipi_mm *im = sd_ipi_mm_of(mm);
-	uint16_t asid = 0;
-
-	sd_global_asid_lock_cpu(&g->gasid, cpu);
-	if (!sd_ipi_mm_global_asid(mm))
-		asid = sd_global_asid_alloc_locked(&g->gasid);   /* 0: ran out */
-	if (asid) {
-		atomic_store_explicit(&im->asid_transition, true, memory_order_relaxed);
-		atomic_store_explicit(&im->global_asid, asid, memory_order_release);
-		sd_event(cpu, SD_EV_GLOBAL_ASID_ALLOC, 0, 0);
-	}
-	sd_global_asid_unlock_cpu(&g->gasid, cpu);
-}
-
 /* consider_global_asid(): after IPI flushes, sampled, by the threshold. */
 static void consider_global_asid(struct sd_cpu *cpu, struct sd_gbcast *g, struct sd_mm *mm)
 {
@@ -239,51 +199,11 @@ static void consider_global_asid(struct sd_cpu *cpu, struct sd_gbcast *g, struct
 
 	if (++me->flushes_sampled % g->sample)
 		return;
-	if (mm_active_cpus_exceeds(&g->ipi, mm, global_asid_threshold(g)))
-		use_global_asid(cpu, g, mm);
+	if (sd_gasid_active_cpus_exceed(&g->ipi, mm, global_asid_threshold(g)))
+		sd_gasid_use(cpu, &g->gasid, mm);
 }
 
 /* ---- flushes ---- */
-
-/*
- * finish_asid_transition(): CPUs that still run the mm on a dynamic ASID
- * are not reached by INVLPGB on the global one. Wait out CPUs in the middle
- * of a switch (they may have chosen a dynamic ASID just before the global
- * one was published); if any runs the mm on another ASID, IPI the whole
- * mask, whose handler also moves it over. Once none does, the transition
- * is over.
- */
-static void finish_asid_transition(struct sd_cpu *cpu, struct sd_gbcast *g,
-				   struct sd_ipi_flush_info *f)
-{
-	struct sd_ipi_mm *im = sd_ipi_mm_of(f->mm);
-	uint16_t gasid = sd_ipi_mm_global_asid(f->mm);
-	unsigned t;
-
-	if (!atomic_load_explicit(&im->asid_transition, memory_order_acquire))
-		return;
-	sd_cpumask_for_each(t, &im->cpumask) {
-		struct sd_ipi_cpu *pc = &g->ipi.percpu[t];
-		struct sd_backoff b = SD_BACKOFF_INIT;
-		uintptr_t loaded;
-
-		/* Acquire: pairs with the release store of loaded_mm in ipi's
-		 * load_asid(), so loaded_asid below belongs to this mm. */
-		while ((loaded = atomic_load_explicit(&pc->loaded_mm, memory_order_acquire)) ==
-		       SD_IPI_LOADED_SWITCHING)
-			sd_backoff_wait(&b);
-		if (loaded != (uintptr_t)f->mm)
-			continue;
-		if (atomic_load_explicit(&pc->loaded_asid, memory_order_relaxed) != gasid) {
-			if (g->ipi.broken & SD_IPI_BREAK_NO_TRANSITION)
-				return;
-			sd_event(cpu, SD_EV_TRANSITION_IPI, 0, 0);
-			sd_ipi_flush_tlb_multi(cpu, &im->cpumask, f);
-			return;
-		}
-	}
-	atomic_store_explicit(&im->asid_transition, false, memory_order_relaxed);
-}
 
 /* broadcast_tlb_flush(): INVLPGBs on the global ASID (no IPI, lazy CPUs
  * included), the stragglers, then TLBSYNC on this same CPU. */
@@ -306,7 +226,7 @@ static void broadcast_tlb_flush(struct sd_cpu *cpu, struct sd_gbcast *g,
 			v += n;
 		}
 	}
-	finish_asid_transition(cpu, g, f);
+	sd_gasid_finish_transition(cpu, &g->ipi, f);
 	(void)sd_tlbsync(cpu, &g->ib);
 }
 

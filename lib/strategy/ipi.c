@@ -231,9 +231,11 @@ void sd_ipi_mm_fini(struct sd_machine *m, struct sd_mm *mm, void *mm_priv)
 
 int sd_ipi_test_break(struct sd_machine *m, unsigned mask)
 {
-	/* gbcast is built on ipi: its m->strategy is a struct sd_ipi too. */
-	if (!m || !m->ops || (strcmp(m->ops->name, "ipi") && strcmp(m->ops->name, "gbcast")))
-		return sd_fail(-EINVAL, "sd_ipi_test_break: machine runs neither 'ipi' nor 'gbcast'");
+	/* gbcast and rar are built on ipi: their m->strategy is a struct
+	 * sd_ipi too. */
+	if (!m || !m->ops || (strcmp(m->ops->name, "ipi") && strcmp(m->ops->name, "gbcast") &&
+			      strcmp(m->ops->name, "rar")))
+		return sd_fail(-EINVAL, "sd_ipi_test_break: machine runs none of 'ipi', 'gbcast', 'rar'");
 	sd_ipi_of(m)->broken = mask;
 	return 0;
 }
@@ -288,18 +290,23 @@ static bool mm_needs_global_asid(struct sd_mm *mm, uint16_t asid)
 }
 
 /*
- * choose_new_asid(): the mm's global ASID (never needs a flush: INVLPGB
- * reached every TLB, lazy or not), else the slot already holding @next,
- * else the round-robin victim.
+ * choose_new_asid(): the mm's global ASID, else the slot already holding
+ * @next, else the round-robin victim. A global ASID needs no flush under
+ * INVLPGB, which reached every TLB, lazy or not; under RAR, which reached
+ * the mm's cpumask only, a CPU that was not in it (@new_cpu) may have
+ * missed flushes and flushes the ASID (the RAR series' new_cpu rule).
  */
 static uint16_t choose_new_asid(struct sd_cpu *cpu, struct sd_ipi_cpu *me, struct sd_mm *next,
-				uint64_t next_gen, bool *need_flush)
+				uint64_t next_gen, bool new_cpu, bool *need_flush)
 {
 	const struct sd_ipi_mm *im = sd_ipi_mm_of(next);
+	const struct sd_ipi *ipi = sd_ipi_of(cpu->m);
 	uint16_t gasid = sd_ipi_mm_global_asid(next);
 
 	if (gasid) {
-		*need_flush = false;
+		*need_flush = ipi->rar && new_cpu && !(ipi->broken & SD_IPI_BREAK_RAR_NEW_CPU);
+		if (*need_flush)
+			sd_event(cpu, SD_EV_RAR_NEW_CPU_FLUSH, 0, 0);
 		return gasid;
 	}
 	for (unsigned s = 0; s < SD_IPI_NR_DYN_ASIDS; s++) {
@@ -319,8 +326,10 @@ static uint16_t choose_new_asid(struct sd_cpu *cpu, struct sd_ipi_cpu *me, struc
  * Make sure this CPU is in next's mm_cpumask, and order the SWITCHING
  * store before the tlb_gen read that follows. Eager mode and an unset bit
  * use the RMW, a full barrier; an already-set bit needs an explicit one.
+ * Returns whether the bit was clear (RAR's new_cpu; eager mode clears it
+ * at every switch-out).
  */
-static void join_cpumask(struct sd_cpu *cpu, struct sd_ipi *ipi, struct sd_mm *next)
+static bool join_cpumask(struct sd_cpu *cpu, struct sd_ipi *ipi, struct sd_mm *next)
 {
 	struct sd_ipi_mm *im = sd_ipi_mm_of(next);
 
@@ -328,10 +337,11 @@ static void join_cpumask(struct sd_cpu *cpu, struct sd_ipi *ipi, struct sd_mm *n
 		sd_event_line(cpu, &im->mask_line, false);
 	if (ipi->mode == SD_IPI_CPUMASK_EAGER || !sd_cpumask_test(&im->cpumask, cpu->id)) {
 		cpumask_write(cpu, next, true);
-		return;
+		return true;
 	}
 	if (!(ipi->broken & SD_IPI_BREAK_SWITCH_FENCE))
 		sd_sb_fence();         /* CVE-2025-40174 */
+	return false;
 }
 
 /*
@@ -347,7 +357,8 @@ static void join_cpumask(struct sd_cpu *cpu, struct sd_ipi *ipi, struct sd_mm *n
 static void load_asid(struct sd_cpu *cpu, struct sd_ipi_cpu *me, struct sd_mm *next,
 		      uint16_t asid, uint64_t next_gen, bool need_flush)
 {
-	if (need_flush) {
+	/* A global ASID has no slot to record (is_dyn_asid()). */
+	if (need_flush && !is_global_asid(asid)) {
 		me->ctxs[asid].ctx_id = sd_ipi_mm_of(next)->ctx_id;
 		me->ctxs[asid].tlb_gen = next_gen;
 	}
@@ -366,13 +377,15 @@ static void load_asid(struct sd_cpu *cpu, struct sd_ipi_cpu *me, struct sd_mm *n
 }
 
 /* The mm got a global ASID while this CPU ran it on a dynamic one: move
- * over (the prev == next reload of switch_mm_irqs_off()). is_lazy is left
- * as it is: the IPI handler calls this for lazy CPUs too. */
+ * over (the prev == next reload of switch_mm_irqs_off(), which passes
+ * new_cpu true: under RAR the global ASID's entries here may predate
+ * flushes this CPU was not reached by). is_lazy is left as it is: the IPI
+ * handler calls this for lazy CPUs too. */
 static void reload_global(struct sd_cpu *cpu, struct sd_ipi_cpu *me, struct sd_mm *mm)
 {
 	uint64_t gen = read_tlb_gen(cpu, mm);
 	bool need_flush;
-	uint16_t asid = choose_new_asid(cpu, me, mm, gen, &need_flush);
+	uint16_t asid = choose_new_asid(cpu, me, mm, gen, true, &need_flush);
 
 	load_asid(cpu, me, mm, asid, gen, need_flush);
 }
@@ -432,14 +445,14 @@ static void ipi_switch_to(struct sd_cpu *cpu, struct sd_mm *next)
 		sd_wait_released();
 		return;
 	}
-	join_cpumask(cpu, ipi, next);
+	bool new_cpu = join_cpumask(cpu, ipi, next);
 	sd_order_point(SD_ORDER_SWITCH_STORED, cpu->id);
 
 	uint64_t next_gen = read_tlb_gen(cpu, next);
 	sd_order_point(SD_ORDER_SWITCH_LOADED, cpu->id);
 
 	bool need_flush;
-	uint16_t asid = choose_new_asid(cpu, me, next, next_gen, &need_flush);
+	uint16_t asid = choose_new_asid(cpu, me, next, next_gen, new_cpu, &need_flush);
 
 	load_asid(cpu, me, next, asid, next_gen, need_flush);
 }
@@ -462,6 +475,31 @@ void sd_ipi_enter_lazy(struct sd_cpu *cpu, struct sd_mm *mm)
 
 /* ---- the target side ---- */
 
+/*
+ * flush_tlb_func() on a global ASID under RAR: no slot records a
+ * generation (the series reads local_tlb_gen only for is_dyn_asid()), so
+ * it counts as 0, and only the flush of generation 1 may stay partial;
+ * every other one flushes the whole ASID, as the series' does.
+ */
+static void flush_global_rar(struct sd_cpu *cpu, const struct sd_ipi_flush_info *f,
+			     struct sd_mm *loaded, uint16_t asid)
+{
+	/* Acquire: the walks after this flush see the PTE stores before the
+	 * bump to mm_gen. */
+	uint64_t mm_gen = read_tlb_gen(cpu, loaded);
+
+	if (f->nr && f->new_tlb_gen == 1 && mm_gen == 1) {
+		struct sd_tlb_inval inv = {
+			.kind = SD_TLB_INVAL_RANGE, .asid = sd_ipi_slot_tag(asid),
+			.leaf_only = !f->freed_tables, .vpn = f->vpn, .nr = f->nr,
+		};
+		sd_tlb_invalidate(&cpu->tlb, &inv);
+		sd_event(cpu, SD_EV_FLUSH_PARTIAL, f->nr, 0);
+		return;
+	}
+	flush_slot_full(cpu, asid);
+}
+
 /* flush_tlb_func(): runs on @cpu with interrupts off, remote or local. */
 static void flush_tlb_func(struct sd_cpu *cpu, const struct sd_ipi_flush_info *f, bool local)
 {
@@ -481,15 +519,20 @@ static void flush_tlb_func(struct sd_cpu *cpu, const struct sd_ipi_flush_info *f
 	if (!loaded)
 		return;                            /* init_mm: no user entries */
 	/* A transition IPI: move onto the mm's global ASID, which INVLPGB
-	 * keeps current, and nothing is left to flush. */
+	 * keeps current, and nothing is left to flush. RAR keeps it current
+	 * on the mask's CPUs only, and flushes through here (its trims). */
 	if (mm_needs_global_asid(loaded, loaded_asid(me)))
 		reload_global(cpu, me, loaded);
-	if (is_global_asid(loaded_asid(me)))
+	if (is_global_asid(loaded_asid(me)) && !sd_ipi_of(cpu->m)->rar)
 		return;
 	if (atomic_load_explicit(&me->is_lazy, memory_order_relaxed)) {
 		/* Only a forced IPI (freed page tables) gets here: stop using
 		 * tables that are about to be freed, by leaving for init_mm. */
 		ipi_switch_to(cpu, NULL);
+		return;
+	}
+	if (is_global_asid(loaded_asid(me))) {
+		flush_global_rar(cpu, f, loaded, loaded_asid(me));
 		return;
 	}
 
@@ -579,15 +622,6 @@ static bool should_trim_cpumask(struct sd_ipi *ipi, struct sd_cpu *cpu, struct s
 	return true;
 }
 
-static bool cpumask_any_but(const struct sd_cpumask *mask, unsigned me)
-{
-	unsigned t;
-
-	sd_cpumask_for_each(t, mask)
-		if (t != me)
-			return true;
-	return false;
-}
 
 /*
  * The requests of one flush: a ring over the initiator's csd_window
@@ -624,6 +658,19 @@ static void csd_ring_reap_all(struct sd_cpu *cpu, struct csd_ring *r)
 		sd_smp_call_wait(cpu, &r->csd[r->nr_reaped % r->size]);
 }
 
+/* flush_tlb_func(@f) on CPU @t, by an IPI from the ring. */
+static void post_flush_ipi(struct sd_cpu *cpu, struct sd_ipi *ipi, struct csd_ring *r,
+			   unsigned t, struct sd_ipi_flush_info *f)
+{
+	struct sd_smp_call_req *req = csd_ring_get(cpu, ipi, r);
+
+	req->fn = flush_ipi;
+	req->async = false;
+	req->arg = f;
+	if (sd_smp_call_post(cpu, cpu->m->cpus[t], req))
+		r->nr_posted++;
+}
+
 /*
  * native_flush_tlb_multi() through smp_call_function_many_cond(): pick the
  * targets, post a request to each (a signal only if its queue was idle),
@@ -653,12 +700,7 @@ void sd_ipi_flush_tlb_multi(struct sd_cpu *cpu, const struct sd_cpumask *mask,
 	sd_cpumask_for_each(t, mask) {
 		if (t == cpu->id || (!all && !should_flush_tlb(cpu, ipi, t, f)))
 			continue;
-		struct sd_smp_call_req *req = csd_ring_get(cpu, ipi, &ring);
-		req->fn = flush_ipi;
-		req->async = false;
-		req->arg = f;
-		if (sd_smp_call_post(cpu, cpu->m->cpus[t], req))
-			ring.nr_posted++;
+		post_flush_ipi(cpu, ipi, &ring, t, f);
 	}
 	sd_order_point(SD_ORDER_FLUSH_LOADED, cpu->id);
 	if (ring.nr_posted)
@@ -667,6 +709,33 @@ void sd_ipi_flush_tlb_multi(struct sd_cpu *cpu, const struct sd_cpumask *mask,
 		sd_irq_off(cpu);
 		flush_tlb_func(cpu, f, true);
 		sd_irq_on(cpu);
+	}
+	csd_ring_reap_all(cpu, &ring);
+}
+
+/*
+ * RAR v4's trim_cpumask(): an IPI to each CPU of the mask that runs
+ * another mm, not lazily, whose flush_tlb_func() then leaves the mask.
+ * The flush itself goes afterwards, by RAR, to what is left. Lazy CPUs
+ * stay, as should_flush_tlb() leaves them; a CPU in the middle of a switch
+ * stays too (it may be joining, and the RAR reaches it).
+ */
+void sd_ipi_trim_cpumask(struct sd_cpu *cpu, struct sd_ipi_flush_info *f)
+{
+	struct sd_ipi *ipi = sd_ipi_of(cpu->m);
+	struct sd_ipi_cpu *me = &ipi->percpu[cpu->id];
+	struct csd_ring ring = { .csd = me->csd, .size = ipi->csd_window };
+	unsigned t;
+
+	sd_cpumask_for_each(t, &sd_ipi_mm_of(f->mm)->cpumask) {
+		struct sd_ipi_cpu *pc = &ipi->percpu[t];
+		uintptr_t loaded = atomic_load_explicit(&pc->loaded_mm, memory_order_relaxed);
+
+		atomic_thread_fence(memory_order_acquire);   /* smp_rmb(), as should_flush_tlb() */
+		if (t == cpu->id || atomic_load_explicit(&pc->is_lazy, memory_order_relaxed) ||
+		    loaded == (uintptr_t)f->mm || loaded == SD_IPI_LOADED_SWITCHING)
+			continue;
+		post_flush_ipi(cpu, ipi, &ring, t, f);
 	}
 	csd_ring_reap_all(cpu, &ring);
 }
@@ -694,6 +763,22 @@ struct sd_ipi_flush_info *sd_ipi_flush_prepare(struct sd_cpu *cpu, struct sd_mm 
 	return f;
 }
 
+bool sd_ipi_should_trim(struct sd_cpu *cpu, struct sd_mm *mm)
+{
+	bool trim = should_trim_cpumask(sd_ipi_of(cpu->m), cpu, mm);
+
+	if (trim)
+		sd_event(cpu, SD_EV_CPUMASK_TRIM, 0, 0);
+	return trim;
+}
+
+void sd_ipi_flush_local(struct sd_cpu *cpu, struct sd_ipi_flush_info *f)
+{
+	sd_irq_off(cpu);
+	flush_tlb_func(cpu, f, true);
+	sd_irq_on(cpu);
+}
+
 bool sd_ipi_flush_send(struct sd_cpu *cpu, struct sd_ipi_flush_info *f)
 {
 	struct sd_ipi *ipi = sd_ipi_of(cpu->m);
@@ -702,7 +787,7 @@ bool sd_ipi_flush_send(struct sd_cpu *cpu, struct sd_ipi_flush_info *f)
 	struct sd_ipi_mm *im = sd_ipi_mm_of(mm);
 
 	sd_event_line(cpu, &im->mask_line, false);
-	if (cpumask_any_but(&im->cpumask, cpu->id)) {
+	if (sd_cpumask_any_but(&im->cpumask, cpu->id)) {
 		f->trim_cpumask = should_trim_cpumask(ipi, cpu, mm);
 		if (f->trim_cpumask)
 			sd_event(cpu, SD_EV_CPUMASK_TRIM, 0, 0);
@@ -768,7 +853,7 @@ void sd_ipi_batch_flush(struct sd_cpu *cpu, struct sd_cpumask *cpus)
 	*f = (struct sd_ipi_flush_info){
 		.mm = NULL, .new_tlb_gen = SD_IPI_GEN_INVALID, .initiating_cpu = cpu->id,
 	};
-	if (cpumask_any_but(cpus, cpu->id)) {
+	if (sd_cpumask_any_but(cpus, cpu->id)) {
 		sd_ipi_flush_tlb_multi(cpu, cpus, f);
 	} else if (sd_cpumask_test(cpus, cpu->id)) {
 		sd_irq_off(cpu);

@@ -48,6 +48,7 @@ enum {
 	SD_IPI_BREAK_BATCH_GLOBAL_ONLY = 1 << 2, /* v4 reclaim: INVLPGB the global PCID only */
 	SD_IPI_BREAK_NO_TRANSITION = 1 << 3,  /* never IPI dynamic-ASID stragglers */
 	SD_IPI_BREAK_CSD_REUSE = 1 << 4,      /* reuse a ring slot without waiting */
+	SD_IPI_BREAK_RAR_NEW_CPU = 1 << 5,    /* rar: no flush for a CPU new to the mask */
 };
 
 /* flush_tlb_info: one per CPU, filled by its initiator, read by targets. */
@@ -109,13 +110,18 @@ struct sd_ipi {
 	unsigned csd_window;                   /* requests per CPU, <= nr_cpus - 1 */
 	uint64_t trim_ns;
 	unsigned broken;                       /* SD_IPI_BREAK_*, tests only */
+	/* Global ASIDs kept current by Intel RAR (strategy/rar.c), which
+	 * reaches the mm's cpumask only, not by INVLPGB, which reaches every
+	 * CPU: a CPU joining the mask flushes the ASID (new_cpu), and IPI
+	 * flushes (the trims) are done on a global ASID too. */
+	bool rar;
 	SD_ATOMIC(uint64_t) last_ctx_id;
 	struct sd_ipi_cpu *percpu;
 	struct sd_smp_call_req *csd_all;            /* nr_cpus * csd_window */
 };
 
 /* Plant a bug (tests only): @mask of SD_IPI_BREAK_*; 0 repairs. The machine
- * must run the `ipi` or `gbcast` strategy. */
+ * must run the `ipi`, `gbcast` or `rar` strategy. */
 int sd_ipi_test_break(struct sd_machine *m, unsigned mask);
 
 /*
@@ -183,6 +189,17 @@ bool sd_ipi_flush_send(struct sd_cpu *cpu, struct sd_ipi_flush_info *f);
  * this CPU is in @mask, wait for every ack. */
 void sd_ipi_flush_tlb_multi(struct sd_cpu *cpu, const struct sd_cpumask *mask,
 			    struct sd_ipi_flush_info *f);
+/* should_trim_cpumask() for a strategy that decides the way itself (rar:
+ * a trim goes by IPI): true at most once per trim period per mm, counted. */
+bool sd_ipi_should_trim(struct sd_cpu *cpu, struct sd_mm *mm);
+
+/* RAR v4's trim_cpumask(): IPI the CPUs of @f->mm's mask that run another
+ * mm, not lazily, so that they leave it; wait for them. */
+void sd_ipi_trim_cpumask(struct sd_cpu *cpu, struct sd_ipi_flush_info *f);
+
+/* flush_tlb_func() on this CPU alone, interrupts off around it. */
+void sd_ipi_flush_local(struct sd_cpu *cpu, struct sd_ipi_flush_info *f);
+
 /* arch_tlbbatch_add_pending() and arch_tlbbatch_flush(), the IPI way. */
 void sd_ipi_batch_add(struct sd_cpu *cpu, struct sd_cpumask *cpus, struct sd_mm *mm);
 void sd_ipi_batch_flush(struct sd_cpu *cpu, struct sd_cpumask *cpus);

@@ -78,6 +78,9 @@
 	X(TASK_FORK,         "task_fork",         "fork()'s work apart from dup_mmap() (charged as its parts): copy_process()'s task struct, credentials, files and signal state, and wake_up_new_task() (optional, 0 when left out)") \
 	X(SCHED_BALANCE_INTERVAL, "sched_balance_interval", "modelled time between two periodic load balances of a CPU (sched_balance_domains(): the domain's balance_interval, in ms, is its weight); 0 or left out: 4 ms (optional)") \
 	X(VMA_SPLIT,         "vma_split",         "one VMA split by munmap or mprotect (__split_vma(): the new VMA's allocation and copy, the tree's update), on top of the call's vma_change (optional, 0 when left out)") \
+	X(RAR_SEND,          "rar_send",          "Intel RAR: the initiator's part of signalling one target (its action-vector byte written and its bit in the RAR IPI), charged per target and payload (optional, 0 when left out)") \
+	X(RAR_DELIVERY,      "rar_delivery",      "Intel RAR: from the RAR signal until the target's microcode starts on it, interrupts off or not (optional, 0 when left out)") \
+	X(RAR_SERVICE,       "rar_service",       "Intel RAR: the target's microcode on one action entry (read the payload, write SUCCESS), apart from the invalidation itself, charged as the local flush it is (optional, 0 when left out)") \
 	X(VMA_MERGE,         "vma_merge",         "one VMA merged into its neighbour by mmap or mprotect (vma_merge(): the neighbour expanded, the other removed from the tree and freed), on top of the call's vma_change (optional, 0 when left out)")
 
 /* X(enum suffix, JSON key, what one charge is), each a table by distance
@@ -91,7 +94,8 @@
 #define SD_MODEL_MECHANISM_LIST(X)                                               \
 	X(0, "ipi",            "interrupts between CPUs: x86 APIC IPIs, arm64 GIC SGIs (ipi_*, irq_*)") \
 	X(1, "tlbi_broadcast", "arm64 broadcast TLBI ...IS over DVM, completed by DSB (tlbi_*, dvm_*, dsb)") \
-	X(2, "invlpgb",        "AMD INVLPGB broadcasts, completed by TLBSYNC (invlpgb_*, tlbsync)")
+	X(2, "invlpgb",        "AMD INVLPGB broadcasts, completed by TLBSYNC (invlpgb_*, tlbsync)") \
+	X(3, "rar",            "Intel RAR remote action requests, serviced by the targets' microcode (rar_*)")
 
 /* X(bit, JSON key, what it is): the CPU "features" a profile states (each
  * {"present": true|false, "source": ...}); a profile with tlbi_broadcast

@@ -212,7 +212,9 @@ static int read_dist_table(struct json_object *o, const char *name, double out[S
  * page's allocation, zeroing and charge (absent: 0, as in profiles older
  * than them, whose page_fault_entry held a whole fault), the scheduler's
  * (lib/sched: absent, 0, and the balance interval its default), a VMA's
- * split and merge (absent, 0: their work then sits in vma_change). */
+ * split and merge (absent, 0: their work then sits in vma_change), Intel
+ * RAR's (absent, 0: a machine without RAR; the mechanism check refuses a
+ * `rar` run on it). */
 static bool param_optional(int i)
 {
 	return i == SD_MP_VCPU_PREEMPT_INTERVAL || i == SD_MP_VCPU_PREEMPT ||
@@ -221,7 +223,8 @@ static bool param_optional(int i)
 	       i == SD_MP_PAGE_ZERO || i == SD_MP_PAGE_COPY || i == SD_MP_MEMCG_CHARGE ||
 	       i == SD_MP_SCHED_SWITCH || i == SD_MP_SCHED_WAKEUP || i == SD_MP_SCHED_MIGRATE ||
 	       i == SD_MP_TASK_FORK || i == SD_MP_SCHED_BALANCE_INTERVAL ||
-	       i == SD_MP_VMA_SPLIT || i == SD_MP_VMA_MERGE;
+	       i == SD_MP_VMA_SPLIT || i == SD_MP_VMA_MERGE || i == SD_MP_RAR_SEND ||
+	       i == SD_MP_RAR_DELIVERY || i == SD_MP_RAR_SERVICE;
 }
 
 /*

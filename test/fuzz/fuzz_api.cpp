@@ -7,7 +7,7 @@
 // no stale translation, and that nothing hangs (a watchdog names the CPU
 // that stopped and the call it is in).
 //
-//   fuzz_api --strategy broadcast|local|ipi|gbcast|user [--seed N]
+//   fuzz_api --strategy broadcast|local|ipi|gbcast|rar|user [--seed N]
 //            [--seconds S] [--first I] [--machines K] [--ops N] [--cpus N]
 //
 // --cpus 64 is the oversubscribed soak of the stress suite: 64 CPUs on a
@@ -138,6 +138,10 @@ const std::vector<const char *> &specs_of(const std::string &family)
 		"ipi:cpumask=lazy,trim_ms=1"};
 	static const std::vector<const char *> gbcast = {
 		"gbcast", "gbcast:pool=4,threshold=0", "gbcast:cpumask=lazy,sample=1"};
+	static const std::vector<const char *> rar = {
+		"rar", "rar:pool=4,threshold=0,sample=1", "rar:threshold=0,sample=1,trim_ms=1",
+		"rar:threshold=0,sample=1,pti=1,payloads=2", "rar:threshold=0,sample=1,self=rar",
+		"rar:threshold=1,sample=1,cpumask=eager"};
 	static const std::vector<const char *> user = {"fuzz_user_ipi", "fuzz_user_bcast"};
 	// Broken on purpose: the fuzzer's self-test, which must fail.
 	static const std::vector<const char *> broken = {"none"};
@@ -150,6 +154,8 @@ const std::vector<const char *> &specs_of(const std::string &family)
 		return ipi;
 	if (family == "gbcast")
 		return gbcast;
+	if (family == "rar")
+		return rar;
 	if (family == "user")
 		return user;
 	if (family == "none")
@@ -835,7 +841,7 @@ int main(int argc, char **argv)
 	if (cpus && scale < 1)
 		ops = std::max(50u, (unsigned)(ops * scale));
 	if (specs_of(family).empty()) {
-		std::fprintf(stderr, "fuzz_api: --strategy wants broadcast, local, ipi, gbcast, user (or none)\n");
+		std::fprintf(stderr, "fuzz_api: --strategy wants broadcast, local, ipi, gbcast, rar, user (or none)\n");
 		return 2;
 	}
 	if (cpus == 1 || cpus > kMaxCpus) {

@@ -269,7 +269,8 @@ TEST(Mechanism, NamesAndArguments)
 	EXPECT_STREQ("ipi", sd_mechanism_name(SD_MECH_IPI));
 	EXPECT_STREQ("tlbi_broadcast", sd_mechanism_name(SD_MECH_TLBI_BROADCAST));
 	EXPECT_STREQ("invlpgb", sd_mechanism_name(SD_MECH_INVLPGB));
-	for (unsigned bad : {0u, 3u, 8u, ~0u}) {
+	EXPECT_STREQ("rar", sd_mechanism_name(SD_MECH_RAR));
+	for (unsigned bad : {0u, 3u, 16u, ~0u}) {
 		EXPECT_EQ(nullptr, sd_mechanism_name(bad));
 		EXPECT_TRUE(contains(sd_last_error(), "sd_mechanism_name")) << sd_last_error();
 	}

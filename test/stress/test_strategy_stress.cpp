@@ -425,7 +425,8 @@ TEST_P(BroadcastStress, OracleChecked)
 		    (unsigned long long)st.counter[SD_STAT_ASID_ROLLOVER],
 		    (unsigned long long)st.counter[SD_STAT_TLB_FILL_RACED],
 		    (unsigned long long)violations);
-	if (!std::strncmp(sc.strategy, "ipi", 3) || !std::strncmp(sc.strategy, "gbcast", 6)) {
+	if (!std::strncmp(sc.strategy, "ipi", 3) || !std::strncmp(sc.strategy, "gbcast", 6) ||
+	    !std::strncmp(sc.strategy, "rar", 3)) {
 		std::printf("[stress] %s: x86: %llu IPIs (%llu unneeded, %llu deferred), %llu lazy "
 			    "skips; gbcast: %llu INVLPGBs, %llu TLBSYNCs, %llu global ASIDs "
 			    "(%llu resets), %llu transition IPIs, %llu fallback IPI flushes\n",
@@ -439,6 +440,19 @@ TEST_P(BroadcastStress, OracleChecked)
 			    (unsigned long long)st.counter[SD_STAT_GLOBAL_ASID_RESET],
 			    (unsigned long long)st.counter[SD_STAT_TRANSITION_IPI],
 			    (unsigned long long)st.counter[SD_STAT_FALLBACK_IPI_FLUSH]);
+	}
+	if (!std::strncmp(sc.strategy, "rar", 3)) {
+		std::printf("[stress] %s: rar: %llu payloads, %llu signals, %llu actions done, "
+			    "%llu slot waits, %llu new_cpu flushes, %llu served with interrupts off\n",
+			    sc.name, (unsigned long long)st.counter[SD_STAT_RAR_PAYLOAD],
+			    (unsigned long long)st.counter[SD_STAT_RAR_SENT],
+			    (unsigned long long)st.counter[SD_STAT_RAR_DONE],
+			    (unsigned long long)st.counter[SD_STAT_RAR_SLOT_WAIT],
+			    (unsigned long long)st.counter[SD_STAT_RAR_NEW_CPU_FLUSH],
+			    (unsigned long long)st.counter[SD_STAT_RAR_IRQS_OFF]);
+		// The cases exist to exercise these paths.
+		EXPECT_GT(st.counter[SD_STAT_RAR_PAYLOAD], 0u);
+		EXPECT_GT(st.counter[SD_STAT_RAR_DONE], 0u);
 	}
 	if (!std::strncmp(sc.strategy, "gbcast:pool", 11)) {
 		// The tiny-pool cases exist to exercise these paths.
@@ -525,6 +539,11 @@ const StressConfig kConfigs[] = {
 	{"gbcast_pool2_eager_cpus16", 16, "gbcast:pool=2,threshold=1,sample=1,cpumask=eager", 0, 40, false, 0.5},
 	{"gbcast_default_cpus4", 4, "gbcast", 0, 0, false, 0.5},
 	{"gbcast_hot_cpus2", 2, "gbcast:pool=4,threshold=0,sample=1", 0, 0, false, 0.5, true},
+	// Intel RAR: every multi-CPU mm global at once from a pool of 4, with
+	// wrap-arounds (flush_tlb_all() by RAR), trims every millisecond, and
+	// PTI's two payloads through a table of 2 slots.
+	{"rar_pool4_trim1_cpus8", 8, "rar:pool=4,threshold=0,sample=1,trim_ms=1", 0, 40, false, 0.5},
+	{"rar_pti_payloads2_cpus16", 16, "rar:threshold=0,sample=1,pti=1,payloads=2", 0, 40, false, 0.5},
 	// The broken strategy: stops as soon as the oracle fires.
 	{"none_cpus4_expect_violations", 4, "none", 0, 0, true, 0.5},
 };
