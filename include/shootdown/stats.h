@@ -139,7 +139,8 @@ SD_BEGIN_DECLS
 	X(RAR_DONE, "rar_actions_done")         /* rar: action entries this CPU's microcode completed */ \
 	X(RAR_SLOT_WAIT, "rar_slot_waits")      /* rar: initiators that found the payload table full */ \
 	X(RAR_NEW_CPU_FLUSH, "rar_new_cpu_flushes") /* rar: switches flushing a global ASID (new_cpu) */ \
-	X(RAR_IRQS_OFF, "rar_irqs_off_services") /* rar: services run while interrupts were off */
+	X(RAR_IRQS_OFF, "rar_irqs_off_services") /* rar: services run while interrupts were off */ \
+	X(DSB, "dsbs")                          /* arm64: DSBs that completed TLBIs */
 
 /** Counter ids. */
 enum sd_stat {

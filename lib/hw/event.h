@@ -163,7 +163,7 @@
 	X(VMA_SPLIT,          VMA_SPLIT,          INSTANT,  ONE, ONCE(VMA_SPLIT))                        \
 	X(VMA_MERGE,          VMA_MERGE,          INSTANT,  ONE, ONCE(VMA_MERGE))                        \
 	/* Events that exist for modelled time (model.h): counted nowhere. */                            \
-	X(DSB,                NONE,               UNTRACED, ONE, OUT) /* the flush's barrier */          \
+	X(DSB,                DSB,                UNTRACED, ONE, OUT) /* the flush's barrier */          \
 	X(SYSCALL_ENTER,      NONE,               UNTRACED, ONE, ONCE(SYSCALL_ENTRY))                    \
 	X(SYSCALL_EXIT,       NONE,               UNTRACED, ONE, ONCE(SYSCALL_EXIT))                     \
 	X(VMA_CHANGE,         NONE,               UNTRACED, ONE, ONCE(VMA_CHANGE)) /* mmap_lock held */  \

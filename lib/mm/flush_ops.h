@@ -44,6 +44,9 @@ struct sd_flush_req {
  * interrupts off and must leave cpu->asid set for @next. enter_lazy runs
  * with interrupts off when the CPU goes idle keeping @mm loaded.
  */
+/* A batch_add that names no page: sd_tlbbatch_add(), the whole mm. */
+#define SD_BATCH_NO_VPN UINT64_MAX
+
 struct sd_strategy_ops {
 	const char *name;
 	const char *summary;
@@ -83,12 +86,14 @@ struct sd_strategy_ops {
 	void (*spurious_fixup)(struct sd_cpu *cpu, struct sd_mm *mm, uint64_t vpn);
 	/*
 	 * Optional batched flushes (arch_tlbbatch_*). batch_add notes a
-	 * deferred flush of @mm in the batch's @cpus; batch_flush then runs one
+	 * deferred flush of @mm's page @vpn (SD_BATCH_NO_VPN: the add names no
+	 * page, the whole mm) in the batch's @cpus; batch_flush then runs one
 	 * flush for everything noted and returns only when invariant 1 holds
 	 * for all of it. Without them, a batch flushes each noted mm with
 	 * flush_mm.
 	 */
-	void (*batch_add)(struct sd_cpu *cpu, struct sd_cpumask *cpus, struct sd_mm *mm);
+	void (*batch_add)(struct sd_cpu *cpu, struct sd_cpumask *cpus, struct sd_mm *mm,
+			  uint64_t vpn);
 	void (*batch_flush)(struct sd_cpu *cpu, struct sd_cpumask *cpus);
 	/*
 	 * Optional: @cpu's thread is about to leave it (sd_cpu_detach(), on

@@ -11,6 +11,7 @@
 #include "../core/ordering.h"
 #include "../hw/machine_state.h"
 #include "mm.h"
+#include "flush_ops.h"
 #include "tlbbatch.h"
 
 /* What a reclaim hands to its batch. try_to_unmap() with TTU_BATCH_FLUSH:
@@ -91,9 +92,8 @@ static void reclaim_zapped(void *arg, uint64_t vpn, uint64_t pfn)
 {
 	struct reclaim *r = arg;
 
-	(void)vpn;
 	/* Room was reserved, and an mm already noted needs none. */
-	(void)sd_tlbbatch_note(r->cpu, r->batch, r->mm);
+	(void)sd_tlbbatch_note(r->cpu, r->batch, r->mm, vpn);
 	r->zapped = true;
 	/* Out of memory: leak the frame (see gather_page). */
 	(void)sd_tlbbatch_hold_frame(r->batch, pfn);
@@ -132,7 +132,7 @@ int sd_reclaim(struct sd_cpu *c, struct sd_tlbbatch *b, struct sd_mm *mm, uint64
 	bool noted = r.zapped || nested;
 	if (noted) {
 		if (!r.zapped)
-			(void)sd_tlbbatch_note(c, b, mm);
+			(void)sd_tlbbatch_note(c, b, mm, SD_BATCH_NO_VPN);
 		/* Out of memory: a missed check, never a false alarm. */
 		if (r.checked)
 			raise_runs(&r, b);

@@ -75,7 +75,7 @@ int sd_tlbbatch_reserve(struct sd_tlbbatch *b)
 	return grow((void **)&b->mms, &b->cap_mms, b->nr_mms, sizeof(*b->mms));
 }
 
-int sd_tlbbatch_note(struct sd_cpu *cpu, struct sd_tlbbatch *b, struct sd_mm *mm)
+int sd_tlbbatch_note(struct sd_cpu *cpu, struct sd_tlbbatch *b, struct sd_mm *mm, uint64_t vpn)
 {
 	const struct sd_strategy_ops *ops = cpu->m->ops;
 	size_t i;
@@ -91,7 +91,7 @@ int sd_tlbbatch_note(struct sd_cpu *cpu, struct sd_tlbbatch *b, struct sd_mm *mm
 	}
 	/* Every add bumps the generation, as every zap needs its flush. */
 	if (ops->batch_add)
-		ops->batch_add(cpu, &b->cpus, mm);
+		ops->batch_add(cpu, &b->cpus, mm, vpn);
 	return 0;
 }
 
@@ -129,7 +129,7 @@ int sd_tlbbatch_add(struct sd_cpu *cpu, struct sd_tlbbatch *b, struct sd_mm *mm)
 		return err;
 	if (!mm || mm->m != cpu->m)
 		return sd_fail(-EINVAL, "sd_tlbbatch_add: mm is NULL or belongs to another machine");
-	return sd_tlbbatch_note(cpu, b, mm);
+	return sd_tlbbatch_note(cpu, b, mm, SD_BATCH_NO_VPN);
 }
 
 static void flush_batch(struct sd_cpu *cpu, struct sd_tlbbatch *b)

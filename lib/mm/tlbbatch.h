@@ -38,9 +38,10 @@ struct sd_tlbbatch {
 
 /* Make room so that noting one more mm cannot fail: 0 or -ENOMEM. */
 int sd_tlbbatch_reserve(struct sd_tlbbatch *b);
-/* Note @mm in @b (once), with the strategy's batch_add. Caller checked the
- * arguments; the mm's locks may be held. */
-int sd_tlbbatch_note(struct sd_cpu *cpu, struct sd_tlbbatch *b, struct sd_mm *mm);
+/* Note @mm in @b (once), and its page @vpn (SD_BATCH_NO_VPN: none named)
+ * with the strategy's batch_add. Caller checked the arguments; the mm's
+ * locks may be held. */
+int sd_tlbbatch_note(struct sd_cpu *cpu, struct sd_tlbbatch *b, struct sd_mm *mm, uint64_t vpn);
 /* Hold @pfn until the flush; on -ENOMEM the frame is leaked, never freed early. */
 int sd_tlbbatch_hold_frame(struct sd_tlbbatch *b, uint64_t pfn);
 /* Raise @mm's floors over [@vpn, @vpn + @nr) to @version after the flush

@@ -49,6 +49,7 @@ int sd_broadcast_machine_init(struct sd_machine *m, struct sd_broadcast *b)
 	b->tm_ipi_max = b->tm_local = b->tm_none = -1;
 	b->tm = NULL;
 	b->wp_reuse_tlbi = false;
+	b->batch = true;
 	return sd_arm64_asid_init(&b->asid, m->cfg.asid_bits, m->nr_cpus);
 }
 
@@ -68,7 +69,7 @@ int sd_broadcast_check_range(struct sd_machine *m, const struct sd_broadcast *b,
 static bool broadcast_only_option(const char *key)
 {
 	return !strcmp(key, "wp_reuse") || !strcmp(key, "select") || !strcmp(key, "reset") || !strcmp(key, "ipi_max") ||
-	       !strcmp(key, "tlb_local") || !strcmp(key, "tlb_none");
+	       !strcmp(key, "tlb_local") || !strcmp(key, "tlb_none") || !strcmp(key, "batch");
 }
 
 static int parse_select(struct sd_broadcast *b, const char *name, const struct sd_opt *o)
@@ -137,6 +138,13 @@ int sd_broadcast_option(struct sd_broadcast *b, const char *name, const struct s
 		return opt_int(name, o, 1, &b->tm_local);
 	if (!strcmp(o->key, "tlb_none"))
 		return opt_int(name, o, 1, &b->tm_none);
+	if (!strcmp(o->key, "batch")) {
+		if (strcmp(o->value, "0") && strcmp(o->value, "1"))
+			return sd_fail(-EINVAL, "option batch=%s for '%s': want 1 (Linux 6.5's "
+				       "batched reclaim) or 0 (a flush a page)", o->value, name);
+		b->batch = !strcmp(o->value, "1");
+		return 0;
+	}
 	if (!strcmp(o->key, "wp_reuse")) {
 		if (strcmp(o->value, "local") && strcmp(o->value, "tlbi"))
 			return sd_fail(-EINVAL, "option wp_reuse=%s for '%s': want local (Linux "
@@ -357,6 +365,46 @@ static void bcast_enter_lazy(struct sd_cpu *cpu, struct sd_mm *mm)
 	(void)mm;
 }
 
+/*
+ * arch_tlbbatch_add_pending() on arm64 (Barry Song and Yicong Yang, "arm64:
+ * support batched/deferred tlb shootdown during page reclamation/
+ * migration", Linux 6.5): the zapped page's TLBI goes out at once, without
+ * its DSB (__flush_tlb_page_nosync()), and arch_tlbbatch_flush() is one
+ * dsb(ish) for them all, so their DVM completions overlap. An add that
+ * names no page (sd_tlbbatch_add()) is the ASID's TLBI. A bit of @cpus
+ * says a DSB is owed. batch=0 is the kernel before the series:
+ * ptep_clear_flush(), each page's TLBI and DSB at once. The series defers
+ * nothing on CPUs with the repeat-TLBI erratum, and a flush selection other
+ * than always chooses per flush: both flush each page at once too.
+ */
+static void bcast_batch_add(struct sd_cpu *cpu, struct sd_cpumask *cpus, struct sd_mm *mm,
+			    uint64_t vpn)
+{
+	struct sd_broadcast *b = bcast_of(cpu->m);
+	uint64_t at = vpn == SD_BATCH_NO_VPN ? 0 : vpn, nr = vpn == SD_BATCH_NO_VPN ? 0 : 1;
+
+	if (!b->batch || b->select != SD_SELECT_ALWAYS || b->repeat_tlbi) {
+		/* ptep_clear_flush()'s flush, timed as a flush of its own. */
+		sd_event(cpu, SD_EV_FLUSH_BEGIN, at, sd_flush_aux(SD_FLUSH_LOCAL_SHOOTDOWN, nr));
+		uint64_t t0 = sd_event_flush_start(cpu);
+		bcast_flush(cpu, mm, at, nr, false);
+		sd_event(cpu, SD_EV_FLUSH_END, sd_event_flush_ns(cpu, t0), SD_FLUSH_LOCAL_SHOOTDOWN);
+		return;
+	}
+	if (sd_broadcast_flush_nosync(cpu, mm, at, nr))
+		sd_cpumask_set(cpus, cpu->id);
+}
+
+/* arch_tlbbatch_flush(): the DSB owed, on the flushing CPU. In the kernel
+ * the task that added is the one that flushes (kswapd, or the caller of
+ * madvise()), its migrations each adding a DSB in __switch_to(). */
+static void bcast_batch_flush(struct sd_cpu *cpu, struct sd_cpumask *cpus)
+{
+	if (sd_cpumask_weight(cpus))
+		sd_event(cpu, SD_EV_DSB, 0, 0);
+	sd_cpumask_clearall(cpus);
+}
+
 const struct sd_strategy_ops sd_broadcast_ops = {
 	.name = "broadcast",
 	.summary = "arm64 TLBI ...IS: every flush reaches every CPU's TLB",
@@ -374,4 +422,6 @@ const struct sd_strategy_ops sd_broadcast_ops = {
 	.wp_reuse_flush = bcast_wp_reuse_flush,
 	.spurious_fixup = bcast_spurious_fixup,
 	.state_bytes = sd_broadcast_state_bytes,
+	.batch_add = bcast_batch_add,
+	.batch_flush = bcast_batch_flush,
 };

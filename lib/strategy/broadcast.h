@@ -47,6 +47,9 @@ struct sd_broadcast {
 	/* wp_reuse=local (Linux 6.19, the default) or tlbi (before): the
 	 * flush of a page a write fault reused in place. */
 	bool wp_reuse_tlbi;
+	/* batch=1 (Linux 6.5, the default): reclaim's TLBIs go out at once,
+	 * one DSB for the batch; batch=0: each page flushed on its own. */
+	bool batch;
 	struct sd_tlb_mode *tm;        /* select=tlb_mode|ipi: its state */
 };
 
@@ -105,6 +108,10 @@ void sd_broadcast_tlbi(struct sd_cpu *cpu, const struct sd_tlb_inval *op);
  */
 void sd_broadcast_flush(struct sd_cpu *cpu, struct sd_mm *mm, uint64_t vpn, uint64_t nr,
 			bool freed_tables, bool local_only);
+/* The same broadcast ops without the closing DSB (__flush_tlb_page_nosync()):
+ * the caller's own later dsb(ish) completes them. False if the mm never ran
+ * (nothing was issued). */
+bool sd_broadcast_flush_nosync(struct sd_cpu *cpu, struct sd_mm *mm, uint64_t vpn, uint64_t nr);
 /* A new mm's context: no ASID, active_cpu NONE. */
 void sd_broadcast_mm_ctx_init(struct sd_broadcast_mm *bm);
 /* select=active_cpu (active_cpu.c): check_and_switch_context()'s update

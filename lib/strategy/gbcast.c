@@ -258,7 +258,8 @@ static void gbcast_flush_mm(struct sd_cpu *cpu, struct sd_mm *mm)
 	gbcast_flush(cpu, mm, 0, 0, true);
 }
 
-static void gbcast_batch_add(struct sd_cpu *cpu, struct sd_cpumask *cpus, struct sd_mm *mm)
+static void gbcast_batch_add(struct sd_cpu *cpu, struct sd_cpumask *cpus, struct sd_mm *mm,
+			     uint64_t vpn)
 {
 	struct sd_gbcast *g = sd_gbcast_of(cpu->m);
 
@@ -273,7 +274,7 @@ static void gbcast_batch_add(struct sd_cpu *cpu, struct sd_cpumask *cpus, struct
 		sd_invlpgb(cpu, &g->ib, &op);
 		return;
 	}
-	sd_ipi_batch_add(cpu, cpus, mm);
+	sd_ipi_batch_add(cpu, cpus, mm, vpn);
 }
 
 /* arch_tlbbatch_flush() in 6.15: one INVLPGB of every non-global entry,

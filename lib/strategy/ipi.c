@@ -825,10 +825,12 @@ static void ipi_flush_mm(struct sd_cpu *cpu, struct sd_mm *mm)
  * arch_tlbbatch_add_pending(): bump the generation (the zaps before it are
  * what it covers) and gather the CPUs that may cache the mm.
  */
-void sd_ipi_batch_add(struct sd_cpu *cpu, struct sd_cpumask *cpus, struct sd_mm *mm)
+void sd_ipi_batch_add(struct sd_cpu *cpu, struct sd_cpumask *cpus, struct sd_mm *mm,
+		      uint64_t vpn)
 {
 	struct sd_ipi_mm *im = sd_ipi_mm_of(mm);
 
+	(void)vpn;     /* x86 flushes whole PCIDs at the batch's end */
 	atomic_fetch_add(&im->tlb_gen, 1);
 	sd_smp_mb__after_atomic();
 	sd_event_line(cpu, &im->gen_line, true);

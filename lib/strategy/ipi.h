@@ -201,7 +201,8 @@ void sd_ipi_trim_cpumask(struct sd_cpu *cpu, struct sd_ipi_flush_info *f);
 void sd_ipi_flush_local(struct sd_cpu *cpu, struct sd_ipi_flush_info *f);
 
 /* arch_tlbbatch_add_pending() and arch_tlbbatch_flush(), the IPI way. */
-void sd_ipi_batch_add(struct sd_cpu *cpu, struct sd_cpumask *cpus, struct sd_mm *mm);
+void sd_ipi_batch_add(struct sd_cpu *cpu, struct sd_cpumask *cpus, struct sd_mm *mm,
+		      uint64_t vpn);
 void sd_ipi_batch_flush(struct sd_cpu *cpu, struct sd_cpumask *cpus);
 
 #endif

@@ -112,7 +112,9 @@ static void issue_tlbi(const struct sd_tlbi_op *op, void *arg)
 	}
 }
 
-void sd_broadcast_flush(struct sd_cpu *cpu, struct sd_mm *mm, uint64_t vpn, uint64_t nr,
+/* The TLBI ops of a flush, without the DSB that completes them; false if
+ * the mm never ran (no ASID: nothing to flush anywhere). */
+static bool issue_flush(struct sd_cpu *cpu, struct sd_mm *mm, uint64_t vpn, uint64_t nr,
 			bool freed_tables, bool local_only)
 {
 	struct sd_broadcast *b = bcast_of(cpu->m);
@@ -122,16 +124,28 @@ void sd_broadcast_flush(struct sd_cpu *cpu, struct sd_mm *mm, uint64_t vpn, uint
 	};
 
 	if (!sd_broadcast_mm_asid(cpu, mm, &t.asid))
-		return;
+		return false;
 	if (nr == 0) {
 		struct sd_tlbi_op all = { .kind = SD_TLBI_OP_ASID, .vpn = vpn };
 		issue_tlbi(&all, &t);
 	} else {
 		sd_tlbi_split(&b->split, vpn, nr, issue_tlbi, &t);
 	}
-	/* __flush_tlb_range()'s closing dsb(ish): the flush is over only
-	 * when every target has done every op (dsb(nsh) for a local one). */
-	sd_event(cpu, SD_EV_DSB, 0, 0);
 	if (!local_only)
 		sd_event(cpu, SD_EV_REMOTE_FLUSH, 0, 0);
+	return true;
+}
+
+void sd_broadcast_flush(struct sd_cpu *cpu, struct sd_mm *mm, uint64_t vpn, uint64_t nr,
+			bool freed_tables, bool local_only)
+{
+	/* __flush_tlb_range()'s closing dsb(ish): the flush is over only
+	 * when every target has done every op (dsb(nsh) for a local one). */
+	if (issue_flush(cpu, mm, vpn, nr, freed_tables, local_only))
+		sd_event(cpu, SD_EV_DSB, 0, 0);
+}
+
+bool sd_broadcast_flush_nosync(struct sd_cpu *cpu, struct sd_mm *mm, uint64_t vpn, uint64_t nr)
+{
+	return issue_flush(cpu, mm, vpn, nr, false, false);
 }
