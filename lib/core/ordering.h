@@ -72,6 +72,8 @@ enum sd_order_point {
 	SD_ORDER_ASID_PUBLISHED, /* arm64 switch: new_context() ran and the mm's
 				  * new id is published, the switcher's own
 				  * update of per-mm state not yet made */
+	SD_ORDER_IPI_ACKED_EARLY, /* IPI target (ipi:ack=early): its request
+				  * acknowledged, the flush not yet done */
 	SD_ORDER_NR_POINTS,
 };
 

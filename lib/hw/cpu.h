@@ -80,6 +80,9 @@ struct sd_cpu {
 	/* A RAR request arrived with interrupts off: serviced at the next
 	 * instruction boundary (sd_smp_rar_boundary()). */
 	volatile sig_atomic_t rar_pending;
+	/* The request whose function runs now, until it is acknowledged
+	 * (sd_smp_call_ack_early()); NULL otherwise. */
+	struct sd_smp_call_req *running_req;
 	unsigned irq_unbalanced;       /* sd_irq_enable() calls with interrupts on */
 	uint16_t asid;                 /* the ASID register */
 	uint64_t regs[31];             /* X0..X30: what trap emulation writes */

@@ -39,23 +39,23 @@
  * area (cpu.c) depends on the endpoint and never the other way round. */
 _Thread_local struct sd_cpu *sd_this_cpu __attribute__((tls_model("initial-exec")));
 
-/* Run one request and ack it (the sender may reuse it from then on). */
-static void ipi_run_one(struct sd_cpu *c, struct sd_smp_call_req *req)
+/* What a request's ack needs, read before its function runs: an async
+ * request's sender may have gone offline and reused it since. */
+struct ipi_running {
+	uint64_t flow;
+	struct sd_cpu *from;
+	bool rar;
+};
+
+/* Ack @req (the sender may reuse it from then on: nothing of it is read
+ * after the exchange). */
+static void ipi_ack(struct sd_cpu *c, struct sd_smp_call_req *req, const struct ipi_running *r)
 {
-	/* Read before the run: after the ack the request may be gone. */
-	uint64_t flow = req->flow;
-	struct sd_cpu *from = req->async ? NULL : req->from;
-
-	const bool rar = req->rar;
-
-	if (rar)
-		sd_event_rar_run_begin(c, flow, req->model_sent_ps);
-	else
-		sd_event_ipi_run_begin(c, flow, req->model_sent_ps);
-	req->fn(c, req->arg);
+	const uint64_t flow = r->flow;
+	struct sd_cpu *from = r->from;
 	/* Written before the ack publishes the request's end. */
-	uint64_t acked = req->model_acked_ps = rar ? sd_event_rar_run_end(c, flow)
-						   : sd_event_ipi_run_end(c, flow);
+	uint64_t acked = req->model_acked_ps = r->rar ? sd_event_rar_run_end(c, flow)
+						      : sd_event_ipi_run_end(c, flow);
 	/* Strict modelled time: the sender waits in the sequencer for the
 	 * ack's time; told before the ack, while the request is still ours. */
 	if (from && from->model.seq)
@@ -66,6 +66,39 @@ static void ipi_run_one(struct sd_cpu *c, struct sd_smp_call_req *req)
 	if (atomic_exchange_explicit(&req->state, SD_SMP_CALL_DONE,
 				     memory_order_acq_rel) == SD_SMP_CALL_PARKED)
 		sd_futex_wake(&req->state, 1);
+}
+
+/* Run one request and ack it, unless its function acked it early. A RAR
+ * boundary inside a function may run another: the outer one is kept. */
+static void ipi_run_one(struct sd_cpu *c, struct sd_smp_call_req *req)
+{
+	struct sd_smp_call_req *outer = c->running_req;
+	const struct ipi_running r = {
+		.flow = req->flow, .from = req->async ? NULL : req->from, .rar = req->rar,
+	};
+
+	if (r.rar)
+		sd_event_rar_run_begin(c, r.flow, req->model_sent_ps);
+	else
+		sd_event_ipi_run_begin(c, r.flow, req->model_sent_ps);
+	c->running_req = req;
+	req->fn(c, req->arg);
+	if (c->running_req == req)
+		ipi_ack(c, req, &r);
+	c->running_req = outer;
+}
+
+void sd_smp_call_ack_early(struct sd_cpu *c)
+{
+	struct sd_smp_call_req *req = c->running_req;
+
+	if (!req)
+		return;
+	/* Not an async request: its sender waits for this ack. */
+	const struct ipi_running r = { .flow = req->flow, .from = req->from, .rar = req->rar };
+
+	c->running_req = NULL;
+	ipi_ack(c, req, &r);
 }
 
 /* Take the CPU's whole queue. Kick is cleared first: a sender that pushes

@@ -109,6 +109,15 @@ static inline void sd_smp_rar_boundary(struct sd_cpu *c)
 		sd_smp_rar_run(c);
 }
 
+/*
+ * Acknowledge the request whose function @c runs now, before the function
+ * ends (the EuroSys 2020 early acknowledgement): its sender may go on, and
+ * reuse whatever the request points to, from here. The function must have
+ * copied what it still needs. Owner only, from inside the function; a
+ * second call does nothing.
+ */
+void sd_smp_call_ack_early(struct sd_cpu *c);
+
 /* Answer every queued IPI now (detach, shutdown). Owner only. */
 void sd_smp_call_drain(struct sd_cpu *c);
 

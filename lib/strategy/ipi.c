@@ -67,6 +67,20 @@ static int ipi_option(struct sd_ipi *ipi, const char *name, const struct sd_opt 
 				       o->value, name);
 		return 0;
 	}
+	if (!strcmp(o->key, "order")) {
+		if (strcmp(o->value, "concurrent") && strcmp(o->value, "serial"))
+			return sd_fail(-EINVAL, "option order=%s for '%s': want concurrent (5.13) "
+				       "or serial (before)", o->value, name);
+		ipi->serial = !strcmp(o->value, "serial");
+		return 0;
+	}
+	if (!strcmp(o->key, "ack")) {
+		if (strcmp(o->value, "late") && strcmp(o->value, "early"))
+			return sd_fail(-EINVAL, "option ack=%s for '%s': want late or early",
+				       o->value, name);
+		ipi->early_ack = !strcmp(o->value, "early");
+		return 0;
+	}
 	if (!strcmp(o->key, "ceiling")) {
 		err = sd_opt_uint(name, o, 0, 1u << 20, &v);
 		ipi->ceiling = (unsigned)v;
@@ -572,9 +586,34 @@ static void flush_tlb_func(struct sd_cpu *cpu, const struct sd_ipi_flush_info *f
 	ctx->tlb_gen = mm_gen;
 }
 
+/*
+ * The IPI's function. With ack=early (Amit, Tai and Wei, "Don't shoot down
+ * TLB shootdowns!", EuroSys 2020; not merged) the target acknowledges on
+ * entry, then flushes: the initiator goes on meanwhile, which is safe only
+ * because the target, still in its handler with interrupts off, runs no
+ * access before its flush, and because it copied the flush's description
+ * first: the initiator reuses its flush_tlb_info from the ack on.
+ * SD_IPI_BREAK_EARLY_ACK_NO_COPY acks before the copy.
+ */
 static void flush_ipi(struct sd_cpu *cpu, void *arg)
 {
-	flush_tlb_func(cpu, arg, false);
+	struct sd_ipi *ipi = sd_ipi_of(cpu->m);
+	struct sd_ipi_flush_info copy;
+
+	if (!ipi->early_ack) {
+		flush_tlb_func(cpu, arg, false);
+		return;
+	}
+	if (ipi->broken & SD_IPI_BREAK_EARLY_ACK_NO_COPY) {
+		sd_smp_call_ack_early(cpu);
+		sd_order_point(SD_ORDER_IPI_ACKED_EARLY, cpu->id);
+		flush_tlb_func(cpu, arg, false);
+		return;
+	}
+	copy = *(const struct sd_ipi_flush_info *)arg;
+	sd_smp_call_ack_early(cpu);
+	sd_order_point(SD_ORDER_IPI_ACKED_EARLY, cpu->id);
+	flush_tlb_func(cpu, &copy, false);
 }
 
 /* ---- the initiator side ---- */
@@ -697,6 +736,15 @@ void sd_ipi_flush_tlb_multi(struct sd_cpu *cpu, const struct sd_cpumask *mask,
 	/* cond(me) before any IPI goes out (smp_call_function_many_cond). */
 	if (sd_cpumask_test(mask, cpu->id))
 		run_local = all || should_flush_tlb(cpu, ipi, cpu->id, f);
+	/* order=serial: before 5.13 ("x86/mm/tlb: Flush remote and local TLBs
+	 * concurrently", from the EuroSys 2020 paper) flush_tlb_mm_range()
+	 * flushed here first and only then sent the IPIs. */
+	if (run_local && ipi->serial) {
+		sd_irq_off(cpu);
+		flush_tlb_func(cpu, f, true);
+		sd_irq_on(cpu);
+		run_local = false;
+	}
 	sd_cpumask_for_each(t, mask) {
 		if (t == cpu->id || (!all && !should_flush_tlb(cpu, ipi, t, f)))
 			continue;

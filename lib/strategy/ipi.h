@@ -49,6 +49,7 @@ enum {
 	SD_IPI_BREAK_NO_TRANSITION = 1 << 3,  /* never IPI dynamic-ASID stragglers */
 	SD_IPI_BREAK_CSD_REUSE = 1 << 4,      /* reuse a ring slot without waiting */
 	SD_IPI_BREAK_RAR_NEW_CPU = 1 << 5,    /* rar: no flush for a CPU new to the mask */
+	SD_IPI_BREAK_EARLY_ACK_NO_COPY = 1 << 6, /* ack=early: ack before copying the info */
 };
 
 /* flush_tlb_info: one per CPU, filled by its initiator, read by targets. */
@@ -115,6 +116,11 @@ struct sd_ipi {
 	 * CPU: a CPU joining the mask flushes the ASID (new_cpu), and IPI
 	 * flushes (the trims) are done on a global ASID too. */
 	bool rar;
+	/* EuroSys 2020's switches: order=serial flushes the initiator before
+	 * sending the IPIs (before 5.13; concurrent is the default), ack=early
+	 * has targets acknowledge before they flush. */
+	bool serial;
+	bool early_ack;
 	SD_ATOMIC(uint64_t) last_ctx_id;
 	struct sd_ipi_cpu *percpu;
 	struct sd_smp_call_req *csd_all;            /* nr_cpus * csd_window */

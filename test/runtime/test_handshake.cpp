@@ -329,13 +329,17 @@ INSTANTIATE_TEST_SUITE_P(
 // A signal's handler and the target's own poll both reach one SIGNAL
 // request: the poll finds it armed and is held (interrupts on) until the
 // signal's handler has run the function; the poll then must not run it
-// again.
+// again. The poll finds a request armed only if it comes before the
+// signal's handler: requests are made until one does (an ASan run in CI
+// once had the handler first, and the test asserted a race it never saw).
 std::atomic<int> g_poll_held{0};
 std::atomic<unsigned> g_runs{0};
 
 void hold_the_poll(enum sd_order_point p, unsigned cpu)
 {
-	if (p != SD_ORDER_HS_POLLED || cpu != 1 || g_poll_held.exchange(1))
+	int armed = 0;
+
+	if (p != SD_ORDER_HS_POLLED || cpu != 1 || !g_poll_held.compare_exchange_strong(armed, 1))
 		return;
 	for (int i = 0; i < 20000 && !g_runs.load(); i++)
 		std::this_thread::sleep_for(std::chrono::microseconds(100));
@@ -350,11 +354,11 @@ TEST(Handshake, ASignalAndAPollRunOneRequestOnce)
 	sd_handshake_config hc = kind(SD_HANDSHAKE_SIGNAL);
 	sd_handshake *h = nullptr;
 	ASSERT_EQ(0, sd_handshake_create(mm, &hc, &h));
-	g_poll_held = 0;
+	g_poll_held = 2;        /* disarmed until a request is out */
 	g_runs = 0;
 	sd_order_set_hook(hold_the_poll);
 	std::atomic<int> ready{0}, done{0};
-	int held_poll = -1;
+	std::atomic<int> held_poll{-1};
 	std::thread target([&] {
 		sdtest::Attached t(mach.m, 1);
 		ASSERT_EQ(0, sd_switch_mm(t.c, mm));
@@ -369,22 +373,34 @@ TEST(Handshake, ASignalAndAPollRunOneRequestOnce)
 		}
 		EXPECT_EQ(0, sd_switch_mm(t.c, nullptr));
 	});
+	bool exercised = false;
 	{
 		sdtest::Attached a(mach.m, 0);
 		while (!ready.load())
 			std::this_thread::yield();
-		sd_handshake_result res{};
-		EXPECT_EQ(0, sd_handshake_run(h, a.c, [](sd_cpu *, void *) { g_runs.fetch_add(1); },
-					      nullptr, &res));
-		EXPECT_EQ(0u, res.unreached);
-		while (g_poll_held.load() == 1)
-			std::this_thread::yield();
+		/* The race needs the poll to find the request armed before the
+		 * signal's handler runs it: another request until it does. */
+		for (int attempt = 0; attempt < 200 && !exercised; attempt++) {
+			g_runs = 0;
+			held_poll = -1;
+			g_poll_held = 0;
+			sd_handshake_result res{};
+			EXPECT_EQ(0, sd_handshake_run(h, a.c, [](sd_cpu *, void *) { g_runs.fetch_add(1); },
+						      nullptr, &res));
+			EXPECT_EQ(0u, res.unreached);
+			while (g_poll_held.load() == 1)
+				std::this_thread::yield();
+			exercised = g_poll_held.exchange(2) == 2;
+			EXPECT_EQ(1u, g_runs.load()) << "the function ran twice for one request";
+			if (exercised) {
+				EXPECT_EQ(0, held_poll.load()) << "the held poll found it done";
+			}
+		}
 		done = 1;
 	}
 	target.join();
 	sd_order_set_hook(nullptr);
-	EXPECT_EQ(1u, g_runs.load()) << "the function ran twice for one request";
-	EXPECT_EQ(0, held_poll) << "the held poll found it done";
+	EXPECT_TRUE(exercised) << "no poll ever found a request armed before its signal";
 	EXPECT_EQ(0, sd_handshake_destroy(h));
 	EXPECT_EQ(0, sd_mm_destroy(mm));
 }
