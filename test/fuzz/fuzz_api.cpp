@@ -140,7 +140,7 @@ const std::vector<const char *> &specs_of(const std::string &family)
 		"gbcast", "gbcast:pool=4,threshold=0", "gbcast:cpumask=lazy,sample=1"};
 	static const std::vector<const char *> rar = {
 		"rar", "rar:pool=4,threshold=0,sample=1", "rar:threshold=0,sample=1,trim_ms=1",
-		"rar:threshold=0,sample=1,pti=1,payloads=2", "rar:threshold=0,sample=1,self=rar",
+		"rar:threshold=0,sample=1,pti=1,payloads=8", "rar:threshold=0,sample=1,self=rar",
 		"rar:threshold=1,sample=1,cpumask=eager"};
 	static const std::vector<const char *> user = {"fuzz_user_ipi", "fuzz_user_bcast"};
 	// Broken on purpose: the fuzzer's self-test, which must fail.
