@@ -79,8 +79,7 @@ struct sd_tlb_inval sd_rar_op(uint16_t asid, uint64_t vpn, uint64_t nr, bool lea
 
 /* ---- the target: microcode ---- */
 
-/* One action entry's invalidation, charged as the local flush it is. */
-static void rar_invalidate(struct sd_cpu *cpu, const struct sd_tlb_inval *op)
+void sd_rar_invalidate_local(struct sd_cpu *cpu, const struct sd_tlb_inval *op)
 {
 	sd_tlb_invalidate(&cpu->tlb, op);
 	if (op->kind == SD_TLB_INVAL_RANGE)
@@ -107,7 +106,7 @@ static void rar_service(struct sd_cpu *cpu, void *arg)
 			continue;
 		const struct sd_rar_payload *p = &r->payload[s];
 		if (p->initiator != cpu->id || r->self_flush)
-			rar_invalidate(cpu, &p->op);
+			sd_rar_invalidate_local(cpu, &p->op);
 		atomic_store_explicit(&me->action[s], SD_RAR_SUCCESS, memory_order_release);
 		sd_event(cpu, SD_EV_RAR_DONE, s, 0);
 	}

@@ -112,6 +112,11 @@ size_t sd_rar_bytes(const struct sd_rar *r);
 void sd_rar_call_many(struct sd_cpu *cpu, struct sd_rar *r, const struct sd_cpumask *mask,
 		      bool self, const struct sd_tlb_inval *op);
 
+/* One payload's invalidation of @cpu's own TLB, charged as the local flush
+ * it is (the microcode's per entry; the strategy's own flush of the global
+ * PCID). Owner only. */
+void sd_rar_invalidate_local(struct sd_cpu *cpu, const struct sd_tlb_inval *op);
+
 /* The payload for a flush of @nr pages at @vpn of PCID tag @asid (set_payload()):
  * more than 63 pages, or 0, is the whole PCID; @asid 0 is everything. */
 struct sd_tlb_inval sd_rar_op(uint16_t asid, uint64_t vpn, uint64_t nr, bool leaf_only);

@@ -156,19 +156,7 @@ static size_t gbcast_state_bytes(const struct sd_machine *m, const void *priv)
 
 static void gbcast_mm_fini(struct sd_machine *m, struct sd_mm *mm, void *mm_priv)
 {
-	struct sd_ipi_mm *im = mm_priv;
-	uint16_t gasid = atomic_load_explicit(&im->global_asid, memory_order_relaxed);
-
-	/* destroy_context_free_global_asid(): its entries may still be
-	 * cached; the ASID is reused only after the next wrap-around. */
-	if (gasid) {
-		sd_global_asid_free(&sd_gbcast_of(m)->gasid, gasid);
-		/* No CPU of this machine is attached here necessarily: count
-		 * on the CPU that destroys, if any. */
-		if (sd_this_cpu && sd_this_cpu->m == m)
-			sd_event(sd_this_cpu, SD_EV_GLOBAL_ASID_FREE, 0, 0);
-	}
-	sd_ipi_mm_fini(m, mm, mm_priv);
+	sd_gasid_mm_fini(m, &sd_gbcast_of(m)->gasid, mm, mm_priv);
 }
 
 /* ---- the global ASID policy ---- */

@@ -27,6 +27,20 @@ bool sd_gasid_active_cpus_exceed(struct sd_ipi *ipi, struct sd_mm *mm, unsigned 
 	return false;
 }
 
+void sd_gasid_mm_fini(struct sd_machine *m, struct sd_global_asid *g, struct sd_mm *mm,
+		      void *mm_priv)
+{
+	struct sd_ipi_mm *im = mm_priv;
+	uint16_t gasid = atomic_load_explicit(&im->global_asid, memory_order_relaxed);
+
+	if (gasid) {
+		sd_global_asid_free(g, gasid);
+		if (sd_this_cpu && sd_this_cpu->m == m)
+			sd_event(sd_this_cpu, SD_EV_GLOBAL_ASID_FREE, 0, 0);
+	}
+	sd_ipi_mm_fini(m, mm, mm_priv);
+}
+
 void sd_gasid_use(struct sd_cpu *cpu, struct sd_global_asid *g, struct sd_mm *mm)
 {
 	struct sd_ipi_mm *im = sd_ipi_mm_of(mm);

@@ -40,4 +40,12 @@ void sd_gasid_use(struct sd_cpu *cpu, struct sd_global_asid *g, struct sd_mm *mm
 void sd_gasid_finish_transition(struct sd_cpu *cpu, struct sd_ipi *ipi,
 				struct sd_ipi_flush_info *f);
 
+/*
+ * destroy_context_free_global_asid(), then ipi's mm_fini: @mm's global ASID
+ * back to @g, reused only after the next wrap-around (its entries may still
+ * be cached). Counted on the destroying CPU, if it is one of @m's.
+ */
+void sd_gasid_mm_fini(struct sd_machine *m, struct sd_global_asid *g, struct sd_mm *mm,
+		      void *mm_priv);
+
 #endif

@@ -197,16 +197,7 @@ static size_t rar_state_bytes(const struct sd_machine *m, const void *priv)
 
 static void rar_mm_fini(struct sd_machine *m, struct sd_mm *mm, void *mm_priv)
 {
-	struct sd_ipi_mm *im = mm_priv;
-	uint16_t gasid = atomic_load_explicit(&im->global_asid, memory_order_relaxed);
-
-	/* mm_free_global_asid(): reusable only after the next wrap-around. */
-	if (gasid) {
-		sd_global_asid_free(&rar_of(m)->gasid, gasid);
-		if (sd_this_cpu && sd_this_cpu->m == m)
-			sd_event(sd_this_cpu, SD_EV_GLOBAL_ASID_FREE, 0, 0);
-	}
-	sd_ipi_mm_fini(m, mm, mm_priv);
+	sd_gasid_mm_fini(m, &rar_of(m)->gasid, mm, mm_priv);
 }
 
 /* ---- flushes ---- */
@@ -246,11 +237,7 @@ static void flush_self(struct sd_cpu *cpu, struct sd_rar_strategy *r,
 		return;
 	}
 	sd_irq_off(cpu);
-	sd_tlb_invalidate(&cpu->tlb, op);
-	if (op->kind == SD_TLB_INVAL_RANGE)
-		sd_event(cpu, SD_EV_FLUSH_PARTIAL, op->nr, 0);
-	else
-		sd_event(cpu, SD_EV_FLUSH_FULL, 0, 0);
+	sd_rar_invalidate_local(cpu, op);
 	sd_irq_on(cpu);
 }
 
