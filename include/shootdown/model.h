@@ -214,7 +214,9 @@ SD_EXPORT int sd_profile_locate(const char *name, char *path, size_t len);
  * guide, "Modelled time"); each strategy needs some: broadcast and local
  * SD_MECH_TLBI_BROADCAST, ipi SD_MECH_IPI, gbcast SD_MECH_INVLPGB and
  * SD_MECH_IPI (for the mms without a global ASID), rar SD_MECH_RAR and
- * SD_MECH_IPI (the same, and its cpumask trims), a user strategy what
+ * SD_MECH_IPI (the same, and its cpumask trims), riscv SD_MECH_SBI with
+ * rfence=sbi and SD_MECH_IPI with rfence=ipi (the native S-mode IPIs of an
+ * ACLINT SSWI or an AIA IMSIC), a user strategy what
  * its sd_strategy.mechanisms declares. sd_machine_create() refuses a
  * modelled machine whose strategy needs one its profile lacks (-EOPNOTSUPP):
  * such a run would charge a mechanism the machine does not have at costs
@@ -230,13 +232,17 @@ enum sd_mechanism {
 	/** Intel RAR remote action requests, serviced by the targets'
 	 *  microcode even with interrupts off. Added in 0.5.0. */
 	SD_MECH_RAR = 1u << 3,
+	/** RISC-V SBI remote fences (the RFENCE extension of the firmware,
+	 *  OpenSBI), serviced by the targets' M-mode trap handlers even with
+	 *  S-mode interrupts off. Added in 0.5.0. */
+	SD_MECH_SBI = 1u << 4,
 	/** Every mechanism this release knows. */
-	SD_MECH_ALL = (1u << 4) - 1,
+	SD_MECH_ALL = (1u << 5) - 1,
 };
 
 /**
  * sd_mechanism_name() - the profile key of one mechanism: "ipi",
- * "tlbi_broadcast", "invlpgb" or "rar".
+ * "tlbi_broadcast", "invlpgb", "rar" or "sbi".
  * Return: the name; NULL (with the detail in sd_last_error()) for anything
  * but exactly one bit of SD_MECH_ALL. Any thread. Never waits: may be
  * called with interrupts off.
@@ -252,7 +258,8 @@ struct sd_mechanism_info {
 	 *  strategy that declared none). */
 	unsigned needed;
 	/** Of those, the one that sets the strategy apart (tlbi_broadcast for
-	 *  broadcast and local, ipi for ipi, invlpgb for gbcast, rar for rar), the one
+	 *  broadcast and local, ipi for ipi, invlpgb for gbcast, rar for rar,
+	 *  sbi or ipi for riscv by its rfence=), the one
 	 *  @used is judged by; 0 for none and undeclared user strategies. */
 	unsigned primary;
 	/** The profile's mechanisms; SD_MECH_ALL for a machine that models no
@@ -265,7 +272,8 @@ struct sd_mechanism_info {
 	unsigned missing;
 	/** The mechanisms used so far, from every CPU's counters: IPIs sent
 	 *  (ipis_sent), broadcast TLBIs issued (tlbi_ops), INVLPGBs issued
-	 *  (invlpgb_ops), RAR signals sent (rar_signals_sent). */
+	 *  (invlpgb_ops), RAR signals sent (rar_signals_sent), SBI remote
+	 *  fences called (sbi_rfence_calls). */
 	unsigned used;
 	/** One line for a report: "" when the primary mechanism was used and
 	 *  none is missing; else what was not, and why when the strategy knows

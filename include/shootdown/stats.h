@@ -140,7 +140,11 @@ SD_BEGIN_DECLS
 	X(RAR_SLOT_WAIT, "rar_slot_waits")      /* rar: initiators that found the payload table full */ \
 	X(RAR_NEW_CPU_FLUSH, "rar_new_cpu_flushes") /* rar: switches flushing a global ASID (new_cpu) */ \
 	X(RAR_IRQS_OFF, "rar_irqs_off_services") /* rar: services run while interrupts were off */ \
-	X(DSB, "dsbs")                          /* arm64: DSBs that completed TLBIs */
+	X(DSB, "dsbs")                          /* arm64: DSBs that completed TLBIs */ \
+	X(SBI_ECALL, "sbi_rfence_calls")        /* riscv: SBI remote-fence calls made */ \
+	X(SBI_SENT, "sbi_rfence_targets")       /* riscv: other harts an SBI remote fence reached */ \
+	X(SBI_IRQS_OFF, "sbi_irqs_off_services") /* riscv: fences serviced in M-mode while S-mode interrupts were off */ \
+	X(SBI_RANGE_WIDENED, "sbi_ranges_widened") /* riscv: ranges the firmware flushed as the whole ASID */
 
 /** Counter ids. */
 enum sd_stat {

@@ -36,7 +36,7 @@ struct sd_cpu;
  * posted with sd_smp_rar_post(): a real signal to the target's thread, whose
  * handler runs the service at once when the emulated interrupts are on, and
  * otherwise leaves it to the CPU's next instruction boundary
- * (sd_smp_rar_boundary(): the slow path of sd_access(), sd_cpu_work()),
+ * (sd_smp_boundary(): the slow path of sd_access(), sd_cpu_work()),
  * never to the end of the interrupts-off section as an IPI waits. The
  * initiator's spin on the byte is its wait for that request (whose service
  * covers every entry pending by then, ours included), charged as the byte's

@@ -342,7 +342,7 @@ int sd_cpu_work(struct sd_cpu *c, uint64_t ns)
 	if (sd_cpu_check_self(c))
 		return sd_fail(-EPERM, "sd_cpu_work: " SD_NOT_ATTACHED);
 	/* An instruction boundary (smp.h): pending RAR requests first. */
-	sd_smp_rar_boundary(c);
+	sd_smp_boundary(c);
 	/* The header's promise: nothing on a machine without a model, for
 	 * any @ns (there is no clock to overflow). */
 	if (!c->m->model.on)

@@ -77,9 +77,9 @@ struct sd_cpu {
 	 * need compiler (signal) fences only, never atomics. */
 	sd_cacheline_aligned volatile sig_atomic_t irq_depth;
 	volatile sig_atomic_t ipi_pending;
-	/* A RAR request arrived with interrupts off: serviced at the next
-	 * instruction boundary (sd_smp_rar_boundary()). */
-	volatile sig_atomic_t rar_pending;
+	/* A RAR or SBI request arrived with interrupts off: serviced at the next
+	 * instruction boundary (sd_smp_boundary()). */
+	volatile sig_atomic_t boundary_pending;
 	/* The request whose function runs now, until it is acknowledged
 	 * (sd_smp_call_ack_early()); NULL otherwise. */
 	struct sd_smp_call_req *running_req;

@@ -151,6 +151,12 @@
 	X(RAR_SLOT_WAIT,      RAR_SLOT_WAIT,      INSTANT,  ONE, FREE)                                   \
 	X(RAR_NEW_CPU_FLUSH,  RAR_NEW_CPU_FLUSH,  INSTANT,  ONE, FREE)                                   \
 	X(RAR_IRQS_OFF,       RAR_IRQS_OFF,       INSTANT,  ONE, FREE)                                   \
+	/* RISC-V SBI remote fences (arch/sbi.c): arg the targets (ECALL) */                            \
+	X(SBI_ECALL,          SBI_ECALL,          INSTANT,  ONE, ONCE(SBI_ECALL))                        \
+	X(SBI_RUN_BEGIN,      NONE,               BEGIN,    ONE, FREE) /* arg flow id */                 \
+	X(SBI_RUN_END,        NONE,               END,      ONE, FREE) /* arg flow id */                 \
+	X(SBI_IRQS_OFF,       SBI_IRQS_OFF,       INSTANT,  ONE, FREE)                                   \
+	X(SBI_RANGE_WIDENED,  SBI_RANGE_WIDENED,  INSTANT,  ONE, FREE)                                   \
 	/* The scheduler (lib/sched): arg the task id */                                                 \
 	X(TASK_SWITCH,        TASK_SWITCH,        INSTANT,  ONE, ONCE(SCHED_SWITCH))                     \
 	X(TASK_WAKEUP,        TASK_WAKEUP,        INSTANT,  ONE, ONCE(SCHED_WAKEUP))                     \
@@ -318,6 +324,8 @@ uint64_t sd_model_ipi_posted(struct sd_cpu *from, struct sd_cpu *t);
 void sd_model_ipi_run(struct sd_cpu *c, uint64_t sent_ps);
 uint64_t sd_model_rar_posted(struct sd_cpu *from, struct sd_cpu *t);
 void sd_model_rar_run(struct sd_cpu *c, uint64_t sent_ps);
+uint64_t sd_model_sbi_posted(struct sd_cpu *from, struct sd_cpu *t);
+void sd_model_sbi_run(struct sd_cpu *c, uint64_t sent_ps);
 void sd_model_ipi_acked(struct sd_cpu *from, struct sd_cpu *t, uint64_t acked_ps);
 void sd_model_irq_exit(struct sd_cpu *c);
 
@@ -420,6 +428,35 @@ static inline void sd_event_rar_run_begin(struct sd_cpu *c, uint64_t flow, uint6
 static inline uint64_t sd_event_rar_run_end(struct sd_cpu *c, uint64_t flow)
 {
 	sd_event(c, SD_EV_RAR_RUN_END, flow, 0);
+	return c->model.clock_ps;
+}
+
+/* A remote fence leaves @c's firmware for @target (arch/sbi.c): the
+ * request queued in the target's TLB FIFO and its machine-level software
+ * interrupt raised, charged sbi_send_target; traced as an arrow like an IPI. */
+static inline uint64_t sd_event_sbi_sent(struct sd_cpu *c, struct sd_cpu *target,
+					 uint64_t *model_sent_ps)
+{
+	sd_event_count(c, SD_STAT_SBI_SENT, 1);
+	if (unlikely(c->model.ev_ps != NULL))
+		*model_sent_ps = sd_model_sbi_posted(c, target);
+	if (unlikely(c->trace != NULL))
+		return sd_trace_record_flow(c, SD_EV_IPI_SENT, target->id);
+	return 0;
+}
+
+/* @c traps into M-mode for a fence sent at @sent_ps: no S-mode interrupt
+ * entry, whatever its interrupt flag says; charged sbi_service. */
+static inline void sd_event_sbi_run_begin(struct sd_cpu *c, uint64_t flow, uint64_t sent_ps)
+{
+	if (unlikely(c->model.ev_ps != NULL))
+		sd_model_sbi_run(c, sent_ps);
+	sd_event(c, SD_EV_SBI_RUN_BEGIN, flow, 0);
+}
+
+static inline uint64_t sd_event_sbi_run_end(struct sd_cpu *c, uint64_t flow)
+{
+	sd_event(c, SD_EV_SBI_RUN_END, flow, 0);
 	return c->model.clock_ps;
 }
 

@@ -46,16 +46,21 @@ struct sd_machine {
 	/* enum sd_mechanism: the strategy needs them, the profile lacks them,
 	 * the creator said run anyway (SD_MACHINE_ANY_MECHANISM). */
 	unsigned mechanisms_missing;
+	/* What the strategy needs and is judged by (model.h): its ops'
+	 * mechanisms, or what its options chose (sd_mechanisms_require()). */
+	unsigned mechanisms_needed;
+	unsigned mechanisms_primary;
 	/* What the modelled CPU has that changes how arm64 flushes (the
 	 * profile's "features"; the emulator's own without a profile: range
 	 * TLBIs, no KPTI), for the strategies, which read no profile. */
 	bool arch_range_tlbi;
 	bool arch_kpti;
 	bool arch_repeat_tlbi;          /* the profile's repeat_tlbi erratum workaround */
-	/* The strategy sends RAR requests (smp.h): an IPI handler that finds
-	 * interrupts off marks them for the next instruction boundary. Set by
-	 * the strategy's machine_init, before any CPU attaches. */
-	bool rar_requests;
+	/* The strategy sends requests serviced below the kernel (smp.h: Intel
+	 * RAR's microcode, RISC-V SBI firmware in M-mode): an IPI handler that
+	 * finds interrupts off marks them for the next instruction boundary.
+	 * Set by the strategy's machine_init, before any CPU attaches. */
+	bool boundary_requests;
 
 	struct sd_frame_pool frames;
 	struct sd_traps traps;

@@ -405,6 +405,30 @@ void sd_model_rar_run(struct sd_cpu *c, uint64_t sent_ps)
 	charge_line(c, &c->ipi_line, true);
 }
 
+/* A remote fence: the firmware, in the initiator's ecall, queues it in the
+ * target's FIFO and writes its MSIP, sbi_send_target a target; the FIFO's
+ * line moves to the target. */
+uint64_t sd_model_sbi_posted(struct sd_cpu *from, struct sd_cpu *t)
+{
+	from->model.clock_ps += from->m->model.param_ps[SD_MP_SBI_SEND_TARGET];
+	charge_line(from, &t->ipi_line, true);
+	return from->model.clock_ps;
+}
+
+/* The target's M-mode trap starts at the later of the interrupt's arrival
+ * and this CPU's time, and costs sbi_service (trap entry and exit, the
+ * FIFO's processing) apart from the fence itself, charged as the local
+ * flush it is; no S-mode interrupt entry or exit. */
+void sd_model_sbi_run(struct sd_cpu *c, uint64_t sent_ps)
+{
+	const uint64_t *p = c->m->model.param_ps;
+
+	if (sent_ps)
+		c->model.clock_ps = max_u64(c->model.clock_ps, sent_ps + p[SD_MP_SBI_DELIVERY]);
+	c->model.clock_ps += p[SD_MP_SBI_SERVICE];
+	charge_line(c, &c->ipi_line, true);
+}
+
 void sd_model_irq_exit(struct sd_cpu *c)
 {
 	if (!c->model.irq_batch)

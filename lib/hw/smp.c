@@ -44,8 +44,21 @@ _Thread_local struct sd_cpu *sd_this_cpu __attribute__((tls_model("initial-exec"
 struct ipi_running {
 	uint64_t flow;
 	struct sd_cpu *from;
-	bool rar;
+	uint8_t kind;
 };
+
+/* The end of a request's run on @c, by who serviced it. */
+static uint64_t run_end(struct sd_cpu *c, uint8_t kind, uint64_t flow)
+{
+	switch (kind) {
+	case SD_SMP_REQ_RAR:
+		return sd_event_rar_run_end(c, flow);
+	case SD_SMP_REQ_SBI:
+		return sd_event_sbi_run_end(c, flow);
+	default:
+		return sd_event_ipi_run_end(c, flow);
+	}
+}
 
 /* Ack @req (the sender may reuse it from then on: nothing of it is read
  * after the exchange). */
@@ -54,8 +67,7 @@ static void ipi_ack(struct sd_cpu *c, struct sd_smp_call_req *req, const struct 
 	const uint64_t flow = r->flow;
 	struct sd_cpu *from = r->from;
 	/* Written before the ack publishes the request's end. */
-	uint64_t acked = req->model_acked_ps = r->rar ? sd_event_rar_run_end(c, flow)
-						      : sd_event_ipi_run_end(c, flow);
+	uint64_t acked = req->model_acked_ps = run_end(c, r->kind, flow);
 	/* Strict modelled time: the sender waits in the sequencer for the
 	 * ack's time; told before the ack, while the request is still ours. */
 	if (from && from->model.seq)
@@ -74,11 +86,13 @@ static void ipi_run_one(struct sd_cpu *c, struct sd_smp_call_req *req)
 {
 	struct sd_smp_call_req *outer = c->running_req;
 	const struct ipi_running r = {
-		.flow = req->flow, .from = req->async ? NULL : req->from, .rar = req->rar,
+		.flow = req->flow, .from = req->async ? NULL : req->from, .kind = req->kind,
 	};
 
-	if (r.rar)
+	if (r.kind == SD_SMP_REQ_RAR)
 		sd_event_rar_run_begin(c, r.flow, req->model_sent_ps);
+	else if (r.kind == SD_SMP_REQ_SBI)
+		sd_event_sbi_run_begin(c, r.flow, req->model_sent_ps);
 	else
 		sd_event_ipi_run_begin(c, r.flow, req->model_sent_ps);
 	c->running_req = req;
@@ -95,7 +109,7 @@ void sd_smp_call_ack_early(struct sd_cpu *c)
 	if (!req)
 		return;
 	/* Not an async request: its sender waits for this ack. */
-	const struct ipi_running r = { .flow = req->flow, .from = req->from, .rar = req->rar };
+	const struct ipi_running r = { .flow = req->flow, .from = req->from, .kind = req->kind };
 
 	c->running_req = NULL;
 	ipi_ack(c, req, &r);
@@ -134,7 +148,9 @@ static uint64_t req_arrival(const struct sd_cpu *t, const struct sd_smp_call_req
 
 	if (!req->model_sent_ps)
 		return 0;
-	return req->model_sent_ps + p[req->rar ? SD_MP_RAR_DELIVERY : SD_MP_IPI_DELIVERY];
+	return req->model_sent_ps + p[req->kind == SD_SMP_REQ_RAR ? SD_MP_RAR_DELIVERY
+				      : req->kind == SD_SMP_REQ_SBI ? SD_MP_SBI_DELIVERY
+				      : SD_MP_IPI_DELIVERY];
 }
 
 static void ipi_run_arrived(struct sd_cpu *c)
@@ -334,9 +350,10 @@ static void ipi_deliver(struct sd_cpu *c)
 		sd_seq_irq_missed = 1;
 	} else if (c->irq_depth) {
 		c->ipi_pending = 1;
-		/* RAR ignores IF: the next instruction boundary takes it. */
-		if (c->m->rar_requests)
-			c->rar_pending = 1;
+		/* RAR and the M-mode trap ignore the S-level interrupt
+		 * flag: the next instruction boundary takes them. */
+		if (c->m->boundary_requests)
+			c->boundary_pending = 1;
 		sd_event(c, SD_EV_IPI_DEFERRED, 0, 0);
 	} else if (c->model.seq) {
 		ipi_seq_handler(c);
@@ -390,12 +407,12 @@ void sd_irq_run_pending(struct sd_cpu *c)
  * machine to itself (sync.c), so no request reaches it meanwhile but one
  * posted before it turned them off, which runs when it turns them on.
  */
-void sd_smp_rar_run(struct sd_cpu *c)
+void sd_smp_boundary_run(struct sd_cpu *c)
 {
 	struct cds_lfs_node *node;
 
-	c->rar_pending = 0;
-	/* Pairs with the handler's rar_pending store: one after this point
+	c->boundary_pending = 0;
+	/* Pairs with the handler's boundary_pending store: one after this point
 	 * finds its request in the queue taken below, or sets the flag again. */
 	atomic_signal_fence(memory_order_seq_cst);
 	if (!c->irq_depth || c->model.seq)
@@ -405,8 +422,9 @@ void sd_smp_rar_run(struct sd_cpu *c)
 		struct sd_smp_call_req *req = ipi_req_of(node);
 		struct cds_lfs_node *next = node->next;
 
-		if (req->rar) {
-			sd_event(c, SD_EV_RAR_IRQS_OFF, 0, 0);
+		if (req->kind != SD_SMP_REQ_IPI) {
+			sd_event(c, req->kind == SD_SMP_REQ_RAR ? SD_EV_RAR_IRQS_OFF
+								: SD_EV_SBI_IRQS_OFF, 0, 0);
 			ipi_run_one(c, req);
 		} else {
 			cds_lfs_node_init(&req->node);
@@ -525,13 +543,19 @@ static bool post(struct sd_cpu *from, struct sd_cpu *t, struct sd_smp_call_req *
 
 bool sd_smp_call_post(struct sd_cpu *from, struct sd_cpu *t, struct sd_smp_call_req *req)
 {
-	req->rar = false;
+	req->kind = SD_SMP_REQ_IPI;
 	return post(from, t, req);
 }
 
 bool sd_smp_rar_post(struct sd_cpu *from, struct sd_cpu *t, struct sd_smp_call_req *req)
 {
-	req->rar = true;
+	req->kind = SD_SMP_REQ_RAR;
+	return post(from, t, req);
+}
+
+bool sd_smp_sbi_post(struct sd_cpu *from, struct sd_cpu *t, struct sd_smp_call_req *req)
+{
+	req->kind = SD_SMP_REQ_SBI;
 	return post(from, t, req);
 }
 
@@ -566,8 +590,10 @@ static bool post(struct sd_cpu *from, struct sd_cpu *t, struct sd_smp_call_req *
 	 * lazy CPUs): there is no sending CPU to count it on. */
 	req->model_sent_ps = 0;
 	req->model_acked_ps = 0;
-	req->flow = !from ? 0 : req->rar ? sd_event_rar_sent(from, t, &req->model_sent_ps)
-					 : sd_event_ipi_sent(from, t, &req->model_sent_ps);
+	req->flow = !from ? 0
+		    : req->kind == SD_SMP_REQ_RAR ? sd_event_rar_sent(from, t, &req->model_sent_ps)
+		    : req->kind == SD_SMP_REQ_SBI ? sd_event_sbi_sent(from, t, &req->model_sent_ps)
+		    : sd_event_ipi_sent(from, t, &req->model_sent_ps);
 	req->from = from;
 	/* The push's barrier is inside liburcu, where TSan cannot see it. */
 	sd_tsan_release(req);

@@ -30,6 +30,21 @@ enum {
 	SD_SMP_CALL_GONE,        /* released unrun: the target's thread died */
 };
 
+/*
+ * Who services a request. An IPI runs in the target's interrupt handler,
+ * when its interrupts are on. The other two run below the kernel, at the
+ * target's next instruction boundary whatever its interrupt flag says
+ * (sd_smp_boundary()), with no interrupt entry or exit: an Intel RAR
+ * signal, serviced by the microcode (arch/rar.c), and a RISC-V SBI remote
+ * fence, serviced by the M-mode firmware that the machine-level software
+ * interrupt traps into (arch/sbi.c); each is charged at its own costs.
+ */
+enum sd_smp_req_kind {
+	SD_SMP_REQ_IPI,
+	SD_SMP_REQ_RAR,
+	SD_SMP_REQ_SBI,
+};
+
 struct sd_smp_call_req {
 	struct cds_lfs_node node;
 	sd_smp_call_fn fn;
@@ -43,11 +58,8 @@ struct sd_smp_call_req {
 	/* Nobody waits for it (a reschedule IPI, lib/sched): the target
 	 * tells the sender nothing, which may have gone offline since. */
 	bool async;
-	/* An Intel RAR signal (arch/rar.c): @fn is the microcode's service,
-	 * run even with interrupts off, at the CPU's next instruction
-	 * boundary (sd_smp_rar_boundary()), and charged as RAR, not as an
-	 * interrupt. Set by the post: sd_smp_rar_post() or not. */
-	bool rar;
+	/* enum sd_smp_req_kind, set by the post. */
+	uint8_t kind;
 };
 
 /*
@@ -59,9 +71,13 @@ struct sd_smp_call_req {
  */
 bool sd_smp_call_post(struct sd_cpu *from, struct sd_cpu *t, struct sd_smp_call_req *req);
 
-/* The same for an Intel RAR signal (@req->rar): what sd_smp_call_wait()
- * then waits for is the target's microcode, not its interrupt handler. */
+/* The same for an Intel RAR signal: what sd_smp_call_wait() then waits
+ * for is the target's microcode, not its interrupt handler. */
 bool sd_smp_rar_post(struct sd_cpu *from, struct sd_cpu *t, struct sd_smp_call_req *req);
+
+/* The same for a RISC-V SBI remote fence: the target's M-mode firmware
+ * runs @req's function (OpenSBI's sbi_tlb_process()). */
+bool sd_smp_sbi_post(struct sd_cpu *from, struct sd_cpu *t, struct sd_smp_call_req *req);
 
 /*
  * Wait until the target has run @req: spin, yield, then park on a futex
@@ -97,16 +113,16 @@ extern SD_ATOMIC(bool) sd_smp_call_test_no_recheck;
 
 /*
  * An instruction boundary of @c (sd_access(), sd_cpu_poll(), sd_cpu_work()):
- * the RAR requests that reached it with interrupts off run here, as the
- * microcode runs them between two instructions whatever IF says; the
- * interrupts stay deferred. Owner only; costs one owner-private load when
- * none is pending.
+ * the RAR and SBI requests that reached it with interrupts off run here, as
+ * the microcode (or the M-mode trap) runs them between two instructions
+ * whatever the interrupt flag says; the interrupts stay deferred. Owner
+ * only; costs one owner-private load when none is pending.
  */
-void sd_smp_rar_run(struct sd_cpu *c);
-static inline void sd_smp_rar_boundary(struct sd_cpu *c)
+void sd_smp_boundary_run(struct sd_cpu *c);
+static inline void sd_smp_boundary(struct sd_cpu *c)
 {
-	if (__builtin_expect(c->rar_pending, 0))
-		sd_smp_rar_run(c);
+	if (__builtin_expect(c->boundary_pending, 0))
+		sd_smp_boundary_run(c);
 }
 
 /*

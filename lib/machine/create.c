@@ -251,6 +251,8 @@ static int check_mechanisms(struct sd_machine *m)
 	unsigned missing;
 	char need[64], have[64];
 
+	m->mechanisms_needed = m->ops->mechanisms;
+	m->mechanisms_primary = m->ops->primary_mechanism;
 	if (!m->model.on)
 		return 0;
 	missing = m->ops->mechanisms & ~m->model.mechanisms;

@@ -25,6 +25,8 @@ const char *sd_mechanism_name(unsigned mechanism)
 		return "invlpgb";
 	case SD_MECH_RAR:
 		return "rar";
+	case SD_MECH_SBI:
+		return "sbi";
 	}
 	sd_fail(-EINVAL, "sd_mechanism_name: 0x%x is not one enum sd_mechanism bit", mechanism);
 	return NULL;
@@ -41,6 +43,8 @@ static enum sd_stat use_counter(unsigned mechanism)
 		return SD_STAT_INVLPGB;
 	case SD_MECH_RAR:
 		return SD_STAT_RAR_SENT;
+	case SD_MECH_SBI:
+		return SD_STAT_SBI_ECALL;
 	default:
 		return SD_STAT_IPI_SENT;
 	}
@@ -85,8 +89,8 @@ int sd_machine_mechanisms(const struct sd_machine *m, struct sd_mechanism_info *
 		return sd_fail(-EINVAL, "sd_machine_mechanisms: size %zu is not sizeof(struct "
 			       "sd_mechanism_info) (%zu): start from SD_MECHANISM_INFO_INIT",
 			       info->size, sizeof(*info));
-	info->needed = m->ops->mechanisms;
-	info->primary = m->ops->primary_mechanism;
+	info->needed = m->mechanisms_needed;
+	info->primary = m->mechanisms_primary;
 	info->in_profile = m->model.on ? m->model.mechanisms : SD_MECH_ALL;
 	info->missing = m->mechanisms_missing;
 	info->used = used_mechanisms(m);

@@ -387,7 +387,7 @@ static __attribute__((noinline)) int access_slow(struct sd_cpu *c, uint64_t va,
 	/* An instruction boundary: RAR requests that came with interrupts
 	 * off are serviced here (every TLB miss, every SD_ACCESSES_PER_QS
 	 * accesses), before the access. */
-	sd_smp_rar_boundary(c);
+	sd_smp_boundary(c);
 	if ((unsigned)kind > SD_WRITE)
 		return sd_fail(-EINVAL, "sd_access: unknown access kind %u", (unsigned)kind);
 	struct sd_mm *mm = atomic_load_explicit(&c->mm, memory_order_relaxed);

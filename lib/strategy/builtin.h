@@ -15,6 +15,7 @@ extern const struct sd_strategy_ops sd_local_ops;
 extern const struct sd_strategy_ops sd_ipi_ops;
 extern const struct sd_strategy_ops sd_gbcast_ops;
 extern const struct sd_strategy_ops sd_rar_ops;
+extern const struct sd_strategy_ops sd_riscv_ops;
 extern const struct sd_strategy_ops sd_none_ops;
 
 /* The template of every user strategy's ops (user.c): the registry copies

@@ -169,7 +169,7 @@ static int rar_machine_init(struct sd_machine *m, const struct sd_opt *opts, uns
 		return err;
 	}
 	/* Before any CPU attaches: deferred RAR requests need the flag. */
-	m->rar_requests = true;
+	m->boundary_requests = true;
 	*priv = &r->ipi;
 	return 0;
 }

@@ -25,6 +25,7 @@ static const struct sd_strategy_ops *const builtin[] = {
 	&sd_ipi_ops,
 	&sd_gbcast_ops,
 	&sd_rar_ops,
+	&sd_riscv_ops,
 	&sd_none_ops,
 };
 

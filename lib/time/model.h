@@ -90,6 +90,7 @@ enum {
 	SD_MODEL_FEATURE_RANGE_TLBI = 1u << 0,
 	SD_MODEL_FEATURE_KPTI = 1u << 1,
 	SD_MODEL_FEATURE_REPEAT_TLBI = 1u << 2,
+	SD_MODEL_FEATURE_SVINVAL = 1u << 3,
 };
 
 struct sd_model {

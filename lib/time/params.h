@@ -81,6 +81,10 @@
 	X(RAR_SEND,          "rar_send",          "Intel RAR: the initiator's part of signalling one target (its action-vector byte written and its bit in the RAR IPI), charged per target and payload (optional, 0 when left out)") \
 	X(RAR_DELIVERY,      "rar_delivery",      "Intel RAR: from the RAR signal until the target's microcode starts on it, interrupts off or not (optional, 0 when left out)") \
 	X(RAR_SERVICE,       "rar_service",       "Intel RAR: the target's microcode on one action entry (read the payload, write SUCCESS), apart from the invalidation itself, charged as the local flush it is (optional, 0 when left out)") \
+	X(SBI_ECALL,         "sbi_ecall",         "RISC-V SBI: one call into the M-mode firmware from S-mode and back (ecall, the firmware's trap entry, extension dispatch, mret), apart from the per-target work (optional, 0 when left out)") \
+	X(SBI_SEND_TARGET,   "sbi_send_target",   "RISC-V SBI remote fence: the firmware's work per other target hart in the caller's call (the request queued in the target's TLB FIFO, its MSIP written) (optional, 0 when left out)") \
+	X(SBI_DELIVERY,      "sbi_delivery",      "RISC-V SBI remote fence: from the MSIP write until the target hart traps into M-mode, S-mode interrupts off or not (optional, 0 when left out)") \
+	X(SBI_SERVICE,       "sbi_service",       "RISC-V SBI remote fence: the target's M-mode trap entry and exit and its FIFO's processing, apart from the sfence.vma itself, charged as the local flush it is (optional, 0 when left out)") \
 	X(VMA_MERGE,         "vma_merge",         "one VMA merged into its neighbour by mmap or mprotect (vma_merge(): the neighbour expanded, the other removed from the tree and freed), on top of the call's vma_change (optional, 0 when left out)")
 
 /* X(enum suffix, JSON key, what one charge is), each a table by distance
@@ -95,7 +99,8 @@
 	X(0, "ipi",            "interrupts between CPUs: x86 APIC IPIs, arm64 GIC SGIs (ipi_*, irq_*)") \
 	X(1, "tlbi_broadcast", "arm64 broadcast TLBI ...IS over DVM, completed by DSB (tlbi_*, dvm_*, dsb)") \
 	X(2, "invlpgb",        "AMD INVLPGB broadcasts, completed by TLBSYNC (invlpgb_*, tlbsync)") \
-	X(3, "rar",            "Intel RAR remote action requests, serviced by the targets' microcode (rar_*)")
+	X(3, "rar",            "Intel RAR remote action requests, serviced by the targets' microcode (rar_*)") \
+	X(4, "sbi",            "RISC-V SBI firmware (OpenSBI) remote fences, serviced by the targets' M-mode trap handlers (sbi_*)")
 
 /* X(bit, JSON key, what it is): the CPU "features" a profile states (each
  * {"present": true|false, "source": ...}); a profile with tlbi_broadcast
@@ -103,7 +108,8 @@
 #define SD_MODEL_FEATURE_LIST(X)                                                 \
 	X(0, "range_tlbi", "FEAT_TLBIRANGE (ARMv8.4): range TLBIs; without it __flush_tlb_range() issues a TLBI a page up to MAX_TLBI_OPS, then one for the ASID") \
 	X(1, "kpti",       "the kernel unmapped at EL0 (KPTI, arm64_kernel_unmapped_at_el0()): every user TLBI issued twice (__tlbi_user(), for the user ASID too) and the trampoline on each entry and exit (kpti_trampoline)") \
-	X(2, "repeat_tlbi", "ARM64_WORKAROUND_REPEAT_TLBI (Cortex-A76 erratum 1286807, Cortex-A55 2441007, Cortex-A510 2441009, Falkor 1009): every TLBI followed by DSB ISH and the same TLBI again (__TLBI_0()'s ALTERNATIVE); optional, absent means not present")
+	X(2, "repeat_tlbi", "ARM64_WORKAROUND_REPEAT_TLBI (Cortex-A76 erratum 1286807, Cortex-A55 2441007, Cortex-A510 2441009, Falkor 1009): every TLBI followed by DSB ISH and the same TLBI again (__TLBI_0()'s ALTERNATIVE); optional, absent means not present") \
+	X(3, "svinval",    "RISC-V Svinval: sinval.vma per page between one sfence.w.inval and one sfence.inval.ir, charged local_flush_range + local_flush_range_page a page (local_flush_tlb_range_threshold_asid() with has_svinval()); optional, absent means not present")
 
 /* The distance classes' JSON keys, in enum sd_model_distance order. */
 #define SD_MODEL_DIST_KEYS { "core", "llc", "package", "system" }

@@ -224,7 +224,8 @@ static bool param_optional(int i)
 	       i == SD_MP_SCHED_SWITCH || i == SD_MP_SCHED_WAKEUP || i == SD_MP_SCHED_MIGRATE ||
 	       i == SD_MP_TASK_FORK || i == SD_MP_SCHED_BALANCE_INTERVAL ||
 	       i == SD_MP_VMA_SPLIT || i == SD_MP_VMA_MERGE || i == SD_MP_RAR_SEND ||
-	       i == SD_MP_RAR_DELIVERY || i == SD_MP_RAR_SERVICE;
+	       i == SD_MP_RAR_DELIVERY || i == SD_MP_RAR_SERVICE || i == SD_MP_SBI_ECALL ||
+	       i == SD_MP_SBI_SEND_TARGET || i == SD_MP_SBI_DELIVERY || i == SD_MP_SBI_SERVICE;
 }
 
 /*
@@ -339,7 +340,7 @@ static int read_mechanisms(struct json_object *root, unsigned *mechanisms)
 
 		if (i < 0)
 			return sd_fail(-EINVAL, "profile: unknown mechanism '%s' (known: ipi, "
-				       "tlbi_broadcast, invlpgb)", key);
+				       "tlbi_broadcast, invlpgb, rar, sbi)", key);
 		if (!json_object_is_type(val, json_type_string) ||
 		    !*json_object_get_string(val))
 			return sd_fail(-EINVAL, "profile: mechanism '%s' needs its source as a "
@@ -356,7 +357,8 @@ static const char *const feature_key[] = {
 };
 #define NR_FEATURES (sizeof(feature_key) / sizeof(feature_key[0]))
 _Static_assert(SD_MODEL_FEATURE_RANGE_TLBI == 1u << 0 && SD_MODEL_FEATURE_KPTI == 1u << 1 &&
-	       SD_MODEL_FEATURE_REPEAT_TLBI == 1u << 2 && NR_FEATURES == 3,
+	       SD_MODEL_FEATURE_REPEAT_TLBI == 1u << 2 && SD_MODEL_FEATURE_SVINVAL == 1u << 3 &&
+	       NR_FEATURES == 4,
 	       "SD_MODEL_FEATURE_LIST and the feature bits agree");
 /* The features a machine with TLBI broadcasts must state; repeat_tlbi, an
  * erratum's workaround few parts need, may be left out (not present). */
@@ -402,7 +404,7 @@ static int read_features(struct json_object *root, unsigned mechanisms, unsigned
 
 			if (i < 0)
 				return sd_fail(-EINVAL, "profile: unknown feature '%s' (known: "
-					       "range_tlbi, kpti, repeat_tlbi)", key);
+					       "range_tlbi, kpti, repeat_tlbi, svinval)", key);
 			if ((err = read_feature(key, val, 1u << i, features)))
 				return err;
 			stated |= 1u << i;

@@ -7,7 +7,7 @@
 // no stale translation, and that nothing hangs (a watchdog names the CPU
 // that stopped and the call it is in).
 //
-//   fuzz_api --strategy broadcast|local|ipi|gbcast|rar|user [--seed N]
+//   fuzz_api --strategy broadcast|local|ipi|gbcast|rar|riscv|user [--seed N]
 //            [--seconds S] [--first I] [--machines K] [--ops N] [--cpus N]
 //
 // --cpus 64 is the oversubscribed soak of the stress suite: 64 CPUs on a
@@ -142,6 +142,10 @@ const std::vector<const char *> &specs_of(const std::string &family)
 		"rar", "rar:pool=4,threshold=0,sample=1", "rar:threshold=0,sample=1,trim_ms=1",
 		"rar:threshold=0,sample=1,pti=1,payloads=8", "rar:threshold=0,sample=1,self=rar",
 		"rar:threshold=1,sample=1,cpumask=eager"};
+	static const std::vector<const char *> riscv = {
+		"riscv", "riscv:rfence=sbi", "riscv:rfence=sbi,sbi_flush_limit=64,threshold=8",
+		"riscv:rfence=ipi,threshold=0", "riscv:svinval=1,threshold=8",
+		"riscv:asid=0", "riscv:rfence=sbi,asid=0,svinval=1"};
 	static const std::vector<const char *> user = {"fuzz_user_ipi", "fuzz_user_bcast"};
 	// Broken on purpose: the fuzzer's self-test, which must fail.
 	static const std::vector<const char *> broken = {"none"};
@@ -156,6 +160,8 @@ const std::vector<const char *> &specs_of(const std::string &family)
 		return gbcast;
 	if (family == "rar")
 		return rar;
+	if (family == "riscv")
+		return riscv;
 	if (family == "user")
 		return user;
 	if (family == "none")
@@ -841,7 +847,7 @@ int main(int argc, char **argv)
 	if (cpus && scale < 1)
 		ops = std::max(50u, (unsigned)(ops * scale));
 	if (specs_of(family).empty()) {
-		std::fprintf(stderr, "fuzz_api: --strategy wants broadcast, local, ipi, gbcast, rar, user (or none)\n");
+		std::fprintf(stderr, "fuzz_api: --strategy wants broadcast, local, ipi, gbcast, rar, riscv, user (or none)\n");
 		return 2;
 	}
 	if (cpus == 1 || cpus > kMaxCpus) {

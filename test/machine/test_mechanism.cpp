@@ -270,7 +270,8 @@ TEST(Mechanism, NamesAndArguments)
 	EXPECT_STREQ("tlbi_broadcast", sd_mechanism_name(SD_MECH_TLBI_BROADCAST));
 	EXPECT_STREQ("invlpgb", sd_mechanism_name(SD_MECH_INVLPGB));
 	EXPECT_STREQ("rar", sd_mechanism_name(SD_MECH_RAR));
-	for (unsigned bad : {0u, 3u, 16u, ~0u}) {
+	EXPECT_STREQ("sbi", sd_mechanism_name(SD_MECH_SBI));
+	for (unsigned bad : {0u, 3u, 32u, ~0u}) {
 		EXPECT_EQ(nullptr, sd_mechanism_name(bad));
 		EXPECT_TRUE(contains(sd_last_error(), "sd_mechanism_name")) << sd_last_error();
 	}

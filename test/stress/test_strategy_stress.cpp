@@ -454,6 +454,20 @@ TEST_P(BroadcastStress, OracleChecked)
 		EXPECT_GT(st.counter[SD_STAT_RAR_PAYLOAD], 0u);
 		EXPECT_GT(st.counter[SD_STAT_RAR_DONE], 0u);
 	}
+	if (!std::strncmp(sc.strategy, "riscv", 5)) {
+		std::printf("[stress] %s: riscv: %llu SBI calls to %llu targets (%llu widened, "
+			    "%llu served with interrupts off), %llu IPIs\n", sc.name,
+			    (unsigned long long)st.counter[SD_STAT_SBI_ECALL],
+			    (unsigned long long)st.counter[SD_STAT_SBI_SENT],
+			    (unsigned long long)st.counter[SD_STAT_SBI_RANGE_WIDENED],
+			    (unsigned long long)st.counter[SD_STAT_SBI_IRQS_OFF],
+			    (unsigned long long)st.counter[SD_STAT_IPI_SENT]);
+		// The cases exist to exercise these paths.
+		if (std::strstr(sc.strategy, "rfence=sbi"))
+			EXPECT_GT(st.counter[SD_STAT_SBI_SENT], 0u);
+		else
+			EXPECT_GT(st.counter[SD_STAT_IPI_SENT], 0u);
+	}
 	if (!std::strncmp(sc.strategy, "gbcast:pool", 11)) {
 		// The tiny-pool cases exist to exercise these paths.
 		EXPECT_GT(st.counter[SD_STAT_GLOBAL_ASID_ALLOC], 0u);
@@ -544,6 +558,12 @@ const StressConfig kConfigs[] = {
 	// PTI's two payloads through a table of 2 slots.
 	{"rar_pool4_trim1_cpus8", 8, "rar:pool=4,threshold=0,sample=1,trim_ms=1", 0, 40, false, 0.5},
 	{"rar_pti_payloads2_cpus16", 16, "rar:threshold=0,sample=1,pti=1,payloads=2", 0, 40, false, 0.5},
+	// RISC-V: SBI fences with ASID rollovers (5 bits, 32 ASIDs for 8
+	// CPUs) and the firmware's widening; IPI fences with Svinval; and a
+	// hart without ASIDs, whose switches flush and clear its bit.
+	{"riscv_sbi_asid5_cpus8", 8, "riscv:rfence=sbi", 5, 40, false, 0.5},
+	{"riscv_ipi_svinval_cpus16", 16, "riscv:rfence=ipi,svinval=1,threshold=8", 0, 40, false, 0.5},
+	{"riscv_noasid_sbi_cpus8", 8, "riscv:rfence=sbi,asid=0", 0, 40, false, 0.5},
 	// The broken strategy: stops as soon as the oracle fires.
 	{"none_cpus4_expect_violations", 4, "none", 0, 0, true, 0.5},
 };

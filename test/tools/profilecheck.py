@@ -61,7 +61,7 @@ def check_profile(path, name, params, dparams, dists):
     if not isinstance(mech, dict):
         fail("%s: no mechanisms object" % path)
     for k, src in mech.items():
-        if k not in ("ipi", "tlbi_broadcast", "invlpgb", "rar"):
+        if k not in ("ipi", "tlbi_broadcast", "invlpgb", "rar", "sbi"):
             fail("%s: unknown mechanism %s" % (path, k))
         if not isinstance(src, str) or not src.strip():
             fail("%s: mechanism %s has no source" % (path, k))
