@@ -10,6 +10,7 @@
 //   tlb_flush2_threads/{rar,rar:threshold=0}/lru:percpu/cpus:{1,2,4,8}
 //   tlb_flush2_threads/{ipi,gbcast,rar}/lru:percpu/cpus:{16,32,36,64,112}  the curves
 //   tlb_flush2_threads/{ipi:order=serial,ipi:ack=early}/lru:percpu/cpus:{2,...,36}  EuroSys 2020
+//   tlb_flush2_threads/riscv:rfence={sbi,ipi}/lru:percpu/cpus:{2,4}  RISC-V's two remote fences
 //                                            threads of one mm: write a page,
 //                                            madvise(DONTNEED) it, read it. The series'
 //                                            four configurations back to back: vanilla
@@ -331,6 +332,14 @@ void register_tlb_flush2(Set set)
 	};
 	for (unsigned n : { 2u, 4u, 8u, 16u, 32u, 36u })
 		for (const Tf2Config &c : eurosys)
+			reg_tlb_flush2("tlb_flush2_threads", c, n, false);
+	// RISC-V's two remote fences (Samuel Holland's rule picks one from the
+	// board's IPI device): on a 4-hart board's profile, 2 and 4 CPUs.
+	static const Tf2Config riscv[] = {
+		{ "riscv:rfence=sbi", SD_LRU_PERCPU }, { "riscv:rfence=ipi", SD_LRU_PERCPU },
+	};
+	for (unsigned n : { 2u, 4u })
+		for (const Tf2Config &c : riscv)
 			reg_tlb_flush2("tlb_flush2_threads", c, n, false);
 	// Processes mode: the global LRU lock alone, the mm shared by nobody.
 	static const Tf2Config processes[] = { { "ipi", SD_LRU_GLOBAL }, { "ipi", SD_LRU_PERCPU } };

@@ -43,7 +43,8 @@
  * sfence.w.inval and one sfence.inval.ir. A flush that freed page tables
  * is flush_tlb_mm() (tlb_flush() in asm/tlb.h). A reclaim batch ORs each
  * mm's mask into its own (arch_tlbbatch_add_pending()) and flushes every
- * TLB of it whole, every ASID (arch_tlbbatch_flush(), FLUSH_TLB_NO_ASID).
+ * TLB of it whole, every ASID (arch_tlbbatch_flush(), FLUSH_TLB_NO_ASID);
+ * batch=0 flushes each page at its zap, as before Linux 6.8.
  *
  * The switcher's mask store and the flusher's PTE stores race as a store
  * buffer: each side stores, then fences, then loads the other's word
@@ -105,7 +106,8 @@ struct sd_riscv {
 	unsigned threshold;
 	int svinval;                   /* -1: the profile's feature */
 	bool use_asid;                 /* use_asid_allocator */
-	bool no_asid_bits;             /* asid=0: satp.ASID implements no bits */
+	int no_asid_bits;              /* asid=0: satp.ASID keeps no bit; -1: the profile's */
+	bool batch;                    /* batch=1 (6.8 on): reclaim's flushes deferred */
 	struct sd_arm64_asid asid;
 	struct sd_sbi sbi;
 	struct rv_cpu *percpu;
@@ -154,6 +156,13 @@ static int rv_option(struct sd_riscv *rv, const struct sd_opt *o)
 		if (strcmp(o->value, "0") && strcmp(o->value, "1"))
 			return sd_fail(-EINVAL, "option asid=%s for 'riscv': want 0 or 1", o->value);
 		rv->no_asid_bits = o->value[0] == '0';
+		return 0;
+	}
+	if (!strcmp(o->key, "batch")) {
+		if (strcmp(o->value, "0") && strcmp(o->value, "1"))
+			return sd_fail(-EINVAL, "option batch=%s for 'riscv': want 1 (Linux 6.8's "
+				       "batched reclaim) or 0 (a flush a page)", o->value);
+		rv->batch = o->value[0] == '1';
 		return 0;
 	}
 	if (!strcmp(o->key, "sbi_flush_limit")) {
@@ -215,6 +224,8 @@ static int rv_machine_init(struct sd_machine *m, const struct sd_opt *opts, unsi
 		return -ENOMEM;
 	rv->threshold = RV_THRESHOLD;
 	rv->svinval = -1;
+	rv->no_asid_bits = -1;
+	rv->batch = true;
 	rv->sbi.flush_limit_pages = SD_SBI_FLUSH_LIMIT_PAGES;
 	for (unsigned i = 0; !err && i < nr_opts; i++)
 		err = rv_option(rv, &opts[i]);
@@ -227,7 +238,10 @@ static int rv_machine_init(struct sd_machine *m, const struct sd_opt *opts, unsi
 	if (rv->svinval < 0)
 		rv->svinval = m->model.on && (m->model.features & SD_MODEL_FEATURE_SVINVAL);
 	/* asids_init(): the allocator only with more than twice the CPUs
-	 * (asid=0: a hart whose satp.ASID field keeps no bit). */
+	 * (none at all on a hart whose satp.ASID keeps no bit: the profile's
+	 * no_asid, or asid=0). */
+	if (rv->no_asid_bits < 0)
+		rv->no_asid_bits = m->model.on && (m->model.features & SD_MODEL_FEATURE_NO_ASID);
 	rv->use_asid = !rv->no_asid_bits && (1ull << m->cfg.asid_bits) > 2ull * m->nr_cpus;
 	rv->percpu = aligned_alloc(SD_CACHELINE, m->nr_cpus * sizeof(*rv->percpu));
 	if (rv->percpu)
@@ -532,11 +546,23 @@ static void rv_flush_page_local(struct sd_cpu *cpu, struct sd_mm *mm, uint64_t v
 	rv_flush_local(cpu, &f);
 }
 
-/* arch_tlbbatch_add_pending(): the mm's mask into the batch's. */
+/*
+ * arch_tlbbatch_add_pending(): the mm's mask into the batch's (Alexandre
+ * Ghiti, "riscv: Add support for BATCHED_UNMAP_TLB_FLUSH", Linux 6.8).
+ * batch=0 is the kernel before it: ptep_clear_flush()'s flush_tlb_page()
+ * at each zap, timed as a flush of its own.
+ */
 static void rv_batch_add(struct sd_cpu *cpu, struct sd_cpumask *cpus, struct sd_mm *mm,
 			 uint64_t vpn)
 {
-	(void)vpn;
+	if (!rv_of(cpu->m)->batch) {
+		uint64_t at = vpn == SD_BATCH_NO_VPN ? 0 : vpn, nr = vpn == SD_BATCH_NO_VPN ? 0 : 1;
+		sd_event(cpu, SD_EV_FLUSH_BEGIN, at, sd_flush_aux(SD_FLUSH_LOCAL_SHOOTDOWN, nr));
+		uint64_t t0 = sd_event_flush_start(cpu);
+		rv_flush(cpu, mm, at, nr);
+		sd_event(cpu, SD_EV_FLUSH_END, sd_event_flush_ns(cpu, t0), SD_FLUSH_LOCAL_SHOOTDOWN);
+		return;
+	}
 	rv_read_mask(cpu, rv_mm_of(mm), cpus);
 	sd_sb_drain();
 }

@@ -91,6 +91,7 @@ enum {
 	SD_MODEL_FEATURE_KPTI = 1u << 1,
 	SD_MODEL_FEATURE_REPEAT_TLBI = 1u << 2,
 	SD_MODEL_FEATURE_SVINVAL = 1u << 3,
+	SD_MODEL_FEATURE_NO_ASID = 1u << 4,
 };
 
 struct sd_model {

@@ -109,7 +109,8 @@
 	X(0, "range_tlbi", "FEAT_TLBIRANGE (ARMv8.4): range TLBIs; without it __flush_tlb_range() issues a TLBI a page up to MAX_TLBI_OPS, then one for the ASID") \
 	X(1, "kpti",       "the kernel unmapped at EL0 (KPTI, arm64_kernel_unmapped_at_el0()): every user TLBI issued twice (__tlbi_user(), for the user ASID too) and the trampoline on each entry and exit (kpti_trampoline)") \
 	X(2, "repeat_tlbi", "ARM64_WORKAROUND_REPEAT_TLBI (Cortex-A76 erratum 1286807, Cortex-A55 2441007, Cortex-A510 2441009, Falkor 1009): every TLBI followed by DSB ISH and the same TLBI again (__TLBI_0()'s ALTERNATIVE); optional, absent means not present") \
-	X(3, "svinval",    "RISC-V Svinval: sinval.vma per page between one sfence.w.inval and one sfence.inval.ir, charged local_flush_range + local_flush_range_page a page (local_flush_tlb_range_threshold_asid() with has_svinval()); optional, absent means not present")
+	X(3, "svinval",    "RISC-V Svinval: sinval.vma per page between one sfence.w.inval and one sfence.inval.ir, charged local_flush_range + local_flush_range_page a page (local_flush_tlb_range_threshold_asid() with has_svinval()); optional, absent means not present") \
+	X(4, "no_asid",    "RISC-V: satp.ASID keeps no bit (ASIDLEN 0, \"ASID allocator disabled (0 bits)\" at boot): the kernel runs without ASIDs, flushing the whole local TLB at every switch_mm() (set_mm_noasid()); optional, absent means not present")
 
 /* The distance classes' JSON keys, in enum sd_model_distance order. */
 #define SD_MODEL_DIST_KEYS { "core", "llc", "package", "system" }

@@ -358,7 +358,7 @@ static const char *const feature_key[] = {
 #define NR_FEATURES (sizeof(feature_key) / sizeof(feature_key[0]))
 _Static_assert(SD_MODEL_FEATURE_RANGE_TLBI == 1u << 0 && SD_MODEL_FEATURE_KPTI == 1u << 1 &&
 	       SD_MODEL_FEATURE_REPEAT_TLBI == 1u << 2 && SD_MODEL_FEATURE_SVINVAL == 1u << 3 &&
-	       NR_FEATURES == 4,
+	       SD_MODEL_FEATURE_NO_ASID == 1u << 4 && NR_FEATURES == 5,
 	       "SD_MODEL_FEATURE_LIST and the feature bits agree");
 /* The features a machine with TLBI broadcasts must state; repeat_tlbi, an
  * erratum's workaround few parts need, may be left out (not present). */
@@ -404,7 +404,7 @@ static int read_features(struct json_object *root, unsigned mechanisms, unsigned
 
 			if (i < 0)
 				return sd_fail(-EINVAL, "profile: unknown feature '%s' (known: "
-					       "range_tlbi, kpti, repeat_tlbi, svinval)", key);
+					       "range_tlbi, kpti, repeat_tlbi, svinval, no_asid)", key);
 			if ((err = read_feature(key, val, 1u << i, features)))
 				return err;
 			stated |= 1u << i;

@@ -303,7 +303,8 @@ TEST(Riscv, AutoFollowsTheIpiDeviceAndAMissingMechanismIsRefused)
 TEST(Riscv, BadOptionsAreRefused)
 {
 	for (const char *s : {"riscv:rfence=mmode", "riscv:svinval=2", "riscv:asid=yes",
-			      "riscv:sbi_flush_limit=0", "riscv:threshold=-1", "riscv:select=ipi"}) {
+			      "riscv:sbi_flush_limit=0", "riscv:threshold=-1", "riscv:select=ipi",
+			      "riscv:batch=2"}) {
 		sd_machine_config c = sdtest::config(1, s);
 		sd_machine *m = nullptr;
 		EXPECT_NE(0, sd_machine_create(&c, &m)) << s;
@@ -345,6 +346,60 @@ TEST(Riscv, TheBatchFlushesEveryTlbOfTheUnionWhole)
 	});
 	EXPECT_EQ(0u, sd_oracle_violations(mc.m));
 	EXPECT_EQ(0, sd_tlbbatch_destroy(batch));
+	EXPECT_EQ(0, sd_mm_destroy(m1));
+	EXPECT_EQ(0, sd_mm_destroy(m2));
+}
+
+TEST(Riscv, BeforeTheBatchEachZappedPageWasFencedAtOnce)
+{
+	Machine mc(sdtest::config(2, "riscv:rfence=sbi,batch=0"));
+	Attached a(mc.m, 0);
+	Cpus cpus(mc.m, 2);
+	sd_mm *mm = nullptr;
+	sd_tlbbatch *batch = nullptr;
+
+	ASSERT_EQ(0, sd_mm_create(mc.m, &mm));
+	EXPECT_EQ(0, sd_mmap(a.c, mm, kBase, 4 * P, RW));
+	touch(a.c, mm, 4);
+	cpus.run(1, [&](sd_cpu *c) { touch(c, mm, 4); });
+	ASSERT_EQ(0, sd_tlbbatch_create(mc.m, &batch));
+	uint64_t e = total(mc.m, SD_STAT_SBI_ECALL);
+	EXPECT_EQ(0, sd_reclaim(a.c, batch, mm, kBase, 4 * P)) << sd_last_error();
+	EXPECT_EQ(4u, total(mc.m, SD_STAT_SBI_ECALL) - e) << "flush_tlb_page() a page, at its zap";
+	EXPECT_EQ(0, sd_tlbbatch_flush(a.c, batch));
+	EXPECT_EQ(4u, total(mc.m, SD_STAT_SBI_ECALL) - e) << "nothing left for the batch";
+	cpus.run(1, [&](sd_cpu *c) {
+		EXPECT_EQ(0, sd_access(c, kBase, SD_READ, nullptr));
+		EXPECT_EQ(0, sd_switch_mm(c, nullptr));
+	});
+	EXPECT_EQ(0u, sd_oracle_violations(mc.m));
+	EXPECT_EQ(0, sd_switch_mm(a.c, nullptr));
+	EXPECT_EQ(0, sd_tlbbatch_destroy(batch));
+	EXPECT_EQ(0, sd_mm_destroy(mm));
+}
+
+TEST(Riscv, ABoardWithoutAsidsRunsWithoutTheAllocator)
+{
+	// starfive-jh7110-4 says no_asid: every switch flushes the whole TLB
+	// and no ASID is ever allocated.
+	sd_machine_config c = sdtest::config(2, "riscv");
+	c.profile = "starfive-jh7110-4";
+	Machine mc(c);
+	ASSERT_NE(nullptr, mc.m) << sd_last_error();
+	Attached a(mc.m, 0);
+	sd_mm *m1 = nullptr, *m2 = nullptr;
+	ASSERT_EQ(0, sd_mm_create(mc.m, &m1));
+	ASSERT_EQ(0, sd_mm_create(mc.m, &m2));
+	uint64_t all = total(mc.m, SD_STAT_LOCAL_FLUSH_ALL);
+	EXPECT_EQ(0, sd_switch_mm(a.c, m1));
+	EXPECT_EQ(0, sd_switch_mm(a.c, m2));
+	EXPECT_EQ(0, sd_switch_mm(a.c, m1));
+	EXPECT_EQ(3u, total(mc.m, SD_STAT_LOCAL_FLUSH_ALL) - all);
+	EXPECT_EQ(0u, total(mc.m, SD_STAT_ASID_ALLOC));
+	sd_mechanism_info info = SD_MECHANISM_INFO_INIT;
+	ASSERT_EQ(0, sd_machine_mechanisms(mc.m, &info));
+	EXPECT_EQ((unsigned)SD_MECH_SBI, info.needed) << "the board's IPIs go through SBI";
+	EXPECT_EQ(0, sd_switch_mm(a.c, nullptr));
 	EXPECT_EQ(0, sd_mm_destroy(m1));
 	EXPECT_EQ(0, sd_mm_destroy(m2));
 }

@@ -67,7 +67,7 @@ def check_profile(path, name, params, dparams, dists):
             fail("%s: mechanism %s has no source" % (path, k))
     feats = p.get("features", {})
     for k, f in feats.items():
-        if k not in ("range_tlbi", "kpti", "repeat_tlbi") or not isinstance(f, dict) or \
+        if k not in ("range_tlbi", "kpti", "repeat_tlbi", "svinval", "no_asid") or not isinstance(f, dict) or \
                 not isinstance(f.get("present"), bool) or not str(f.get("source", "")).strip():
             fail("%s: feature %s wants present (true/false) and a source" % (path, k))
     if "tlbi_broadcast" in mech and not {"range_tlbi", "kpti"} <= set(feats):
