@@ -138,7 +138,8 @@ TEST(IpiEuroSys, AnEarlyAckLetsTheInitiatorGoOnWhileTheTargetIsStillInItsHandler
 	sd_order_set_hook(ack_hook);
 	ack_armed = true;
 	EXPECT_EQ(0, sd_mprotect(a.c, mm, kBase, P, SD_PROT_READ));
-	EXPECT_TRUE(b_acked.load()) << "A's flush returned before B acked";
+	// The hook notes B's ack just after it: wait for the note, not the ack.
+	EXPECT_TRUE(wait_for([] { return b_acked.load(); })) << "B never acked";
 	// A is back while B still holds its stale entry, inside its handler.
 	uint64_t b_flushes = local_flushes(mc.m, kB);
 	release_b = true;
@@ -196,7 +197,9 @@ uint64_t early_ack_violations(unsigned broken)
 	sd_order_set_hook(copy_hook);
 	ack_armed = true;
 	EXPECT_EQ(0, sd_mprotect(a.c, m, kBase, P, SD_PROT_READ));
-	EXPECT_TRUE(b_acked.load());
+	// B's order point (where the hook notes the ack) comes after the ack
+	// that let our flush return: wait for it rather than race it.
+	EXPECT_TRUE(wait_for([] { return b_acked.load(); }));
 	copy_armed = true;
 	EXPECT_EQ(0, sd_mprotect(a.c, n, kBase, P, SD_PROT_READ));
 	EXPECT_TRUE(wait_for([] { return release_b.load(); }));
