@@ -11,7 +11,7 @@
 // invlpgb_recv; an IPI reaches mm_cpumask only, so under ipi they pay
 // nothing.
 //
-//   bystander/{broadcast,local,ipi,gbcast}/flushers:F/bystanders:B
+//   bystander/{broadcast,local,ipi,gbcast,rar}/flushers:F/bystanders:B
 //
 // Counters (modelled time only: without --sd_profile nothing is charged
 // and the family reports just the flushers' real time):
@@ -107,11 +107,13 @@ void BM_bystander(State &st, const char *strategy, unsigned flushers, unsigned b
 void register_bystander(Set set)
 {
 	static const char *const strategies[] = {
-		"broadcast", "local", "ipi", "gbcast", "broadcast:select=active_cpu",
+		"broadcast", "local", "ipi", "gbcast", "rar", "broadcast:select=active_cpu",
 		"broadcast:select=tlb_mode,ipi_max=4", "broadcast:select=ipi" };
 
 	// Not in the comparison run's matrix nor the patches': no patch
-	// measured bystanders, so there is nothing to compare it with.
+	// measured bystanders, so there is nothing to compare it with (the
+	// main job's mechanisms section runs it, scripts/shootdown_report/
+	// mechanisms.py).
 	if (set != Set::all)
 		return;
 	// 4 flushers: above gbcast's threshold of 3 CPUs (a global ASID, so

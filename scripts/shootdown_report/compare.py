@@ -8,7 +8,8 @@ import subprocess
 import sys
 import time
 
-from . import DEFAULT_BENCH, ROOT, load_values, modelled, names, patches, runner
+from . import DEFAULT_BENCH, ROOT, load_values, mechanisms, modelled, names, patches, \
+    reference, runner
 from .fmt import NOISY_SPREAD, fmt_rate, fmt_time, fmt_x, noisy, table
 from .results import UNIT_NS, load, med
 
@@ -566,11 +567,14 @@ def parse_args(argv, doc):
     ap.add_argument("--no-plot", action="store_true")
     ap.add_argument("--no-model", action="store_true",
                     help="skip the modelled section (each patch on its machine's profile)")
+    ap.add_argument("--no-mechanisms", action="store_true",
+                    help="skip the mechanisms section (each mechanism under debate against "
+                         "its baseline, modelled)")
     ap.add_argument("--any-mechanism", action="store_true",
                     help="with --profile: also run the strategies whose mechanism the profile "
                          "lacks, marked WHAT-IF")
     ap.add_argument("--modelled-only", action="store_true",
-                    help="the modelled section alone (about a minute; no load changes it)")
+                    help="the modelled and mechanisms sections alone (about three minutes; no load changes them)")
     ap.add_argument("--profile", default=None,
                     help="run the emulated workloads in modelled time on this profile (a name "
                          "or a file); implies --no-model")
@@ -652,7 +656,7 @@ def plan_lines(args, runs, load):
         out.append("BUSY MACHINE (%s): the measured section will be slow%s and disturbed "
                    "(times spread, limits withheld, its PNGs stamped). The modelled section "
                    "does not depend on load: `scripts/compare --modelled-only` runs it alone "
-                   "(about a minute)." % (load["why"], slow))
+                   "(about three minutes)." % (load["why"], slow))
     return out
 
 
@@ -661,6 +665,17 @@ def plot(args, extra):
     matplotlib, which it says itself)."""
     cmd = [sys.executable, os.path.join(ROOT, "scripts", "plot")] + extra
     return subprocess.run(cmd).returncode in (0, 3)
+
+
+def mechanisms_section(args, out_dir, model_res):
+    """Each mechanism against its baseline on a machine that has it:
+    printed and written (mechanisms.json) as soon as it is done."""
+    res, seconds = mechanisms.run_all(args.bench, out_dir)
+    ref = reference.load()
+    lines = mechanisms.report(res, model_res, ref, seconds)
+    mechanisms.write_json(os.path.join(out_dir, "mechanisms.json"), res, model_res, ref, seconds)
+    print("\n".join(lines), flush=True)
+    return lines
 
 
 def modelled_section(args, out_dir):
@@ -783,6 +798,9 @@ def main(argv=None, doc=__doc__):
         if not args.no_model:
             model_lines, model_res, drawn = modelled_section(args, out_dir)
             status = 0 if drawn else 1
+            if not (args.tiny or args.no_mechanisms):
+                write_text(out_dir, model_lines, [])
+                model_lines += [""] + mechanisms_section(args, out_dir, model_res)
             write_text(out_dir, model_lines, ["(measured section: running)"] if full_names
                        else [])
         if full_names:
@@ -806,6 +824,8 @@ def main(argv=None, doc=__doc__):
     text = write_text(out_dir, model_lines, measured_lines)
     print(text)
     written = ["compare.txt"] + (["modelled.json"] if model_lines else []) + \
+        (["mechanisms.json"] if os.path.exists(os.path.join(out_dir, "mechanisms.json"))
+         and not (args.tiny or args.no_mechanisms or args.no_model) else []) + \
         (["compare.json"] if m and m.paths else [])
     print("wrote %s in %s; took %.0f s in all" % (", ".join(written), out_dir,
                                                    time.time() - started))

@@ -83,11 +83,11 @@ class Run:
         return said[-1] if said else "exit %d" % self.returncode
 
 
-def run(cmd, pu=None, echo=False, check=False, out=None):
+def run(cmd, pu=None, echo=False, check=False, out=None, env=None):
     """Run @cmd (command(), without @out: a temporary file is added; with
     it, that file is read back) and return a Run. @echo prints the command
     on stderr first; @check exits the script, with the bench's words, if
-    it failed."""
+    it failed; @env: the bench's environment (None: ours)."""
     if echo:
         print("$ " + shown(cmd), file=sys.stderr, flush=True)
     with tempfile.TemporaryDirectory(prefix="sd-bench-") as tmp:
@@ -96,7 +96,7 @@ def run(cmd, pu=None, echo=False, check=False, out=None):
             path = os.path.join(tmp, "out.json")
             cmd = cmd + ["--benchmark_out=" + path, "--benchmark_out_format=json"]
         proc = subprocess.run(pinned(cmd, pu), stdout=subprocess.DEVNULL,
-                              stderr=subprocess.PIPE, text=True)
+                              stderr=subprocess.PIPE, text=True, env=env)
         try:
             with open(path) as f:
                 doc = json.load(f)

@@ -19,7 +19,7 @@ SCRIPTS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
 sys.path.insert(0, SCRIPTS)
 
 from shootdown_report import ab, compare, fmt, model_check, modelled, names, ratios, reference, results  # noqa: E402,E501
-from shootdown_report import components, decided, handshakes, patches, whatif  # noqa: E402
+from shootdown_report import components, decided, handshakes, mechanisms, patches, whatif  # noqa: E402,E501
 
 
 def bench(name, reps, time_unit="ns", **counters):
@@ -909,6 +909,42 @@ class Handshakes(unittest.TestCase):
         self.assertTrue(any(l.strip().startswith("poll/ipi") for l in lines))
         self.assertFalse(any("mprotect/broadcast" in l for l in lines))
         self.assertIn(handshakes.name("poll", "ipi", 8), doc["milan-36"])
+
+
+class Mechanisms(unittest.TestCase):
+    @staticmethod
+    def result(ns, **counters):
+        return {"real_ns": [ns], "cpu_ns": [ns], "iterations": [10], "errors": [],
+                "counters": dict({"model_ns": [ns]}, **{k: [v] for k, v in counters.items()})}
+
+    def test_every_row_reads_a_run_of_its_own_or_the_modelled_sections(self):
+        runs = {r["key"] for r in mechanisms.RUNS}
+        for row in mechanisms.ROWS:
+            self.assertTrue(row["run"] in runs or row["run"] in {r["key"] for r in modelled.RUNS},
+                            row["mechanism"])
+            # Both strategies of a row must be in its run's filter.
+            if row["run"] in runs:
+                filt = next(r["filter"] for r in mechanisms.RUNS if r["key"] == row["run"])
+                for s in (row["strategy"], row["baseline"]):
+                    self.assertRegex(row["name"] % (s, row["cpus"][-1]) + "/", filt)
+
+    def test_a_speedup_is_the_baseline_over_the_mechanism(self):
+        res = {"rar": {"tlb_flush2_threads/ipi/lru:percpu/cpus:8": self.result(10000.0),
+                       "tlb_flush2_threads/rar/lru:percpu/cpus:8": self.result(8000.0)}}
+        rows = mechanisms.rows(res, {}, reference.load())
+        rar8 = next(r for r in rows if r[0] == "Intel RAR" and r[1].endswith(", 8"))
+        self.assertEqual("1.25x", rar8[5])
+        # A row whose run is missing says so, not a number.
+        rar2 = next(r for r in rows if r[0] == "Intel RAR" and r[1].endswith(", 2"))
+        self.assertEqual("-", rar2[5])
+
+    def test_a_bystander_row_is_its_slowdown_and_stall(self):
+        res = {"bystander_x86": {"bystander/gbcast/flushers:4/bystanders:2":
+                                 self.result(1.0, bystander_slowdown=0.004,
+                                             bystander_stall_ns=79.0)}}
+        rows = {r[0]: r for r in mechanisms.bystander_rows(res)}
+        self.assertEqual(["gbcast", "milan-36", "0.4%", "79 ns"], rows["gbcast"])
+        self.assertEqual("-", rows["ipi"][2])
 
 
 if __name__ == "__main__":
