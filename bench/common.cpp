@@ -295,7 +295,9 @@ void ModelSpan::report(State &st, double ops, double host_s)
 
 Single::Single(unsigned cpus, sd_oracle_mode oracle, uint64_t pages, const char *strategy)
 {
-	sd_machine_config cfg = make_config(cpus, oracle, strategy);
+	// --sd_oracle=checked overrides @oracle, as for RunMachine.
+	sd_machine_config cfg = make_config(cpus, g_opt.oracle ? SD_ORACLE_CHECKED : oracle,
+					    strategy);
 
 	if ((err_ = sd_machine_create(&cfg, &m_))) {
 		what_ = "sd_machine_create";

@@ -255,6 +255,7 @@ private:
 
 // One machine, this thread attached as CPU 0 with one mm loaded and
 // @pages pages mapped at kRegion and touched. Undone at scope exit.
+// --sd_oracle=checked overrides @oracle, as for RunMachine.
 class Single {
 public:
 	Single(unsigned cpus, sd_oracle_mode oracle, uint64_t pages,

@@ -18,6 +18,11 @@
 //                                            through two pipes; ns a switch (native
 //                                            twin: context_switch/native/cpus:N, N
 //                                            pairs of processes, a PU each)
+//   context_switch1/{ipi,broadcast}/{threads,processes}/cpus:{1,2,8}
+//                                            will-it-scale's context_switch1: the
+//                                            same pairs, sharing an mm (threads)
+//                                            or not (processes); --sd_set=all only
+//   context_switch1/native/processes/cpus:{1,2,8} its native twin (processes mode)
 //
 //   component/lock_shared/ipi/cpus:{1,2}       CPU 0 and the others take one sd_lock
 //                                            and add to a counter under it, in a
@@ -217,12 +222,14 @@ void ping_task(sd_task *self, void *p)
 }
 
 // @cpus pairs, pair i held to CPU i (affinity), as the native twin puts
-// pair i on PU i: ns a switch as each CPU sees it.
-void BM_pipe_pingpong(State &st, unsigned cpus)
+// pair i on PU i: ns a switch as each CPU sees it. @threads: the two tasks
+// of a pair share an mm (will-it-scale's threads mode), else each has its
+// own (processes mode, and component/pipe_pingpong).
+void BM_pingpong(State &st, const char *strategy, unsigned cpus, bool threads)
 {
-	MachineSpec spec = spec_of("ipi");
+	MachineSpec spec = spec_of(strategy);
 	spec.tlb = kSwitchTlb;
-	RunMachine rm(cpus, SD_ORACLE_OFF, 2 * cpus, 1, spec);
+	RunMachine rm(cpus, SD_ORACLE_OFF, threads ? cpus : 2 * cpus, 1, spec);
 	PingArg a;
 	std::vector<PingPair> pairs(cpus);
 	std::vector<PingTask> tasks(2 * cpus);
@@ -258,7 +265,7 @@ void BM_pipe_pingpong(State &st, unsigned cpus)
 		}
 		for (unsigned i = 0; i < 2 * cpus; i++) {
 			sd_task_config tc = SD_TASK_CONFIG_INIT;
-			tc.mm = rm.mm(i);
+			tc.mm = rm.mm(threads ? i / 2 : i);
 			tc.cpu = i / 2;
 			tc.affinity = affinity[i / 2].c_str();
 			if (int e = sd_task_create(m, &tc, ping_task, &tasks[i], nullptr))
@@ -277,7 +284,10 @@ void BM_pipe_pingpong(State &st, unsigned cpus)
 	}
 	st.counters["task_switches_per_iteration"] =
 		ratio(d.counter[SD_STAT_TASK_SWITCH], (double)st.iterations() * cpus);
-	st.counters["oversubscribed"] = oversubscribed(rm.m());
+	// switch_mm()s: none between two threads of one process.
+	st.counters["mm_switches_per_iteration"] =
+		ratio(d.counter[SD_STAT_CTX_SWITCH], (double)st.iterations() * cpus);
+	report_machine(st, rm.m());
 }
 
 // ---- a lock or a line that every CPU hammers ----
@@ -361,7 +371,7 @@ void register_component(Set set)
 		    [t](State &st) { native::BM_membarrier(st, t); });
 	for (unsigned n : {1u, 2u}) {
 		reg("component/pipe_pingpong/ipi" + cpus_tail(n),
-		    [n](State &st) { BM_pipe_pingpong(st, n); });
+		    [n](State &st) { BM_pingpong(st, "ipi", n, false); });
 		reg("component/lock_shared/ipi" + cpus_tail(n),
 		    [n](State &st) { BM_shared(st, n, false); });
 		reg("component/lock_shared/native" + cpus_tail(n),
@@ -371,6 +381,22 @@ void register_component(Set set)
 		reg("component/line_shared/native" + cpus_tail(n),
 		    [n](State &st) { native::BM_line_shared(st, n); });
 	}
+	if (set != Set::all)
+		return;
+	// will-it-scale's context_switch1 (tests/context_switch1.c): each
+	// instance and the partner new_task() gives it pass a byte through
+	// two pipes, both on the instance's CPU (the partner inherits its
+	// affinity); threads mode shares the mm, processes mode does not. The
+	// native twin is processes mode's (context_switch/native's pairs).
+	for (const char *s : { "ipi", "broadcast" })
+		for (bool threads : { true, false })
+			for (unsigned n : { 1u, 2u, 8u })
+				reg("context_switch1/" + std::string(s) +
+					    (threads ? "/threads" : "/processes") + cpus_tail(n),
+				    [s, n, threads](State &st) { BM_pingpong(st, s, n, threads); });
+	for (unsigned n : { 1u, 2u, 8u })
+		reg("context_switch1/native/processes" + cpus_tail(n),
+		    [n](State &st) { native::BM_context_switch(st, n); });
 }
 
 } // namespace
