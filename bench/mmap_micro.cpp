@@ -22,13 +22,25 @@
 // untimed (the source leaks it instead; the next round's mmap then gets
 // another address, which the emulator's would not: same work timed).
 //
+//   mmap_micro/native/cores:C/pages:P/{munmap,madvise}
+//       the native twin: the source's shape with real threads pinned to PU
+//       i % PUs, a pthread barrier, real mmap and munmap (or madvise) timed
+//       with the steady clock; cores above the host's PUs oversubscribed.
+//
 // Counters (modelled time only): munmap_ns (or madvise_ns) per call, its
 // minimum over the run (the source prints both), and the flush's IPIs
 // (the barrier's reschedule IPIs counted apart) and broadcasts per call.
 #include "common.hpp"
 
+#include <pthread.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <chrono>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace sdbench {
@@ -193,6 +205,72 @@ void BM_mmap_micro(State &st, const char *strategy, unsigned cores, unsigned pag
 	report_machine(st, rm.m());
 }
 
+// The native twin, as main.cc runs: the allocator on PU 0, reference i on
+// PU i % PUs; the references wait on the barrier between rounds.
+void BM_mmap_micro_native(State &st, unsigned cores, unsigned pages, bool madv)
+{
+	const size_t page = (size_t)sysconf(_SC_PAGESIZE), len = page * pages;
+	pthread_barrier_t bar;
+	std::atomic<char *> data{nullptr};
+	std::atomic<bool> stop{false};
+	std::vector<std::thread> refs;
+	uint64_t total = 0, least = UINT64_MAX;
+	int err = 0;
+
+	pthread_barrier_init(&bar, nullptr, cores + 1);
+	for (unsigned i = 0; i < cores; i++)
+		refs.emplace_back([&, i] {
+			Pin pin((int)i);
+			for (;;) {
+				pthread_barrier_wait(&bar);
+				if (stop.load())
+					return;
+				volatile char *d = data.load();
+				for (unsigned j = 0; j < pages; j++)
+					d[(size_t)j * page] = 0;
+				pthread_barrier_wait(&bar);
+			}
+		});
+	{
+		Pin pin(0);
+		for (auto _ : st) {
+			char *d = (char *)mmap(nullptr, len, PROT_READ | PROT_WRITE,
+					       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+			if (d == MAP_FAILED) {
+				err = -errno;
+				break;
+			}
+			data.store(d);
+			pthread_barrier_wait(&bar);     // the references touch
+			pthread_barrier_wait(&bar);     // ... and are done
+			const auto t0 = std::chrono::steady_clock::now();
+			if (madv ? madvise(d, len, MADV_DONTNEED) : munmap(d, len))
+				err = -errno;
+			const uint64_t ns = (uint64_t)std::chrono::duration_cast<std::chrono::nanoseconds>(
+				std::chrono::steady_clock::now() - t0).count();
+			if (madv)
+				munmap(d, len);
+			total += ns;
+			least = std::min(least, ns);
+			if (err)
+				break;
+		}
+	}
+	stop.store(true);
+	pthread_barrier_wait(&bar);
+	for (auto &t : refs)
+		t.join();
+	pthread_barrier_destroy(&bar);
+	if (err) {
+		fail(st, "native mmap_micro", err);
+		return;
+	}
+	const char *what = madv ? "madvise_ns" : "munmap_ns";
+	st.counters[what] = ratio(total, st.iterations());
+	st.counters[std::string(what) + "_min"] = (double)least;
+	st.counters["oversubscribed"] = cores + 1 > std::thread::hardware_concurrency();
+}
+
 void register_mmap_micro(Set set)
 {
 	if (set != Set::all)
@@ -208,6 +286,14 @@ void register_mmap_micro(Set set)
 					    [s, cores, pages, madv](State &st) {
 						    BM_mmap_micro(st, s, cores, pages, madv);
 					    });
+	for (unsigned cores : { 1u, 2u, 8u })
+		for (unsigned pages : { 1u, 64u })
+			for (bool madv : { false, true })
+				reg("mmap_micro/native/cores:" + std::to_string(cores) + "/pages:" +
+					    std::to_string(pages) + (madv ? "/madvise" : "/munmap"),
+				    [cores, pages, madv](State &st) {
+					    BM_mmap_micro_native(st, cores, pages, madv);
+				    });
 }
 
 } // namespace
