@@ -352,6 +352,20 @@ static void holder_recompute(struct sd_seq *q, struct sd_cpu_model *self)
 
 /* ---- the holder's sync point, waits and wakes ---- */
 
+void sd_seq_joined(struct sd_cpu_model *c)
+{
+	struct sd_seq *q = seq_of(c);
+
+	/* Relaxed: a join seen a quantum late only delays the handover. */
+	if (__builtin_expect(atomic_load_explicit(&q->joined_ps, memory_order_relaxed) ==
+			     SD_SEQ_NEVER, 1) || !sd_seq_running(c))
+		return;
+	seq_lock(q);
+	atomic_store_explicit(&q->joined_ps, SD_SEQ_NEVER, memory_order_relaxed);
+	compute_until(q, c);
+	seq_unlock(q);
+}
+
 void sd_seq_sync(struct sd_cpu_model *c)
 {
 	struct sd_seq *q = seq_of(c);
@@ -675,8 +689,16 @@ void sd_seq_join(struct sd_cpu_model *c)
 		s->state = SD_SEQ_RUN;
 		s->clock_ps = c->clock_ps;
 	}
-	if (atomic_load_explicit(&q->holder, memory_order_relaxed) < 0)
+	if (atomic_load_explicit(&q->holder, memory_order_relaxed) < 0) {
 		grant_next(q);
+	} else if (s->clock_ps < atomic_load_explicit(&q->joined_ps, memory_order_relaxed)) {
+		/* The holder's horizon was computed without this CPU, and only
+		 * the holder computes it: it looks here at its sync points. A
+		 * holder that never waits (a loop of TLB hits) would otherwise
+		 * run on for ever while this CPU, taken away by the watchdog
+		 * while its thread was off its PU, waits to come back. */
+		atomic_store_explicit(&q->joined_ps, s->clock_ps, memory_order_relaxed);
+	}
 	seq_unlock(q);
 	park(q, c);
 	resume(q, c);
@@ -986,6 +1008,7 @@ int sd_seq_init(struct sd_seq *q, unsigned nr, bool on, int ipi_signal,
 	q->ipi_signal = ipi_signal;
 	q->irq_replay = irq_replay;
 	atomic_init(&q->holder, -1);
+	atomic_init(&q->joined_ps, SD_SEQ_NEVER);
 	atomic_init(&q->polling, false);
 	q->kick = -1;
 	if (!on)

@@ -95,6 +95,12 @@ struct sd_seq {
 	/* A CPU may be parked polling (SD_SEQ_POLL); written under the lock,
 	 * read without it by the holder, the only one that adds pollers. */
 	SD_ATOMIC(bool) polling;
+	/* The earliest clock of a CPU that came into the machine while
+	 * another held the token (sd_seq_join()), not yet in the holder's
+	 * horizon, which only the holder computes; SD_SEQ_NEVER: none.
+	 * Written under the lock, read without it at the holder's sync
+	 * points (sd_seq_sync()). */
+	SD_ATOMIC(uint64_t) joined_ps;
 	bool missed_release;           /* released from away while nobody polled */
 	unsigned expect;               /* CPUs of a sd_machine_run() not yet in */
 	unsigned ending;               /* CPUs back in for a run's end so far */
@@ -156,6 +162,11 @@ void sd_seq_leave(struct sd_cpu_model *c);
 /* A synchronisation point of the holder: run the IPIs that have arrived
  * by its clock, and give the token away once it is past the next CPU. */
 void sd_seq_sync(struct sd_cpu_model *c);
+
+/* At the holder's sync points (sync.c): if a CPU came into the machine
+ * since its horizon was computed (sd_seq_join()), compute it again with
+ * that CPU in it, so that it gets its turn. Holder only. */
+void sd_seq_joined(struct sd_cpu_model *c);
 
 /* The holder waits for an event that another CPU will make happen, whose
  * time it learns from sd_seq_wake(), or at @wake_ps at the latest

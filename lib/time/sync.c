@@ -431,6 +431,8 @@ static bool seq_sync(struct sd_cpu_model *c)
 		return false;
 	}
 	c->sync_deferred = false;
+	/* The quantum's sync point: a CPU back from away meanwhile. */
+	sd_seq_joined(c);
 	for (;;) {
 		arrival = sd_seq_arrival(c, NULL);
 		if (arrival <= c->clock_ps || *c->ipi_pending)

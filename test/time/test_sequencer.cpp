@@ -435,6 +435,52 @@ TEST(Strict, HolderBlockedOutsideTheLibraryIsReported)
 	EXPECT_EQ(0u, info.stalls) << "strict mode's stalls are seq_stalls, not lax mode's";
 }
 
+// A CPU that comes back into the machine while another holds it gets its
+// turn at the holder's next sync point, even when the holder never waits.
+// CPU 0 holds the machine first and blocks outside the library until the
+// watchdog has taken it and CPU 1 is well into a loop of TLB hits; CPU 0
+// then comes back. The holder's horizon was computed without CPU 0, and
+// only the holder computes it: before sd_seq_join() left the holder a
+// word to look at (joined_ps), CPU 0 waited for the whole loop, and a
+// longer loop (compare_guard's ipi_roundtrip, on a loaded host) made it
+// wait for ever.
+TEST(Strict, ACpuBackWhileAnotherHoldsGetsItsTurnBeforeTheHolderEnds)
+{
+	constexpr uint64_t kHits = 3000000;
+	Profile p("pack:1 core:2 pu:1", kCosts);
+	Machine mach(strict(2, "ipi", p));
+	ASSERT_NE(nullptr, mach.m) << sd_last_error();
+	sd_mm *mm = nullptr;
+	ASSERT_EQ(0, sd_mm_create(mach.m, &mm));
+	struct Arg {
+		sd_mm *mm;
+		std::atomic<uint64_t> hits{0}, seen{UINT64_MAX};
+	} a{mm};
+	Watchdog w("Strict join: a run stuck", 120);
+	ASSERT_EQ(0, sd_machine_run(mach.m, [](sd_cpu *c, void *v) {
+		auto *a = static_cast<Arg *>(v);
+		EXPECT_EQ(0, sd_cpu_work(c, 100));
+		if (sd_cpu_id(c) == 0) {
+			// Off the machine until CPU 1 runs its loop: the watchdog
+			// takes the machine from this blocked holder.
+			while (a->hits.load() < 1000)
+				std::this_thread::sleep_for(std::chrono::microseconds(100));
+			EXPECT_EQ(0, sd_cpu_work(c, 100));    // back in
+			a->seen.store(a->hits.load());
+			return;
+		}
+		EXPECT_EQ(0, sd_mmap(c, a->mm, kRegion, P, RW));
+		EXPECT_EQ(0, sd_switch_mm(c, a->mm));
+		for (uint64_t i = 0; i < kHits; i++) {
+			EXPECT_EQ(0, sd_access(c, kRegion, SD_READ, nullptr));
+			a->hits.store(i + 1, std::memory_order_relaxed);
+		}
+		EXPECT_EQ(0, sd_switch_mm(c, nullptr));
+	}, &a)) << sd_last_error();
+	EXPECT_LT(a.seen.load(), kHits) << "CPU 0 came back only after CPU 1's whole loop";
+	EXPECT_EQ(0, sd_mm_destroy(mm));
+}
+
 // An IPI's signal that lands while its CPU's thread holds the sequencer's
 // lock runs after the unlock, never inside it: the handler's own path
 // takes that lock (a non-recursive mutex). Forced here: CPU 1, idle and
