@@ -36,6 +36,18 @@ inline uint64_t seed()
 	return s;
 }
 
+// True in the ThreadSanitizer build. Its runs are for races: a test that
+// repeats one path to compare results, or checks single-threaded arithmetic
+// exhaustively, does less there (each says what), and the plain and ASan
+// builds keep the whole of it. TSan ran such tests 10 to 60 times slower,
+// a minute and a half of CI's budget.
+constexpr bool under_tsan =
+#if defined(__SANITIZE_THREAD__)
+	true;
+#else
+	false;
+#endif
+
 // SD_STRESS_SCALE: how much of its full budget a stress run takes (1 when
 // unset or not positive; CI's sanitizer builds set 0.5 and 0.35).
 // A strict run's determinism check under ThreadSanitizer: beside busy

@@ -148,14 +148,17 @@ TEST(Trap, HooksComeAndGoWhileEveryCpuTraps)
 				// all by then (0 hits seen in CI): keep churning, slowly
 				// (a short sleep gives them the PU and keeps the deferred
 				// frees few), until they saw a hook and a miss, or 10 s.
+				// Under TSan 20000 took 5 s a mode; 2000 still
+				// overlap hundreds of traps each.
+				const unsigned churns = sdtest::under_tsan ? 2000 : 20000;
 				auto trappers_saw_both = [a] {
 					return a->user_hits.load() > 0 && a->undef.load() > 0;
 				};
 				for (unsigned n = 0;
-				     (n < 20000 && std::chrono::steady_clock::now() < end) ||
+				     (n < churns && std::chrono::steady_clock::now() < end) ||
 				     (!trappers_saw_both() && std::chrono::steady_clock::now() < hard_end);
 				     n++) {
-					if (n >= 20000 || std::chrono::steady_clock::now() >= end)
+					if (n >= churns || std::chrono::steady_clock::now() >= end)
 						std::this_thread::sleep_for(std::chrono::microseconds(200));
 					unsigned i = n % 8;
 					if (live[i]) {
