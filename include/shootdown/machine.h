@@ -275,8 +275,9 @@ SD_EXPORT int sd_machine_create(const struct sd_machine_config *cfg,
  * before sd_machine_create(), unless the program installed another one
  * meanwhile: that one is left in place.
  *
- * Return: 0; -EINVAL for NULL; -EBUSY if a CPU is still attached or an
- * address space still exists (the machine is left intact); the
+ * Return: 0; -EINVAL for NULL; -EBUSY if a CPU is still attached, an
+ * address space still exists, or a file is not closed (file.h; the
+ * machine is left intact); the
  * sd_machine_trace_write() error of a tracing machine whose trace could
  * not be written at its path (the machine destroyed all the same). Any
  * thread that is not one of its CPUs.

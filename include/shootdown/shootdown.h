@@ -15,6 +15,7 @@
 #include "cpu.h"
 #include "mm.h"
 #include "tlbbatch.h"
+#include "file.h"
 #include "strategy.h"
 #include "trap.h"
 #include "stats.h"

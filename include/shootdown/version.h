@@ -19,7 +19,7 @@ SD_BEGIN_DECLS
 /** Major version: bumped when a change breaks source or binary compatibility. */
 #define SD_API_VERSION_MAJOR 0
 /** Minor version: bumped when functions or struct fields are added. */
-#define SD_API_VERSION_MINOR 5
+#define SD_API_VERSION_MINOR 6
 /** Patch version: fixes only. */
 #define SD_API_VERSION_PATCH 0
 /** The version the caller compiled against, as one comparable number. */

@@ -74,6 +74,9 @@ enum sd_order_point {
 				  * update of per-mm state not yet made */
 	SD_ORDER_IPI_ACKED_EARLY, /* IPI target (ipi:ack=early): its request
 				  * acknowledged, the flush not yet done */
+	SD_ORDER_FILE_ALLOCATED, /* a file's page fault: a frame taken for an
+				  * absent page, not yet inserted into the
+				  * page cache (another fault may insert first) */
 	SD_ORDER_NR_POINTS,
 };
 

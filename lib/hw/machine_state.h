@@ -84,6 +84,7 @@ struct sd_machine {
 
 	sd_cacheline_aligned SD_ATOMIC(unsigned) nr_attached;
 	SD_ATOMIC(unsigned) nr_mms;
+	SD_ATOMIC(uint64_t) nr_files;   /* files of mm/file.c, until their last put */
 	SD_ATOMIC(uint64_t) next_mm_id;
 	SD_ATOMIC(int) any_unpinned;
 	char pin_note[128];

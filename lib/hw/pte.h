@@ -26,12 +26,17 @@
  * frame of its own. A PRESENT PTE with frame 0 maps the shared zero page
  * (the kernel's ZERO_PAGE): what a read fault of an anonymous page maps
  * (do_anonymous_page()), always WRPROTECT, never freed, on no LRU.
+ * SHARED marks a page of a shared mapping.
  */
 #define SD_PTE_PRESENT (UINT64_C(1) << 0)
 #define SD_PTE_READ (UINT64_C(1) << 1)
 #define SD_PTE_WRITE (UINT64_C(1) << 2)
 #define SD_PTE_VMA (UINT64_C(1) << 3)
 #define SD_PTE_WRPROTECT (UINT64_C(1) << 4)
+/* A page of a shared mapping (MAP_SHARED, file.h): fork leaves it
+ * writable in both mms, on one frame (copy_present_pte() write-protects
+ * only a COW mapping's pages). */
+#define SD_PTE_SHARED (UINT64_C(1) << 5)
 #define SD_PTE_PROT_SHIFT 1
 #define SD_PTE_PROT_MASK (SD_PTE_READ | SD_PTE_WRITE)
 #define SD_PTE_PFN_SHIFT 8

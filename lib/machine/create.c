@@ -411,6 +411,14 @@ int sd_machine_destroy(struct sd_machine *m)
 		return sd_fail(-EBUSY, "%u CPU(s) still attached", atomic_load(&m->nr_attached));
 	if (atomic_load(&m->nr_mms))
 		return sd_fail(-EBUSY, "%u address space(s) still exist", atomic_load(&m->nr_mms));
+	/* A closed file an unmapped VMA still holds goes after the VMA's grace
+	 * period: wait for those first. Acquire: pairs with the last put's
+	 * release (mm/file.c), whose frames are back in the pool. */
+	if (atomic_load_explicit(&m->nr_files, memory_order_acquire))
+		urcu_qsbr_barrier();
+	if (atomic_load_explicit(&m->nr_files, memory_order_acquire))
+		return sd_fail(-EBUSY, "%llu file(s) not closed (sd_file_close())",
+			       (unsigned long long)atomic_load(&m->nr_files));
 	/* Tasks that never ran (lib/sched): their threads end unrun. */
 	if (m->sched_free)
 		m->sched_free(m);

@@ -10,6 +10,7 @@
 #include "../hw/event.h"
 #include "../hw/machine_state.h"
 #include "../hw/smp.h"
+#include "file.h"
 #include "flush_ops.h"
 #include "lru.h"
 #include "mm.h"
@@ -87,6 +88,88 @@ static unsigned fault_prot(const struct fault_lock *f)
 }
 
 /*
+ * What a first touch maps, decided under the fault's lock: a frame (0: the
+ * zero page) and the PTE's flags beyond the mapping's. @anon_pfn is the
+ * frame a write allocated before the locks; @used says whether the PTE
+ * took it. A file's page (file.h) is looked up, or read into its page
+ * cache, here: the kernel's __do_fault() runs under the VMA's lock too.
+ */
+struct first_touch {
+	uint64_t anon_pfn;
+	uint64_t pfn;
+	uint64_t flags;
+	bool file_page;         /* @pfn is a cached frame: the PTE shares it */
+	bool cache_added;       /* this fault read it into the cache */
+	bool copied;            /* @anon_pfn is a copy of a file's page */
+	bool used;
+};
+
+/*
+ * The page of a file mapping: do_shared_fault() maps the cached frame
+ * (writable if the mapping is: tmpfs asks for no write notification);
+ * do_read_fault() of a private mapping maps it write-protected;
+ * do_cow_fault() copies it into @anon_pfn. The cache holds its frame
+ * either way.
+ */
+static int file_touch(struct sd_cpu *c, struct sd_vma *vma, uint64_t vpn,
+		      enum sd_access_kind kind, struct first_touch *t)
+{
+	const uint64_t pgoff = vma->pgoff + (vpn - atomic_load_explicit(&vma->start,
+									 memory_order_relaxed));
+	uint64_t cached;
+
+	if (sd_file_page(c, vma->file, pgoff, &cached, &t->cache_added))
+		return sd_fail(-ENOMEM, "sd_access: out of frames");
+	if (vma->shared) {
+		t->pfn = cached;
+		t->flags = SD_PTE_SHARED;
+		t->file_page = true;
+	} else if (kind == SD_READ) {
+		t->pfn = cached;
+		t->flags = SD_PTE_WRPROTECT;
+		t->file_page = true;
+	} else {
+		t->pfn = t->anon_pfn;
+		t->flags = 0;
+		t->copied = true;
+	}
+	return 0;
+}
+
+/*
+ * A population (page_faults), charged the exception's entry and exit
+ * outside the locks, where the kernel pays them; a new page its
+ * allocation, zeroing (or copying) and charge, and it joins this CPU's LRU
+ * batch (folio_add_lru_vma(), which the kernel does under the split lock:
+ * here after it, which only shortens a hold that the drain, once a batch,
+ * would lengthen). A page read into a file's cache is such a page too,
+ * whether or not this fault's PTE was the one that mapped it. The frame a
+ * write took first goes back if no PTE took it.
+ */
+static void populate_charge(struct sd_cpu *c, uint64_t vpn, const struct first_touch *t)
+{
+	const bool anon_used = t->used && !t->file_page && t->pfn;
+
+	if (t->cache_added) {
+		sd_event(c, SD_EV_ANON_PAGE, 1, 0);
+		sd_lru_add(c);
+	}
+	if (t->anon_pfn && !anon_used)
+		sd_frame_free(&c->m->frames, &c->frames, t->anon_pfn);
+	if (!t->used)
+		return;
+	sd_event(c, SD_EV_PAGE_FAULT, vpn, 0);
+	if (t->file_page)
+		return;
+	if (!t->pfn) {
+		sd_event(c, SD_EV_ZERO_PAGE_FAULT, vpn, 0);
+		return;
+	}
+	sd_event(c, SD_EV_ANON_PAGE, !t->copied, 0);
+	sd_lru_add(c);
+}
+
+/*
  * First touch: populate the page (interrupts on, as the kernel's fault
  * handler runs), under the VMA's lock (fault_lock()) and the split lock of
  * the page's table (do_anonymous_page()), with the VMA's protection (the
@@ -94,18 +177,17 @@ static unsigned fault_prot(const struct fault_lock *f)
  * write-protected: no frame, no LRU add, as do_anonymous_page() does for a
  * read of a private anonymous page. A write takes a frame, allocated before
  * the split lock as the kernel allocates the folio first; a fault that
- * loses the race for the PTE gives it back.
+ * loses the race for the PTE gives it back. A file mapping's page is
+ * file_touch()'s.
  */
 static int populate(struct sd_cpu *c, struct sd_mm *mm, uint64_t vpn, enum sd_access_kind kind)
 {
 	struct sd_pt *leaf;
-	uint64_t pfn = 0;
-	const bool zero = kind == SD_READ;
-	bool used = false;
+	struct first_touch t = { 0 };
 
 	if (c->irq_depth)
 		return refuse_fault_irqs_off(c, vpn, "is not present");
-	if (!zero && sd_frame_alloc(&c->m->frames, &c->frames, &pfn))
+	if (kind == SD_WRITE && sd_frame_alloc(&c->m->frames, &c->frames, &t.anon_pfn))
 		return sd_fail(-ENOMEM, "sd_access: out of frames");
 	struct fault_lock f;
 	int err = 0;
@@ -120,6 +202,14 @@ static int populate(struct sd_cpu *c, struct sd_mm *mm, uint64_t vpn, enum sd_ac
 		err = -EACCES;
 		leaf = NULL;
 	}
+	if (leaf && f.vma->file) {
+		err = file_touch(c, f.vma, vpn, kind, &t);
+		if (err)
+			leaf = NULL;
+	} else {
+		t.pfn = t.anon_pfn;
+		t.flags = kind == SD_READ ? SD_PTE_WRPROTECT : 0;
+	}
 	if (leaf) {
 		sd_ptl_lock(c, leaf);
 		uint64_t pte = atomic_load_explicit(sd_pt_slot(leaf, vpn), memory_order_relaxed);
@@ -130,35 +220,22 @@ static int populate(struct sd_cpu *c, struct sd_mm *mm, uint64_t vpn, enum sd_ac
 			 * out of memory, a missed check, never a false alarm. */
 			if (c->checked)
 				(void)sd_oracle_floor_touch(&mm->floor, vpn);
+			/* The PTE's hold of a cached frame, before the PTE
+			 * publishes it (a zap's put follows the PTE). */
+			if (t.file_page)
+				sd_frame_share(&c->m->frames, t.pfn);
 			uint64_t flags = SD_PTE_VMA | sd_pte_flags_from_prot(fault_prot(&f)) |
-					 SD_PTE_PRESENT;
+					 SD_PTE_PRESENT | (pte & SD_PTE_SHARED) | t.flags;
 			atomic_store_explicit(sd_pt_slot(leaf, vpn),
-					      sd_pte_make(pfn, zero ? flags | SD_PTE_WRPROTECT : flags,
-							  sd_mm_change_version(mm)),
+					      sd_pte_make(t.pfn, flags, sd_mm_change_version(mm)),
 					      memory_order_release);
-			used = true;
+			t.used = true;
 			sd_event(c, SD_EV_PTE_UPDATE, 1, 0);
 		}
 		sd_ptl_unlock(c, leaf);
 	}
 	fault_unlock(c, mm, &f);
-	/* A population (page_faults), charged the exception's entry and exit
-	 * outside the locks, where the kernel pays them; a new page its
-	 * allocation, zeroing and charge, and it joins this CPU's LRU batch
-	 * (folio_add_lru_vma(), which the kernel does under the split lock:
-	 * here after it, which only shortens a hold that the drain, once a
-	 * batch, would lengthen). */
-	if (used) {
-		sd_event(c, SD_EV_PAGE_FAULT, vpn, 0);
-		if (zero) {
-			sd_event(c, SD_EV_ZERO_PAGE_FAULT, vpn, 0);
-		} else {
-			sd_event(c, SD_EV_ANON_PAGE, 1, 0);
-			sd_lru_add(c);
-		}
-	} else if (!zero) {
-		sd_frame_free(&c->m->frames, &c->frames, pfn);
-	}
+	populate_charge(c, vpn, &t);
 	return err;
 }
 
@@ -217,7 +294,11 @@ static enum wp_outcome wp_handle(struct sd_cpu *c, struct sd_mm *mm, SD_ATOMIC(u
 	const uint64_t keep = pte & (SD_PTE_VMA | SD_PTE_PROT_MASK);
 
 	w->old_pfn = sd_pte_pfn(pte);
-	if (!sd_pte_is_zero_page(pte) && !sd_frame_shared(&c->m->frames, w->old_pfn)) {
+	/* A shared mapping's page is made writable in place, whoever else
+	 * maps its frame (wp_page_shared()); a private one's only if nothing
+	 * else holds it (a file's cached frame is held by the cache). */
+	if ((pte & SD_PTE_SHARED) ||
+	    (!sd_pte_is_zero_page(pte) && !sd_frame_shared(&c->m->frames, w->old_pfn))) {
 		atomic_store_explicit(slot, pte & ~SD_PTE_WRPROTECT, memory_order_release);
 		sd_event(c, SD_EV_PTE_UPDATE, 1, 0);
 		/* __ptep_set_access_flags(): arm64 flushes the page, still under

@@ -14,6 +14,7 @@
 #include "../core/ordering.h"
 #include "../hw/event.h"
 #include "../hw/machine_state.h"
+#include "file.h"
 #include "flush_ops.h"
 #include "lru.h"
 #include "mm.h"
@@ -358,34 +359,46 @@ static int build_tables(struct sd_cpu *c, struct sd_mm *mm, uint64_t vpn, uint64
 }
 
 /* MAP_FIXED_NOREPLACE: the first page of the range a VMA already maps. */
-static int mmap_check_free(struct sd_mm *mm, uint64_t vpn, uint64_t nr)
+static int mmap_check_free(struct sd_mm *mm, uint64_t vpn, uint64_t nr, const char *who)
 {
 	struct sd_vma *v = sd_vma_first_in(mm, vpn, nr);
 	uint64_t start = v ? atomic_load_explicit(&v->start, memory_order_relaxed) : 0;
 
 	if (!v)
 		return 0;
-	return sd_fail(-EEXIST, "sd_mmap: page 0x%llx already mapped",
+	return sd_fail(-EEXIST, "%s: page 0x%llx already mapped", who,
 		       (unsigned long long)((start > vpn ? start : vpn) << SD_PAGE_SHIFT));
 }
 
-static int do_mmap(struct sd_cpu *c, struct sd_mm *mm, uint64_t va, uint64_t len, unsigned prot)
+/* The arguments sd_mmap() and sd_mmap_file() share, checked (@who names the
+ * call in errors). */
+static int mmap_check(struct sd_cpu *c, struct sd_mm *mm, uint64_t va, uint64_t len,
+		      unsigned prot, const char *who)
 {
-	uint64_t vpn = va >> SD_PAGE_SHIFT, nr = len >> SD_PAGE_SHIFT;
-	struct sd_pt *leaf;
-	SD_ATOMIC(uint64_t) *slot;
-	int err = sd_mm_check_change(c, mm, va, len, "sd_mmap");
+	int err = sd_mm_check_change(c, mm, va, len, who);
 
 	if (err)
 		return err;
 	if (prot & ~(unsigned)(SD_PROT_READ | SD_PROT_WRITE))
-		return sd_fail(-EINVAL, "sd_mmap: unknown prot bits 0x%x", prot);
+		return sd_fail(-EINVAL, "%s: unknown prot bits 0x%x", who, prot);
+	return 0;
+}
+
+/* After mmap_check(); @b NULL maps private anonymous memory. */
+static int do_mmap(struct sd_cpu *c, struct sd_mm *mm, uint64_t va, uint64_t len, unsigned prot,
+		   const struct sd_vma_backing *b, const char *who)
+{
+	uint64_t vpn = va >> SD_PAGE_SHIFT, nr = len >> SD_PAGE_SHIFT;
+	struct sd_pt *leaf;
+	SD_ATOMIC(uint64_t) *slot;
+	int err;
+
 	sd_mmap_lock(c, mm, SD_LOCK_MM);
 	/* The kernel's VMA work (vma_merge or a new VMA), under the lock. */
 	sd_event(c, SD_EV_VMA_CHANGE, 0, 0);
-	err = mmap_check_free(mm, vpn, nr);
+	err = mmap_check_free(mm, vpn, nr, who);
 	if (!err && sd_vma_reserve(mm, 1))
-		err = sd_fail(-ENOMEM, "sd_mmap: no memory for a VMA");
+		err = sd_fail(-ENOMEM, "%s: no memory for a VMA", who);
 	if (!err)
 		err = build_tables(c, mm, vpn, nr);
 	if (err) {
@@ -395,9 +408,10 @@ static int do_mmap(struct sd_cpu *c, struct sd_mm *mm, uint64_t va, uint64_t len
 	/* The VMA first, as the kernel links it before any fault can find the
 	 * range: a fault that finds the PTEs before we unlock finds the VMA
 	 * write-locked and waits on the mmap_lock. */
-	sd_vma_map(c, mm, vpn, nr, prot);
+	sd_vma_map(c, mm, vpn, nr, prot, b);
 	uint32_t version = sd_mm_change_version(mm);
-	uint64_t pte = sd_pte_make(0, SD_PTE_VMA | sd_pte_flags_from_prot(prot), version);
+	uint64_t pte = sd_pte_make(0, SD_PTE_VMA | sd_pte_flags_from_prot(prot) |
+					      (b && b->shared ? SD_PTE_SHARED : 0), version);
 	/* Uncharged: the marks are this emulator's way of knowing the
 	 * mapping at a walk; the kernel's mmap writes no PTE (a fault does,
 	 * and is charged then). Charged, they were one pte_update a loop of
@@ -491,7 +505,8 @@ static void zap_leaf(void *arg, struct sd_pt *leaf, uint64_t vpn, uint64_t end)
 			continue;
 		}
 		atomic_store_explicit(sd_pt_slot(leaf, v),
-				      sd_pte_make(0, old & (SD_PTE_VMA | SD_PTE_PROT_MASK), z->version),
+				      sd_pte_make(0, old & (SD_PTE_VMA | SD_PTE_PROT_MASK | SD_PTE_SHARED),
+						  z->version),
 				      memory_order_release);
 		z->zapped(z->arg, v, sd_pte_pfn(old));
 	}
@@ -548,7 +563,7 @@ static void protect_leaf(void *arg, struct sd_pt *leaf, uint64_t vpn, uint64_t e
 		uint64_t old = atomic_load_explicit(sd_pt_slot(leaf, v), memory_order_relaxed);
 		/* A write-protected page stays so (the zero page is never
 		 * made writable: can_change_pte_writable()). */
-		uint64_t keep = old & (SD_PTE_VMA | SD_PTE_PRESENT | SD_PTE_WRPROTECT);
+		uint64_t keep = old & (SD_PTE_VMA | SD_PTE_PRESENT | SD_PTE_WRPROTECT | SD_PTE_SHARED);
 		atomic_store_explicit(sd_pt_slot(leaf, v),
 				      sd_pte_make(sd_pte_pfn(old), keep | pr->flags, pr->version),
 				      memory_order_release);
@@ -628,13 +643,14 @@ struct fork_copy {
 	struct sd_cpu *cpu;
 	struct sd_mm *child;
 	struct gather *g;
+	uint64_t shared_ptes;   /* shared pages: the child's PTE alone written */
 	uint32_t version;
 	bool checked;
 };
 
 static void fork_leaf(void *arg, struct sd_pt *leaf, uint64_t vpn, uint64_t end)
 {
-	const struct fork_copy *f = arg;
+	struct fork_copy *f = arg;
 	struct sd_pt *dst = sd_pt_walk_leaf(f->child->pgd, vpn);
 
 	for (uint64_t v = vpn; v < end; v++) {
@@ -643,7 +659,23 @@ static void fork_leaf(void *arg, struct sd_pt *leaf, uint64_t vpn, uint64_t end)
 
 		if (!(old & SD_PTE_VMA))
 			continue;
-		if (old & SD_PTE_PRESENT) {
+		if ((old & (SD_PTE_PRESENT | SD_PTE_SHARED)) == (SD_PTE_PRESENT | SD_PTE_SHARED)) {
+			/* A shared mapping's page: the same frame, writable
+			 * in both. The parent's translation does not change,
+			 * but the fork raises the floor of the parent's whole
+			 * range once its flush_tlb_mm() is done: the PTE takes
+			 * the fork's version too, or an entry filled from it
+			 * after that flush would be older than the floor (the
+			 * fuzzer's 64-CPU soak caught exactly that). Charged
+			 * as the kernel pays: the child's PTE only. */
+			copy = sd_pte_make(sd_pte_pfn(old), old & SD_PTE_FLAGS_MASK, f->version);
+			atomic_store_explicit(sd_pt_slot(leaf, v), copy, memory_order_release);
+			f->g->flush = true;
+			f->shared_ptes++;
+			sd_frame_share(&f->cpu->m->frames, sd_pte_pfn(old));
+			if (f->checked)
+				(void)sd_oracle_floor_touch(&f->child->floor, v);
+		} else if (old & SD_PTE_PRESENT) {
 			copy = sd_pte_make(sd_pte_pfn(old), (old & SD_PTE_FLAGS_MASK) | SD_PTE_WRPROTECT,
 					   f->version);
 			atomic_store_explicit(sd_pt_slot(leaf, v), copy, memory_order_release);
@@ -712,8 +744,9 @@ static int do_fork(struct sd_cpu *c, struct sd_mm *parent, struct sd_mm **out)
 	f.version = change_begin(c, parent, &g);
 	edit_leaves(c, parent, 0, all, &g.owed, fork_leaf, &f);
 	g.nested = flush_nested(parent);
-	/* The parent's PTEs write-protected and the child's written: two a page. */
-	sd_event(c, SD_EV_PTE_UPDATE, 2 * g.ptes, 0);
+	/* The parent's PTEs write-protected and the child's written: two a
+	 * page; one for a shared page (the child's). */
+	sd_event(c, SD_EV_PTE_UPDATE, 2 * g.ptes + f.shared_ptes, 0);
 	/* flush_tlb_mm(oldmm) before the unlock: no CPU writes a page of the
 	 * parent through an entry from before the fork once it returns. */
 	finish_change_locked(c, parent, SD_LOCK_MM, 0, all, f.version, &g, NULL);
@@ -731,8 +764,58 @@ int sd_mm_fork(struct sd_cpu *c, struct sd_mm *parent, struct sd_mm **child)
 int sd_mmap(struct sd_cpu *c, struct sd_mm *mm, uint64_t va, uint64_t len, unsigned prot)
 {
 	bool in = syscall_enter(c);
+	int err = mmap_check(c, mm, va, len, prot, "sd_mmap");
 
-	return syscall_exit(c, in, do_mmap(c, mm, va, len, prot));
+	return syscall_exit(c, in, err ? err : do_mmap(c, mm, va, len, prot, NULL, "sd_mmap"));
+}
+
+/* mmap() of a file, or (NULL @f, shared) of anonymous shared memory, whose
+ * shmem file is made here and held by the mapping alone (shmem_zero_setup()). */
+static int do_mmap_file(struct sd_cpu *c, struct sd_mm *mm, uint64_t va, uint64_t len,
+			unsigned prot, unsigned flags, struct sd_file *f, uint64_t offset)
+{
+	static const char who[] = "sd_mmap_file";
+	int err = mmap_check(c, mm, va, len, prot, who);
+
+	if (err)
+		return err;
+	if (flags & ~SD_MAP_SHARED)
+		return sd_fail(-EINVAL, "%s: unknown flags 0x%x", who, flags);
+	if (!f && !(flags & SD_MAP_SHARED))
+		return sd_fail(-EINVAL, "%s: a private mapping needs a file (sd_mmap() maps private "
+			       "anonymous memory)", who);
+	if (offset & (SD_PAGE_SIZE - 1) || (!f && offset))
+		return sd_fail(-EINVAL, "%s: offset 0x%llx is not page aligned, or not 0 for "
+			       "anonymous shared memory", who, (unsigned long long)offset);
+	if (f && f->m != c->m)
+		return sd_fail(-EINVAL, "%s: the file belongs to another machine", who);
+	if (f && (offset >> SD_PAGE_SHIFT > f->nr_pages ||
+		  f->nr_pages - (offset >> SD_PAGE_SHIFT) < len >> SD_PAGE_SHIFT))
+		return sd_fail(-EINVAL, "%s: [0x%llx, +0x%llx) is past the end of the file (%llu "
+			       "pages; files do not grow here)", who, (unsigned long long)offset,
+			       (unsigned long long)len, (unsigned long long)f->nr_pages);
+	struct sd_file *anon = NULL;
+
+	if (!f && sd_file_new(c->m, len >> SD_PAGE_SHIFT, true, &anon))
+		return sd_fail(-ENOMEM, "%s: no memory for the shared memory's file", who);
+	const struct sd_vma_backing b = {
+		.file = f ? f : anon, .pgoff = offset >> SD_PAGE_SHIFT,
+		.shared = flags & SD_MAP_SHARED,
+	};
+
+	err = do_mmap(c, mm, va, len, prot, &b, who);
+	/* The mapping holds the anonymous file now, or nothing does. */
+	if (anon)
+		sd_file_put(anon);
+	return err;
+}
+
+int sd_mmap_file(struct sd_cpu *c, struct sd_mm *mm, uint64_t va, uint64_t len, unsigned prot,
+		 unsigned flags, struct sd_file *f, uint64_t offset)
+{
+	bool in = syscall_enter(c);
+
+	return syscall_exit(c, in, do_mmap_file(c, mm, va, len, prot, flags, f, offset));
 }
 
 int sd_munmap(struct sd_cpu *c, struct sd_mm *mm, uint64_t va, uint64_t len)

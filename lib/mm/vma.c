@@ -12,6 +12,7 @@
 
 #include "../core/error.h"
 #include "../hw/event.h"
+#include "file.h"
 #include "mm.h"
 #include "vma.h"
 
@@ -45,8 +46,22 @@ static inline unsigned vma_prot(struct sd_vma *v)
 	return atomic_load_explicit(&v->prot, memory_order_relaxed);
 }
 
-static void vma_init(struct sd_vma *v, uint64_t start, uint64_t end, unsigned prot)
+static const struct sd_vma_backing anon_private = { NULL, 0, false };
+
+/* The backing of @v (its file referenced again by the caller's new VMA). */
+static struct sd_vma_backing vma_backing(const struct sd_vma *v)
 {
+	return (struct sd_vma_backing){ v->file, v->pgoff, v->shared };
+}
+
+static void vma_init(struct sd_vma *v, uint64_t start, uint64_t end, unsigned prot,
+		     const struct sd_vma_backing *b)
+{
+	v->file = b->file;
+	v->pgoff = b->pgoff;
+	v->shared = b->shared;
+	if (v->file)
+		sd_file_get(v->file);
 	atomic_init(&v->next, NULL);
 	atomic_init(&v->start, start);
 	atomic_init(&v->end, end);
@@ -150,10 +165,19 @@ static void vma_start_write(struct sd_cpu *c, struct sd_mm *mm, struct sd_vma *v
 	mm->vmas.locked = v;
 }
 
+/* The VMA's reference to its file goes with it: after its grace period
+ * (no fault still reads it) or at sd_mm_destroy(). */
+static void vma_free(struct sd_vma *v)
+{
+	if (v->file)
+		sd_file_put(v->file);
+	free(v);
+}
+
 static void vma_free_cb(struct rcu_head *head)
 {
 	sd_rcu_tsan_acquire();
-	free(caa_container_of(head, struct sd_vma, rcu));
+	vma_free(caa_container_of(head, struct sd_vma, rcu));
 }
 
 /* After a grace period: a fault may still be looking at it (pgtable.c's
@@ -194,7 +218,7 @@ int sd_vma_reserve(struct sd_mm *mm, unsigned n)
 
 /* A VMA from the spares (sd_vma_reserve() made sure there is one). */
 static struct sd_vma *vma_new(struct sd_cpu *c, struct sd_mm *mm, uint64_t start, uint64_t end,
-			      unsigned prot)
+			      unsigned prot, const struct sd_vma_backing *b)
 {
 	struct sd_vma *v = NULL;
 
@@ -204,7 +228,7 @@ static struct sd_vma *vma_new(struct sd_cpu *c, struct sd_mm *mm, uint64_t start
 	}
 	if (!v)
 		abort();        /* a change that did not reserve: the library's bug */
-	vma_init(v, start, end, prot);
+	vma_init(v, start, end, prot, b);
 	/* Write-locked before it is linked, as __split_vma() locks the new
 	 * VMA: a fault that finds it before the change ends retries. */
 	vma_start_write(c, mm, v);
@@ -240,7 +264,12 @@ static void vma_set_end(struct sd_vma *v, uint64_t end)
 static void vma_split(struct sd_cpu *c, struct sd_mm *mm, struct sd_vma *v, uint64_t at)
 {
 	vma_start_write(c, mm, v);
-	struct sd_vma *n = vma_new(c, mm, at, vma_end(v), vma_prot(v));
+	struct sd_vma_backing b = vma_backing(v);
+
+	/* The tail's file offset moves with its start. */
+	if (b.file)
+		b.pgoff += at - vma_start(v);
+	struct sd_vma *n = vma_new(c, mm, at, vma_end(v), vma_prot(v), &b);
 
 	vma_set_end(v, at);
 	vma_link(mm, &v->next, n);
@@ -258,11 +287,15 @@ static void vma_split_at(struct sd_cpu *c, struct sd_mm *mm, uint64_t at, unsign
 		vma_split(c, mm, v, at);
 }
 
-/* is_mergeable_vma(): adjacent, and the same protection (the library maps
- * anonymous private memory only: no file, anon_vma or policy to compare). */
+/* is_mergeable_vma(): adjacent, the same protection, the same file mapped
+ * the same way, and for a file, @b's offset where @a's ends
+ * (can_vma_merge_after()); no anon_vma or policy to compare here. */
 static bool vma_mergeable(struct sd_vma *a, struct sd_vma *b)
 {
-	return vma_end(a) == vma_start(b) && vma_prot(a) == vma_prot(b);
+	if (vma_end(a) != vma_start(b) || vma_prot(a) != vma_prot(b) || a->file != b->file ||
+	    a->shared != b->shared)
+		return false;
+	return !a->file || a->pgoff + (vma_end(a) - vma_start(a)) == b->pgoff;
 }
 
 /* vma_merge() of @v's successor into @v: both write-locked, one VMA less. */
@@ -277,7 +310,8 @@ static void vma_merge_next(struct sd_cpu *c, struct sd_mm *mm, struct sd_vma *v)
 	sd_event(c, SD_EV_VMA_MERGE, vma_start(n), 0);
 }
 
-void sd_vma_map(struct sd_cpu *c, struct sd_mm *mm, uint64_t vpn, uint64_t nr, unsigned prot)
+void sd_vma_map(struct sd_cpu *c, struct sd_mm *mm, uint64_t vpn, uint64_t nr, unsigned prot,
+		const struct sd_vma_backing *b)
 {
 	SD_ATOMIC(struct sd_vma *) *link = &mm->vmas.head;
 	struct sd_vma *prev = NULL, *next;
@@ -289,7 +323,7 @@ void sd_vma_map(struct sd_cpu *c, struct sd_mm *mm, uint64_t vpn, uint64_t nr, u
 	}
 	/* The new range as a VMA of its own, then vma_merge()'s cases: it
 	 * extends @prev, @next, or both (one VMA for three: two merges). */
-	struct sd_vma *v = vma_new(c, mm, vpn, end, prot);
+	struct sd_vma *v = vma_new(c, mm, vpn, end, prot, b ? b : &anon_private);
 
 	vma_link(mm, link, v);
 	if (next && vma_mergeable(v, next))
@@ -361,7 +395,10 @@ int sd_vma_dup(struct sd_cpu *c, struct sd_mm *parent, struct sd_mm *child)
 		vma_start_write(c, parent, v);
 		if (!n)
 			return -ENOMEM;
-		vma_init(n, vma_start(v), vma_end(v), vma_prot(v));
+		struct sd_vma_backing b = vma_backing(v);
+
+		/* The child maps the same file (dup_mmap()'s get_file()). */
+		vma_init(n, vma_start(v), vma_end(v), vma_prot(v), &b);
 		/* Relaxed: nobody reaches the child before sd_mm_fork()
 		 * returns (fork_leaf() says how it is handed over). */
 		atomic_store_explicit(tail, n, memory_order_relaxed);
@@ -377,7 +414,7 @@ void sd_vma_free_all(struct sd_mm *mm)
 
 	for (; v; v = n) {
 		n = atomic_load_explicit(&v->next, memory_order_relaxed);
-		free(v);
+		vma_free(v);
 	}
 	for (unsigned i = 0; i < SD_VMA_SPARES; i++)
 		free(mm->vmas.spare[i]);

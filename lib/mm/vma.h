@@ -14,6 +14,7 @@
 #include "../time/resource.h"
 
 struct sd_cpu;
+struct sd_file;
 struct sd_mm;
 
 /*
@@ -43,6 +44,12 @@ struct sd_vma {
 	SD_ATOMIC(uint64_t) end;
 	SD_ATOMIC(unsigned) prot;       /* enum sd_prot */
 	SD_ATOMIC(bool) detached;       /* unlinked: a reader that finds it retries */
+	/* What backs the pages (file.h), fixed while the VMA is linked but
+	 * for @pgoff, which a split gives the new VMA only: NULL for private
+	 * anonymous memory. Read by faults under the VMA's lock. */
+	struct sd_file *file;           /* a reference held (file.c) */
+	uint64_t pgoff;                 /* file page of @start */
+	bool shared;                    /* MAP_SHARED */
 	struct sd_rwsem lock;           /* vm_lock: read by faults, written by changes */
 	struct sd_model_rwsem model;    /* @lock in modelled time */
 	struct sd_vma *locked_next;     /* the writer's chain (sd_mm.vma_locked) */
@@ -75,10 +82,20 @@ void sd_vma_end_read(struct sd_cpu *c, struct sd_vma *vma);
 
 /* Under the mmap_lock for write: at least @n spares, or -ENOMEM. */
 int sd_vma_reserve(struct sd_mm *mm, unsigned n);
+/* What sd_vma_map() maps: a file from page @pgoff, shared or not, or
+ * (NULL @file) private anonymous memory. */
+struct sd_vma_backing {
+	struct sd_file *file;
+	uint64_t pgoff;
+	bool shared;
+};
+
 /* mmap: [@vpn, @vpn + @nr) joins the list, merged with a neighbour of the
- * same protection (vma_merge()), or as a VMA of its own (a spare). The
- * range is free (checked by the caller). */
-void sd_vma_map(struct sd_cpu *c, struct sd_mm *mm, uint64_t vpn, uint64_t nr, unsigned prot);
+ * same protection and backing (vma_merge()), or as a VMA of its own (a
+ * spare), which takes a reference to the file. The range is free (checked
+ * by the caller). @b NULL: private anonymous memory. */
+void sd_vma_map(struct sd_cpu *c, struct sd_mm *mm, uint64_t vpn, uint64_t nr, unsigned prot,
+		const struct sd_vma_backing *b);
 /* munmap: the range leaves the list, its ends split first (__split_vma()). */
 void sd_vma_unmap(struct sd_cpu *c, struct sd_mm *mm, uint64_t vpn, uint64_t nr);
 /* mprotect: the range's VMAs split at its ends, given @prot, merged with

@@ -4,6 +4,7 @@
 #include "common.hpp"
 
 #include <shootdown/task.h>
+#include <shootdown/file.h>
 
 extern "C" {
 #include "mm/pgtable.h"
@@ -1439,6 +1440,82 @@ TEST(Errors, EveryIntCallRefusesNullObjects)
 }
 
 
+// Files and shared mappings (file.h): every refusal leaves nothing mapped
+// and no reference taken, so the file closes and the machine goes after.
+TEST_F(MmErrors, FileCallsRefuseBadArgumentsAndLeaveNothing)
+{
+	sd_file *f = nullptr, *x = nullptr;
+	prime_last_error();
+	check_error(sd_file_create(nullptr, 4 * P, &x), -EINVAL, {"NULL"});
+	prime_last_error();
+	check_error(sd_file_create(m, 4 * P, nullptr), -EINVAL, {"NULL"});
+	prime_last_error();
+	check_error(sd_file_create(m, 0, &x), -EINVAL, {"length"});
+	prime_last_error();
+	check_error(sd_file_create(m, P + 1, &x), -EINVAL, {"aligned"});
+	prime_last_error();
+	check_error(sd_file_create(m, UINT64_C(1) << 62, &x), -EINVAL, {"large"});
+	prime_last_error();
+	check_error(sd_file_close(nullptr), -EINVAL, {"NULL"});
+	ASSERT_EQ(0, sd_file_create(m, 4 * P, &f)) << sd_last_error();
+	EXPECT_EQ(0u, sd_file_cached_pages(f));
+	EXPECT_EQ(0u, sd_file_cached_pages(nullptr));
+
+	const unsigned rw = SD_PROT_READ | SD_PROT_WRITE;
+	prime_last_error();
+	check_error(sd_mmap_file(c, mm, kFree, P, rw, 2, f, 0), -EINVAL, {"flags"});
+	prime_last_error();
+	check_error(sd_mmap_file(c, mm, kFree, P, rw, SD_MAP_PRIVATE, nullptr, 0), -EINVAL, {"file"});
+	prime_last_error();
+	check_error(sd_mmap_file(c, mm, kFree, P, rw, SD_MAP_SHARED, f, 100), -EINVAL, {"aligned"});
+	prime_last_error();
+	check_error(sd_mmap_file(c, mm, kFree, P, rw, SD_MAP_SHARED, nullptr, P), -EINVAL, {"anonymous"});
+	prime_last_error();
+	check_error(sd_mmap_file(c, mm, kFree, 2 * P, rw, SD_MAP_SHARED, f, 3 * P), -EINVAL, {"end"});
+	prime_last_error();
+	check_error(sd_mmap_file(c, mm, kFree, P, rw, SD_MAP_SHARED, f, UINT64_C(1) << 60), -EINVAL, {"end"});
+	prime_last_error();
+	check_error(sd_mmap_file(c, mm, kFree, P, 8, SD_MAP_SHARED, f, 0), -EINVAL, {"prot"});
+	prime_last_error();
+	check_error(sd_mmap_file(c, nullptr, kFree, P, rw, SD_MAP_SHARED, f, 0), -EINVAL, {"NULL"});
+	prime_last_error();
+	check_error(sd_mmap_file(nullptr, mm, kFree, P, rw, SD_MAP_SHARED, f, 0), -EPERM, {"attached"});
+	prime_last_error();
+	check_error(sd_mmap_file(c, mm, kCanary, P, rw, SD_MAP_SHARED, f, 0), -EEXIST, {"mapped"});
+	prime_last_error();
+	check_error(sd_mmap_file(c, mm, kCanary, P, rw, SD_MAP_SHARED, nullptr, 0), -EEXIST, {"mapped"});
+	{
+		// A file of another machine.
+		Machine other(cfg_cpus(1));
+		ASSERT_NE(nullptr, other.m);
+		sd_file *g = nullptr;
+		ASSERT_EQ(0, sd_file_create(other.m, P, &g));
+		prime_last_error();
+		check_error(sd_mmap_file(c, mm, kFree, P, rw, SD_MAP_SHARED, g, 0), -EINVAL, {"machine"});
+		// An open file keeps its machine: -EBUSY, then it goes.
+		prime_last_error();
+		check_error(sd_machine_destroy(other.m), -EBUSY, {"file"});
+		EXPECT_EQ(0, sd_file_close(g));
+	}
+	{
+		struct HookGuard {
+			~HookGuard() { atomic_store(&sd_pt_alloc_fail_after, -1L); }
+		} guard;
+		// No page table for the range: nothing mapped, no reference kept.
+		atomic_store(&sd_pt_alloc_fail_after, 0L);
+		prime_last_error();
+		check_error(sd_mmap_file(c, mm, UINT64_C(1) << 40, P, rw, SD_MAP_SHARED, f, 0), -ENOMEM,
+			    {"page tables", "memory"});
+		prime_last_error();
+		check_error(sd_mmap_file(c, mm, UINT64_C(1) << 40, P, rw, SD_MAP_SHARED, nullptr, 0),
+			    -ENOMEM, {"page tables", "memory"});
+	}
+	expect_untouched();
+	EXPECT_EQ(0u, sd_file_cached_pages(f));
+	EXPECT_EQ(0, sd_file_close(f));
+}
+
+
 // Bad values of plain arguments: an unknown access kind, a quantile outside
 // [0, 1], and a range whose page tables alone exceed the machine's memory,
 // refused before a single table is allocated.
@@ -2298,6 +2375,7 @@ const std::map<std::pair<std::string, int>, const char *> kNotForced = {
 	{{"sd_mm_create", -ENOMEM}, "malloc failing"},
 	{{"sd_mm_fork", -ENOMEM}, "malloc failing (the child's tables or the share counts)"},
 	{{"sd_tlbbatch_create", -ENOMEM}, "malloc failing"},
+	{{"sd_file_create", -ENOMEM}, "malloc failing"},
 	{{"sd_trap_register", -ENOMEM}, "malloc failing"},
 	{{"sd_tlbbatch_add", -ENOMEM}, "realloc failing"},
 	{{"sd_reclaim", -ENOMEM}, "realloc failing"},

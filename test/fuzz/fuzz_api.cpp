@@ -52,6 +52,9 @@ constexpr uint64_t P = SD_PAGE_SIZE;
 // The window every CPU works in: 256 pages across a leaf-table boundary
 // (and a 1 GiB one), so changes free and rebuild tables.
 constexpr unsigned kWindow = 256;
+// The run's file: past every page a mapping of the window and its
+// neighbour can reach (len() is at most 600 pages).
+constexpr unsigned kFilePages = kWindow + 2 * 600;
 constexpr uint64_t kBase = 0x40000000 - kWindow / 2 * SD_PAGE_SIZE;
 constexpr unsigned kMaxCpus = 64;       // --cpus; random machines have 2..8
 constexpr unsigned kMaxMms = 3;
@@ -193,6 +196,8 @@ struct Run {
 	const char *spec;
 	sd_machine *m = nullptr;
 	sd_mm *mms[kMaxMms] = {};
+	// A file every mm maps parts of (file.h), page i at kBase + i pages.
+	sd_file *file = nullptr;
 	std::atomic<sd_cpu *> cpus[kMaxCpus] = {};
 	CpuState st[kMaxCpus];
 	std::atomic<bool> failed{false};
@@ -306,18 +311,36 @@ struct Cpu {
 		case 1:
 			call("sd_cpu_idle", {0}, "0", [&] { return sd_cpu_idle(c); });
 			break;
-		case 2:
-			call("sd_mmap", {0, -EEXIST, -ENOMEM}, "0/-EEXIST/-ENOMEM",
-			     [&] { return sd_mmap(c, mm, va, n, p); });
+		case 2: {
+			// Private anonymous memory mostly; else shared anonymous
+			// memory, or a shared or private mapping of the run's
+			// file at the offset of its address (so that neighbours
+			// continue each other and merge).
+			const unsigned kind = rng.below(8);
+			auto map = [&](const char *what, uint64_t at, uint64_t len_, unsigned pr) {
+				call(what, {0, -EEXIST, -ENOMEM}, "0/-EEXIST/-ENOMEM", [&] {
+					if (kind >= 3 || !r.file)
+						return sd_mmap(c, mm, at, len_, pr);
+					if (kind == 0)
+						return sd_mmap_file(c, mm, at, len_, pr, SD_MAP_SHARED, nullptr, 0);
+					return sd_mmap_file(c, mm, at, len_, pr,
+							    kind == 1 ? SD_MAP_SHARED : SD_MAP_PRIVATE,
+							    r.file, at - kBase);
+				});
+			};
+			map("sd_mmap", va, n, p);
 			// A neighbour, often of the same protection: VMAs merge
 			// (and split again under munmap and mprotect) while the
 			// other CPUs fault on them, under the oracle.
-			if (rng.chance(40)) {
-				unsigned q = rng.chance(60) ? p : prot();
-				call("sd_mmap(adjacent)", {0, -EEXIST, -ENOMEM}, "0/-EEXIST/-ENOMEM",
-				     [&] { return sd_mmap(c, mm, va + n, len(), q); });
-			}
+			if (rng.chance(40))
+				map("sd_mmap(adjacent)", va + n, len(), rng.chance(60) ? p : prot());
+			if (r.file && rng.chance(5))
+				call("sd_mmap_file(past the end)", {-EINVAL}, "-EINVAL", [&] {
+					return sd_mmap_file(c, mm, va, n, p, SD_MAP_SHARED, r.file,
+							    kFilePages * P);
+				});
 			break;
+		}
 		case 3:
 			call("sd_munmap", {0}, "0", [&] { return sd_munmap(c, mm, va, n); });
 			break;
@@ -726,6 +749,8 @@ int run_machine(const std::string &family, uint64_t seed, unsigned index, unsign
 	for (unsigned i = 0; i < r.nr_mms; i++)
 		if (sd_mm_create(r.m, &r.mms[i]))
 			std::fprintf(stderr, "[fuzz] FAILED: sd_mm_create: %s\n", sd_last_error());
+	if (sd_file_create(r.m, kFilePages * SD_PAGE_SIZE, &r.file))
+		std::fprintf(stderr, "[fuzz] FAILED: sd_file_create: %s\n", sd_last_error());
 
 	std::vector<TaskArg> targs;
 	if (r.tasks) {
@@ -787,6 +812,11 @@ int run_machine(const std::string &family, uint64_t seed, unsigned index, unsign
 				     sd_last_error());
 			bad = 1;
 		}
+	}
+	if (r.file && (err = sd_file_close(r.file))) {
+		std::fprintf(stderr, "[fuzz] FAILED: sd_file_close: %s: %s\n", sd_strerror(err),
+			     sd_last_error());
+		bad = 1;
 	}
 	if ((err = sd_machine_destroy(r.m))) {
 		std::fprintf(stderr, "[fuzz] FAILED: sd_machine_destroy: %s: %s\n", sd_strerror(err),

@@ -1,0 +1,126 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Files and their page caches (file.h), for shared and file-backed
+ * mappings: the kernel's address_space, with a page's frame found by index
+ * (filemap_get_entry()) and added by compare-and-swap where the kernel
+ * takes the xarray's lock (filemap_add_folio()).
+ */
+#include <errno.h>
+#include <stdlib.h>
+
+#include "../core/error.h"
+#include "../core/ordering.h"
+#include "../hw/frame.h"
+#include "../hw/machine_state.h"
+#include "file.h"
+#include "mm.h"
+
+int sd_file_new(struct sd_machine *m, uint64_t nr_pages, bool anon, struct sd_file **out)
+{
+	struct sd_file *f;
+
+	/* The frames' share counts: a cached page is held by the cache and
+	 * by each mapping (file.h). */
+	if (sd_frame_share_ready(&m->frames))
+		return -ENOMEM;
+	f = calloc(1, sizeof(*f) + nr_pages * sizeof(f->pages[0]));
+	if (!f)
+		return -ENOMEM;
+	f->m = m;
+	f->nr_pages = nr_pages;
+	f->anon = anon;
+	atomic_init(&f->refs, 1);
+	atomic_fetch_add_explicit(&m->nr_files, 1, memory_order_relaxed);
+	atomic_init(&f->cached, 0);
+	for (uint64_t i = 0; i < nr_pages; i++)
+		atomic_init(&f->pages[i], 0);
+	*out = f;
+	return 0;
+}
+
+void sd_file_get(struct sd_file *f)
+{
+	atomic_fetch_add_explicit(&f->refs, 1, memory_order_relaxed);
+}
+
+void sd_file_put(struct sd_file *f)
+{
+	/* Acq_rel: the last put sees every insert of the page cache (each
+	 * faulting CPU's put, or the VMA free after its grace period,
+	 * follows its inserts). */
+	if (atomic_fetch_sub_explicit(&f->refs, 1, memory_order_acq_rel) != 1)
+		return;
+	for (uint64_t i = 0; i < f->nr_pages; i++) {
+		uint64_t pfn = atomic_load_explicit(&f->pages[i], memory_order_relaxed);
+
+		if (pfn)
+			(void)sd_frame_put(&f->m->frames, NULL, pfn);
+	}
+	/* Release: sd_machine_destroy() reads 0 and tears the pool down. */
+	atomic_fetch_sub_explicit(&f->m->nr_files, 1, memory_order_release);
+	free(f);
+}
+
+int sd_file_page(struct sd_cpu *c, struct sd_file *f, uint64_t pgoff, uint64_t *pfn, bool *added)
+{
+	/* Acquire: pairs with the insert's release below, for a frame another
+	 * CPU read in (its share count is ready: sd_file_new()). */
+	uint32_t have = atomic_load_explicit(&f->pages[pgoff], memory_order_acquire);
+	uint64_t mine;
+
+	*added = false;
+	if (have) {
+		*pfn = have;
+		return 0;
+	}
+	if (sd_frame_alloc(&c->m->frames, &c->frames, &mine))
+		return -ENOMEM;
+	/* Test instrumentation: another fault may insert the page now. */
+	sd_order_point(SD_ORDER_FILE_ALLOCATED, c->id);
+	/* Release on success: the frame is the cache's before anyone maps
+	 * it. On failure the winner's frame, acquired. */
+	if (atomic_compare_exchange_strong_explicit(&f->pages[pgoff], &have, (uint32_t)mine,
+						    memory_order_acq_rel, memory_order_acquire)) {
+		atomic_fetch_add_explicit(&f->cached, 1, memory_order_relaxed);
+		*added = true;
+		*pfn = mine;
+		return 0;
+	}
+	sd_frame_free(&c->m->frames, &c->frames, mine);
+	*pfn = have;
+	return 0;
+}
+
+/* ---- the public calls ---- */
+
+int sd_file_create(struct sd_machine *m, uint64_t len, struct sd_file **out)
+{
+	if (!m || !out)
+		return sd_fail(-EINVAL, "sd_file_create: machine or out is NULL");
+	if (!len || (len & (SD_PAGE_SIZE - 1)))
+		return sd_fail(-EINVAL, "sd_file_create: length %llu is 0 or not page aligned",
+			       (unsigned long long)len);
+	if ((len >> SD_PAGE_SHIFT) > SD_FILE_MAX_PAGES)
+		return sd_fail(-EINVAL, "sd_file_create: %llu bytes, too large (at most 2^44)",
+			       (unsigned long long)len);
+	/* Larger than the machine's memory is allowed, as a file larger than
+	 * RAM is: only touched pages take frames (and a fault with none left
+	 * fails with -ENOMEM, as an anonymous one does). */
+	if (sd_file_new(m, len >> SD_PAGE_SHIFT, false, out))
+		return sd_fail(-ENOMEM, "sd_file_create: no memory for a file of %llu pages",
+			       (unsigned long long)(len >> SD_PAGE_SHIFT));
+	return 0;
+}
+
+int sd_file_close(struct sd_file *f)
+{
+	if (!f)
+		return sd_fail(-EINVAL, "sd_file_close: file is NULL");
+	sd_file_put(f);
+	return 0;
+}
+
+uint64_t sd_file_cached_pages(const struct sd_file *f)
+{
+	return f ? atomic_load_explicit(&f->cached, memory_order_relaxed) : 0;
+}
