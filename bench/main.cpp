@@ -32,6 +32,7 @@
 //   context_switch.cpp     context_switch/*: x86/mm lazy mm_cpumask (hackbench shape)
 //   forked_worker.cpp      forked_worker/*: the same patch, a migrating worker
 //   tlb_flush2.cpp         tlb_flush2_{threads,processes}/*: the AMD INVLPGB series
+//   tlb_flush_file.cpp     tlb_flush{1,3}_{threads,processes}/*: will-it-scale's file-backed twins
 //   native.cpp             the `native` twins on this machine's kernel
 // Shared helpers and the registration mechanism (SD_BENCH_FAMILY) are in
 // common.hpp.

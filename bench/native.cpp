@@ -26,6 +26,7 @@
 #include <chrono>
 #include <climits>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <string>
@@ -395,6 +396,76 @@ void BM_tlb_flush2(State &st, unsigned workers)
 	const uint64_t batch = 1024;
 	auto t0 = std::chrono::steady_clock::now();
 	run_batches(st, w, batch, "native tlb_flush2");
+	const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+	const double loops = (double)st.iterations() * workers;
+	st.counters["loops_per_s"] = wall > 0 ? loops / wall : 0;
+	st.counters["loops_per_s_per_thread"] = wall > 0 ? loops / wall / workers : 0;
+	st.counters["oversubscribed"] = oversubscribed(workers);
+}
+
+void BM_tlb_flush_file(State &st, unsigned workers, bool shared)
+{
+	// will-it-scale's tests/tlb_flush1.c and tlb_flush3.c: a file of each
+	// thread's own (mkstemp, ftruncate, unlink), mapped for a pass over its
+	// 128 MiB; write a page, madvise(MADV_DONTNEED) it, read it: the
+	// file's 0 (private: the copy dropped) or the 1 written (shared). The
+	// position carries over from batch to batch, as the emulated twin's.
+	constexpr size_t kPages = (128u << 20) / kPage;
+	struct File {
+		int fd = -1;
+		char *base = nullptr;
+		size_t pos = kPages;    // a pass done: the next batch maps first
+	};
+	std::vector<File> files(workers);
+	Body b;
+	b.setup = [&files](unsigned id) {
+		const char *dir = std::getenv("TMPDIR");
+		std::string path = std::string(dir && *dir ? dir : "/tmp") + "/willitscale.XXXXXX";
+		int fd = mkstemp(path.data());
+		if (fd < 0)
+			return -errno;
+		unlink(path.c_str());
+		if (ftruncate(fd, (off_t)(kPages * kPage))) {
+			int err = -errno;
+			close(fd);
+			return err;
+		}
+		files[id].fd = fd;
+		return 0;
+	};
+	b.run = [&files, shared](unsigned id, uint64_t n) {
+		File &f = files[id];
+		for (uint64_t i = 0; i < n; i++, f.pos++) {
+			if (f.pos == kPages) {
+				if (f.base && munmap(f.base, kPages * kPage))
+					return -errno;
+				void *p = mmap(nullptr, kPages * kPage, PROT_READ | PROT_WRITE,
+					       shared ? MAP_SHARED : MAP_PRIVATE, f.fd, 0);
+				if (p == MAP_FAILED)
+					return -errno;
+				f.base = static_cast<char *>(p);
+				f.pos = 0;
+			}
+			volatile char *p = f.base + f.pos * kPage;
+			*p = 1;
+			if (madvise((void *)p, kPage, MADV_DONTNEED))
+				return -errno;
+			if (*p != (shared ? 1 : 0))     // will-it-scale's assert
+				return -EIO;
+		}
+		return 0;
+	};
+	b.teardown = [&files](unsigned id) {
+		File &f = files[id];
+		if (f.base)
+			munmap(f.base, kPages * kPage);
+		if (f.fd >= 0)
+			close(f.fd);
+		f = File{};
+	};
+	Workers w(workers, false, b);
+	auto t0 = std::chrono::steady_clock::now();
+	run_batches(st, w, 1024, shared ? "native tlb_flush3" : "native tlb_flush1");
 	const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 	const double loops = (double)st.iterations() * workers;
 	st.counters["loops_per_s"] = wall > 0 ? loops / wall : 0;

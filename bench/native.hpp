@@ -30,6 +30,12 @@ void BM_mprotect(benchmark::State &st, unsigned workers, bool processes);
 // reading it back (a fault). Reports loops_per_s like the emulated twin.
 void BM_tlb_flush2(benchmark::State &st, unsigned workers);
 
+// tlb_flush{1,3}_threads/native/cpus:N: will-it-scale tlb_flush1 (@shared
+// false) and tlb_flush3 (true): tlb_flush2's loop over a 128 MiB file of
+// each thread's own in $TMPDIR (else /tmp), mapped MAP_PRIVATE or
+// MAP_SHARED. Reports loops_per_s like the emulated twin.
+void BM_tlb_flush_file(benchmark::State &st, unsigned workers, bool shared);
+
 // context_switch/native/cpus:N: hackbench's shape with N pairs of processes
 // passing a byte back and forth through two pipes; pair i runs on PU
 // i % PUs, so every message is a real context switch on that PU. Time per
