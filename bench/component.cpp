@@ -22,7 +22,7 @@
 //                                            will-it-scale's context_switch1: the
 //                                            same pairs, sharing an mm (threads)
 //                                            or not (processes); --sd_set=all only
-//   context_switch1/native/processes/cpus:{1,2,8} its native twin (processes mode)
+//   context_switch1/native/{processes,threads}/cpus:{1,2,8} its native twins
 //
 //   component/lock_shared/ipi/cpus:{1,2}       CPU 0 and the others take one sd_lock
 //                                            and add to a counter under it, in a
@@ -387,16 +387,19 @@ void register_component(Set set)
 	// instance and the partner new_task() gives it pass a byte through
 	// two pipes, both on the instance's CPU (the partner inherits its
 	// affinity); threads mode shares the mm, processes mode does not. The
-	// native twin is processes mode's (context_switch/native's pairs).
+	// native twins are context_switch/native's pairs, processes or threads.
 	for (const char *s : { "ipi", "broadcast" })
 		for (bool threads : { true, false })
 			for (unsigned n : { 1u, 2u, 8u })
 				reg("context_switch1/" + std::string(s) +
 					    (threads ? "/threads" : "/processes") + cpus_tail(n),
 				    [s, n, threads](State &st) { BM_pingpong(st, s, n, threads); });
-	for (unsigned n : { 1u, 2u, 8u })
+	for (unsigned n : { 1u, 2u, 8u }) {
 		reg("context_switch1/native/processes" + cpus_tail(n),
 		    [n](State &st) { native::BM_context_switch(st, n); });
+		reg("context_switch1/native/threads" + cpus_tail(n),
+		    [n](State &st) { native::BM_context_switch(st, n, true); });
+	}
 }
 
 } // namespace

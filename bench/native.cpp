@@ -403,6 +403,77 @@ void BM_tlb_flush2(State &st, unsigned workers)
 	st.counters["oversubscribed"] = oversubscribed(workers);
 }
 
+void BM_usemem_fork(State &st, unsigned sweeps)
+{
+	// vm-scalability's usemem -t 4 with a fork()/exec() between rounds
+	// (bench/usemem_fork.cpp says where the shape comes from). Each thread
+	// writes every 8-byte word of its region (p[idx] = idx), as usemem's
+	// do_units() does; after the fork write-protected the parent's pages
+	// and the child's exec dropped its copy, each page's first write is a
+	// write fault that reuses it in place. A round is thread 0's fork, wait
+	// and @sweeps sweeps; the others sweep until thread 0's batch of rounds
+	// is over (its batch count, which they compare with their own).
+	constexpr unsigned kThreads = 4;
+	constexpr size_t kBytes = 16u << 20;      // as the emulated kUmPages
+	Regions regions(kThreads);
+	std::atomic<uint64_t> main_batches{0};
+	std::atomic<bool> failed{false};
+	std::vector<uint64_t> batches(kThreads, 0);
+	std::atomic<uint64_t> pages{0};
+	auto sweep = [](char *base) {
+		uint64_t *p = reinterpret_cast<uint64_t *>(base);
+		for (size_t i = 0; i < kBytes / sizeof(uint64_t); i++)
+			p[i] = i;
+		return kBytes / kPage;
+	};
+	Body b;
+	b.setup = [&regions, &sweep](unsigned id) {
+		int err = regions.map(id, kBytes);
+		if (!err)
+			sweep(regions.at[id]);  // populated before the rounds
+		return err;
+	};
+	b.run = [&](unsigned id, uint64_t n) {
+		char *base = regions.at[id];
+		const uint64_t mine = ++batches[id];
+		uint64_t done = 0;
+		int err = 0;
+		if (id == 0) {
+			for (uint64_t r = 0; !err && r < n; r++) {
+				pid_t child = fork();
+				if (child == 0) {
+					execl("/bin/true", "true", (char *)nullptr);
+					_exit(127);
+				}
+				int status = 0;
+				if (child < 0 || waitpid(child, &status, 0) != child)
+					err = -errno;
+				for (unsigned s = 0; !err && s < sweeps; s++)
+					done += sweep(base);
+			}
+			if (err)
+				failed.store(true);
+			main_batches.store(mine, std::memory_order_release);
+		} else {
+			while (main_batches.load(std::memory_order_acquire) < mine && !failed.load())
+				done += sweep(base);
+		}
+		pages.fetch_add(done);
+		return err;
+	};
+	b.teardown = [&regions](unsigned id) {
+		if (regions.at[id])
+			munmap(regions.at[id], kBytes);
+		regions.at[id] = nullptr;
+	};
+	Workers w(kThreads, false, b);
+	auto t0 = std::chrono::steady_clock::now();
+	run_batches(st, w, 1, "native usemem_fork");
+	const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+	st.counters["pages_per_us"] = wall > 0 ? (double)pages.load() / (wall * 1e6) : 0;
+	st.counters["oversubscribed"] = oversubscribed(kThreads);
+}
+
 void BM_tlb_flush_file(State &st, unsigned workers, bool shared)
 {
 	// will-it-scale's tests/tlb_flush1.c and tlb_flush3.c: a file of each
@@ -473,29 +544,48 @@ void BM_tlb_flush_file(State &st, unsigned workers, bool shared)
 	st.counters["oversubscribed"] = oversubscribed(workers);
 }
 
-void BM_context_switch(State &st, unsigned pairs)
+// A context_switch pair's partner: echo a byte back until EOF.
+void echo_until_eof(int in, int out)
+{
+	char c;
+	while (read(in, &c, 1) == 1 && write(out, &c, 1) == 1)
+		;
+}
+
+void BM_context_switch(State &st, unsigned pairs, bool threads)
 {
 	// Per pair, in the driven worker's own process: two pipes and an
-	// echoing partner on the same PU.
+	// echoing partner on the same PU, a process of its own, or with
+	// @threads a thread of the worker's process (will-it-scale's
+	// context_switch1 in threads mode, where no switch changes the mm). A
+	// thread the worker creates inherits its affinity, as a forked
+	// partner does: the same PU.
 	struct Pair {
 		int to[2] = { -1, -1 }, from[2] = { -1, -1 };
 		pid_t echo = -1;
+		std::thread echo_thread;
 	};
 	std::vector<Pair> pair(pairs);
 	Body b;
-	b.setup = [&pair](unsigned id) {
+	b.setup = [&pair, threads](unsigned id) {
 		Pair &p = pair[id];
 		if (pipe(p.to) || pipe(p.from))
 			return -errno;
+		if (threads) {
+			p.echo_thread = std::thread([&p] {
+				echo_until_eof(p.to[0], p.from[1]);
+				close(p.to[0]);
+				close(p.from[1]);
+			});
+			return 0;
+		}
 		p.echo = fork();
 		if (p.echo < 0)
 			return -errno;
 		if (p.echo == 0) {              // the partner: echo until EOF
-			char c;
 			close(p.to[1]);
 			close(p.from[0]);
-			while (read(p.to[0], &c, 1) == 1 && write(p.from[1], &c, 1) == 1)
-				;
+			echo_until_eof(p.to[0], p.from[1]);
 			_exit(0);
 		}
 		close(p.to[0]);
@@ -512,11 +602,13 @@ void BM_context_switch(State &st, unsigned pairs)
 	};
 	b.teardown = [&pair](unsigned id) {
 		close(pair[id].to[1]);
+		if (pair[id].echo_thread.joinable())
+			pair[id].echo_thread.join();
 		close(pair[id].from[0]);
 		if (pair[id].echo > 0)
 			waitpid(pair[id].echo, nullptr, 0);
 	};
-	Workers w(pairs, true, b);
+	Workers w(pairs, !threads, b);
 	run_batches(st, w, 4000, "native context_switch");
 	st.counters["oversubscribed"] = oversubscribed(pairs);   // a pair shares its PU by design
 }

@@ -30,6 +30,14 @@ void BM_mprotect(benchmark::State &st, unsigned workers, bool processes);
 // reading it back (a fault). Reports loops_per_s like the emulated twin.
 void BM_tlb_flush2(benchmark::State &st, unsigned workers);
 
+// usemem_fork/native/cpus:4/sweeps:S: usemem_fork's shape on the host's
+// kernel: 4 threads, each writing every word of a 16 MiB region of its own
+// again and again; thread 0 starts each round with fork() and an exec() of
+// /bin/true it waits for, then sweeps its region S times, while the others
+// sweep on. Reports pages_per_us (all threads, real time) like the emulated
+// twin, and oversubscribed when the host has fewer than 4 PUs.
+void BM_usemem_fork(benchmark::State &st, unsigned sweeps);
+
 // tlb_flush{1,3}_threads/native/cpus:N: will-it-scale tlb_flush1 (@shared
 // false) and tlb_flush3 (true): tlb_flush2's loop over a 128 MiB file of
 // each thread's own in $TMPDIR (else /tmp), mapped MAP_PRIVATE or
@@ -39,8 +47,10 @@ void BM_tlb_flush_file(benchmark::State &st, unsigned workers, bool shared);
 // context_switch/native/cpus:N: hackbench's shape with N pairs of processes
 // passing a byte back and forth through two pipes; pair i runs on PU
 // i % PUs, so every message is a real context switch on that PU. Time per
-// switch per pair.
-void BM_context_switch(benchmark::State &st, unsigned pairs);
+// switch per pair. With @threads, each pair is two threads of one process
+// (the workers are threads then): will-it-scale's context_switch1 in
+// threads mode.
+void BM_context_switch(benchmark::State &st, unsigned pairs, bool threads = false);
 
 // trap_dispatch/native:mode=cpuid/threads:T: T threads each executing CPUID
 // (leaf 7, the feature ID registers) @reads times: the x86 counterpart of an

@@ -8,6 +8,8 @@
 //       broadcast:wp_reuse=tlbi     arm64 before 6.19: the reuse broadcasts
 //       local                       Arcangeli's skip-broadcast (2020)
 //       ipi, gbcast                 x86: the reuse flushes nothing
+//   usemem_fork/native/cpus:4/sweeps:{1,4,16}
+//       the same rounds on the host's kernel (native.cpp)
 //
 // The shape, from the patch's message: "run usemem with 4 threads, access
 // 100GB memory, and call fork()/exec() every 40 seconds". usemem is
@@ -267,6 +269,11 @@ void register_usemem_fork(Set set)
 				reg("usemem_fork/" + std::string(s) + cpus_tail(n) + "/sweeps:" +
 					    std::to_string(sw),
 				    [s, n, sw](State &st) { BM_usemem_fork(st, s, n, sw); });
+	// The host's kernel, 4 threads as the message's usemem (x86 here: the
+	// reuse flushes nothing, as the ipi rows).
+	for (unsigned sw : all_sweeps)
+		reg("usemem_fork/native" + cpus_tail(4) + "/sweeps:" + std::to_string(sw),
+		    [sw](State &st) { native::BM_usemem_fork(st, sw); });
 }
 
 } // namespace
