@@ -23,6 +23,9 @@
  *   after a read), which sd_madvise_dontneed() frees, so that the next read
  *   maps the cached frame again (will-it-scale's tlb_flush1 checks that it
  *   reads the file's bytes there).
+ * A read fault of either kind also maps the cached neighbours of its
+ * 16-page window that no PTE maps yet (do_fault_around(); counter
+ * fault_around_pages), as the fault itself would map them.
  * An anonymous shared mapping (MAP_SHARED|MAP_ANONYMOUS) is a shared
  * mapping of a file of its own that nothing else names: sd_mmap_file()
  * with a NULL file. It lives while a mapping of it does.

@@ -144,7 +144,8 @@ SD_BEGIN_DECLS
 	X(SBI_ECALL, "sbi_rfence_calls")        /* riscv: SBI remote-fence calls made */ \
 	X(SBI_SENT, "sbi_rfence_targets")       /* riscv: other harts an SBI remote fence reached */ \
 	X(SBI_IRQS_OFF, "sbi_irqs_off_services") /* riscv: fences serviced in M-mode while S-mode interrupts were off */ \
-	X(SBI_RANGE_WIDENED, "sbi_ranges_widened") /* riscv: ranges the firmware flushed as the whole ASID */
+	X(SBI_RANGE_WIDENED, "sbi_ranges_widened") /* riscv: ranges the firmware flushed as the whole ASID */ \
+	X(FAULT_AROUND, "fault_around_pages")   /* cached neighbours a file read fault mapped (do_fault_around()) */
 
 /** Counter ids. */
 enum sd_stat {

@@ -157,6 +157,8 @@
 	X(SBI_RUN_END,        NONE,               END,      ONE, FREE) /* arg flow id */                 \
 	X(SBI_IRQS_OFF,       SBI_IRQS_OFF,       INSTANT,  ONE, FREE)                                   \
 	X(SBI_RANGE_WIDENED,  SBI_RANGE_WIDENED,  INSTANT,  ONE, FREE)                                   \
+	/* A file read fault's neighbours (mm/access.c): arg pages; their PTEs are PTE_UPDATEs */        \
+	X(FAULT_AROUND,       FAULT_AROUND,       UNTRACED, ARG, FREE)                                   \
 	/* The scheduler (lib/sched): arg the task id */                                                 \
 	X(TASK_SWITCH,        TASK_SWITCH,        INSTANT,  ONE, ONCE(SCHED_SWITCH))                     \
 	X(TASK_WAKEUP,        TASK_WAKEUP,        INSTANT,  ONE, ONCE(SCHED_WAKEUP))                     \

@@ -137,6 +137,53 @@ static int file_touch(struct sd_cpu *c, struct sd_vma *vma, uint64_t vpn,
 }
 
 /*
+ * do_fault_around(): a read fault of a file mapping maps, besides its page,
+ * the neighbours already in the page cache that no PTE maps yet, within
+ * the 16-page aligned window around it (fault_around_bytes' 64 KiB), the
+ * VMA and the page's table (filemap_map_pages()), under the split lock the
+ * fault holds. Each is mapped as a read fault would map it (file_touch():
+ * writable in a shared mapping, write-protected in a private one) at the
+ * mm's current version. Returns the pages mapped.
+ */
+#define SD_FAULT_AROUND_PAGES 16
+
+static unsigned fault_around(struct sd_cpu *c, struct sd_mm *mm, struct sd_vma *vma,
+			     struct sd_pt *leaf, uint64_t vpn, unsigned prot)
+{
+	const uint64_t vstart = atomic_load_explicit(&vma->start, memory_order_relaxed);
+	const uint64_t vend = atomic_load_explicit(&vma->end, memory_order_relaxed);
+	uint64_t from = vpn & ~(uint64_t)(SD_FAULT_AROUND_PAGES - 1);
+	uint64_t to = from + SD_FAULT_AROUND_PAGES;
+	const uint64_t flags = SD_PTE_VMA | sd_pte_flags_from_prot(prot) | SD_PTE_PRESENT |
+			       (vma->shared ? SD_PTE_SHARED : SD_PTE_WRPROTECT);
+	const uint32_t version = sd_mm_change_version(mm);
+	unsigned mapped = 0;
+
+	from = from > vstart ? from : vstart;
+	to = to < vend ? to : vend;
+	for (uint64_t v = from; v < to; v++) {
+		SD_ATOMIC(uint64_t) *slot = sd_pt_slot(leaf, v);
+		uint64_t pte = atomic_load_explicit(slot, memory_order_relaxed);
+		/* Acquire: pairs with the insert's release (file.c). */
+		uint32_t pfn = atomic_load_explicit(&vma->file->pages[vma->pgoff + (v - vstart)],
+						    memory_order_acquire);
+
+		if (v == vpn || !pfn || !(pte & SD_PTE_VMA) || (pte & SD_PTE_PRESENT))
+			continue;
+		if (c->checked)
+			(void)sd_oracle_floor_touch(&mm->floor, v);
+		sd_frame_share(&c->m->frames, pfn);
+		atomic_store_explicit(slot, sd_pte_make(pfn, flags, version), memory_order_release);
+		mapped++;
+	}
+	if (mapped) {
+		sd_event(c, SD_EV_PTE_UPDATE, mapped, 0);
+		sd_event(c, SD_EV_FAULT_AROUND, mapped, 0);
+	}
+	return mapped;
+}
+
+/*
  * A population (page_faults), charged the exception's entry and exit
  * outside the locks, where the kernel pays them; a new page its
  * allocation, zeroing (or copying) and charge, and it joins this CPU's LRU
@@ -232,6 +279,8 @@ static int populate(struct sd_cpu *c, struct sd_mm *mm, uint64_t vpn, enum sd_ac
 			t.used = true;
 			sd_event(c, SD_EV_PTE_UPDATE, 1, 0);
 		}
+		if (kind == SD_READ && f.vma->file)
+			(void)fault_around(c, mm, f.vma, leaf, vpn, fault_prot(&f));
 		sd_ptl_unlock(c, leaf);
 	}
 	fault_unlock(c, mm, &f);

@@ -192,6 +192,76 @@ TEST(SharedFile, ForkSharesSharedPagesAndCopiesPrivateOnes)
 	EXPECT_EQ(0u, sd_oracle_violations(m.m));
 }
 
+// Fault-around (do_fault_around()): a read fault of a file mapping maps the
+// cached pages of its 16-page window that no PTE maps yet, within the VMA.
+// In a shared mapping they are writable (a write then hits: no fault); in a
+// private one write-protected (a write copies). Pages not cached stay
+// unmapped. Planted bug: the window not clamped to the VMA maps the next
+// VMA's pages at the first one's offsets (the wrong frame).
+TEST(FaultAround, AReadMapsTheCachedWindow)
+{
+	Machine m(sdtest::config(1));
+	ASSERT_NE(nullptr, m.m);
+	sd_mm *mm = nullptr, *warm = nullptr;
+	ASSERT_EQ(0, sd_mm_create(m.m, &mm));
+	ASSERT_EQ(0, sd_mm_create(m.m, &warm));
+	{
+		Attached at(m.m, 0);
+		sd_cpu *c = at.c;
+		sd_file *f = nullptr;
+		ASSERT_EQ(0, sd_file_create(m.m, 32 * P, &f));
+		// Cache every page but 12 and 13 through another mm.
+		ASSERT_EQ(0, sd_mmap_file(c, warm, kVb, 32 * P, RW, SD_MAP_SHARED, f, 0));
+		ASSERT_EQ(0, sd_switch_mm(c, warm));
+		for (unsigned i = 0; i < 32; i++)
+			if (i != 12 && i != 13)
+				touch(c, kVb + i * P, SD_WRITE);
+		ASSERT_EQ(30u, sd_file_cached_pages(f));
+		const uint64_t file30 = touch(c, kVb + 30 * P, SD_READ);
+		// Shared, file pages 0..13 at kVa; the window's last two pages
+		// another VMA, file pages 30 and 31 (offsets apart: no merge).
+		ASSERT_EQ(0, sd_mmap_file(c, mm, kVa, 14 * P, RW, SD_MAP_SHARED, f, 0));
+		ASSERT_EQ(0, sd_mmap_file(c, mm, kVa + 14 * P, 2 * P, RW, SD_MAP_SHARED, f, 30 * P));
+		ASSERT_EQ(0, sd_mmap_file(c, mm, kVa + 16 * P, 16 * P, RW, SD_MAP_PRIVATE, f, 16 * P));
+		ASSERT_EQ(0, sd_switch_mm(c, mm));
+		const uint64_t around = stat(m.m, SD_STAT_FAULT_AROUND);
+		touch(c, kVa + 5 * P, SD_READ);
+		EXPECT_EQ(around + 11, stat(m.m, SD_STAT_FAULT_AROUND))
+			<< "pages 0..11 but 5 are cached and mapped; 12, 13 are not cached, 14 and 15 "
+			   "are another VMA's";
+		EXPECT_EQ(file30, touch(c, kVa + 14 * P, SD_READ))
+			<< "the window crossed into the next VMA with the first one's offsets";
+		uint64_t faults = stat(m.m, SD_STAT_PAGE_FAULT);
+		for (unsigned i = 0; i < 12; i++)
+			touch(c, kVa + i * P, SD_WRITE);
+		EXPECT_EQ(faults, stat(m.m, SD_STAT_PAGE_FAULT)) << "a shared neighbour was not writable";
+		touch(c, kVa + 12 * P, SD_READ);
+		EXPECT_EQ(faults + 1, stat(m.m, SD_STAT_PAGE_FAULT)) << "page 12 was mapped uncached";
+		// Private: the window maps write-protected; a write copies.
+		const uint64_t cached17 = touch(c, kVa + 17 * P, SD_READ);
+		faults = stat(m.m, SD_STAT_PAGE_FAULT);
+		const uint64_t wp = stat(m.m, SD_STAT_WP_FAULT);
+		ASSERT_EQ(0, sd_switch_mm(c, warm));
+		const uint64_t file18 = touch(c, kVb + 18 * P, SD_READ);
+		ASSERT_EQ(0, sd_switch_mm(c, mm));
+		EXPECT_EQ(file18, touch(c, kVa + 18 * P, SD_READ)) << "the neighbour is not the file's";
+		EXPECT_EQ(faults, stat(m.m, SD_STAT_PAGE_FAULT)) << "page 18 was not mapped around";
+		EXPECT_NE(file18, touch(c, kVa + 18 * P, SD_WRITE)) << "a private write reached the file";
+		EXPECT_EQ(wp + 1, stat(m.m, SD_STAT_WP_FAULT));
+		EXPECT_NE(0u, cached17);
+		// Writes never fault around.
+		const uint64_t before_write = stat(m.m, SD_STAT_FAULT_AROUND);
+		ASSERT_EQ(0, sd_madvise_dontneed(c, mm, kVa + 16 * P, 16 * P));
+		touch(c, kVa + 20 * P, SD_WRITE);
+		EXPECT_EQ(before_write, stat(m.m, SD_STAT_FAULT_AROUND));
+		EXPECT_EQ(0u, sd_oracle_violations(m.m));
+		ASSERT_EQ(0, sd_switch_mm(c, nullptr));
+		EXPECT_EQ(0, sd_file_close(f));
+	}
+	EXPECT_EQ(0, sd_mm_destroy(mm));
+	EXPECT_EQ(0, sd_mm_destroy(warm));
+}
+
 // Merges and splits keep the file offset: mappings of one file at
 // continuing offsets merge into one VMA, others do not; the tail of a
 // split maps the page its offset names.
