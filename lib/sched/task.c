@@ -259,12 +259,10 @@ int sd_sched_run(struct sd_machine *m)
 /* ---- exit ---- */
 
 /* The mm's user leaves: its last task destroys an mm the scheduler made. */
-static int mm_put(struct sd_cpu *c, struct sd_task *t)
+static int owner_put(struct sd_cpu *c, struct sd_mm_owner *owner)
 {
-	struct sd_mm_owner *owner = t->owner;
 	int err = 0;
 
-	t->owner = NULL;
 	if (!owner)
 		return 0;
 	/* exit_mm(): enter_lazy_tlb() before the reference goes. The last
@@ -284,6 +282,14 @@ static int mm_put(struct sd_cpu *c, struct sd_task *t)
 	err = sd_mm_destroy(owner->mm);
 	free(owner);
 	return err;
+}
+
+static int mm_put(struct sd_cpu *c, struct sd_task *t)
+{
+	struct sd_mm_owner *owner = t->owner;
+
+	t->owner = NULL;
+	return owner_put(c, owner);
 }
 
 static void task_exit(struct sd_task *t)
@@ -592,13 +598,21 @@ int sd_task_exec(struct sd_task *self)
 	}
 	owner->mm = mm;
 	atomic_init(&owner->users, 1);
-	sd_event(c, SD_EV_TASK_EXEC, self->id, 0);
-	/* exec_mmap(): onto the new mm, then the old one's reference goes. */
-	sd_switch_mm(c, mm);
-	err = mm_put(c, self);
+	sd_event(sd_this_cpu, SD_EV_TASK_EXEC, self->id, 0);
+	/* exec_mmap(): the task's mm first, then the CPU's, then the old
+	 * reference goes. The kernel does the first two with interrupts off;
+	 * here a preemption may come between them, and the scheduler switches
+	 * a task back in onto its task->mm: set after the switch, a task
+	 * preempted there came back onto the old mm, whose last put then
+	 * found it loaded and could not destroy it (the fuzzer: -EBUSY, "mm
+	 * still loaded on CPU 5"). The task may also resume on another CPU:
+	 * each step uses the CPU it runs on then. */
+	struct sd_mm_owner *old = self->owner;
+
 	self->mm = mm;
 	self->owner = owner;
-	return err;
+	sd_switch_mm(sd_this_cpu, mm);
+	return owner_put(sd_this_cpu, old);
 }
 
 /* ---- getters ---- */
