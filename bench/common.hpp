@@ -327,6 +327,19 @@ inline MachineSpec spec_of(const char *strategy)
 	return s;
 }
 
+// will-it-scale's tlb_flush loop step on @va of @mm, loaded on @c: write the
+// page, madvise(DONTNEED) it (one flush), read it again. 0 or the first
+// error.
+inline int write_dontneed_read(sd_cpu *c, sd_mm *mm, uint64_t va)
+{
+	int err = sd_access(c, va, SD_WRITE, nullptr);
+	if (!err)
+		err = sd_madvise_dontneed(c, mm, va, SD_PAGE_SIZE);
+	if (!err)
+		err = sd_access(c, va, SD_READ, nullptr);
+	return err;
+}
+
 // The argument of a sd_machine_run() body; workloads that need more derive.
 struct RunArg {
 	const RunMachine *rm = nullptr;

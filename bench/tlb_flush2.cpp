@@ -102,11 +102,7 @@ void tlb_flush2_body(sd_cpu *c, void *p)
 			mapped = !err;
 		}
 		if (!err)
-			err = sd_access(c, va, SD_WRITE, nullptr);
-		if (!err)
-			err = sd_madvise_dontneed(c, mm, va, SD_PAGE_SIZE);
-		if (!err)
-			err = sd_access(c, va, SD_READ, nullptr);
+			err = write_dontneed_read(c, mm, va);
 	}
 	if (mapped) {
 		int uerr = sd_munmap(c, mm, base, len);

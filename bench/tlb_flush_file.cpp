@@ -66,7 +66,6 @@ struct FileArg : RunArg {
 	std::vector<sd_file *> files;           // one per CPU
 	std::vector<uint64_t> pos;              // the next page of each CPU's pass
 	std::vector<char> mapped;               // each CPU's file mapped now
-	sd_machine *m = nullptr;
 
 	~FileArg()
 	{
@@ -98,13 +97,8 @@ void tlb_flush_file_body(sd_cpu *c, void *p)
 					   r->files[id], 0);
 			r->mapped[id] = !err;
 		}
-		const uint64_t va = base + pos * SD_PAGE_SIZE;
 		if (!err)
-			err = sd_access(c, va, SD_WRITE, nullptr);
-		if (!err)
-			err = sd_madvise_dontneed(c, mm, va, SD_PAGE_SIZE);
-		if (!err)
-			err = sd_access(c, va, SD_READ, nullptr);
+			err = write_dontneed_read(c, mm, base + pos * SD_PAGE_SIZE);
 		pos++;
 	}
 	int serr = sd_switch_mm(c, nullptr);
@@ -122,7 +116,6 @@ void BM_tlb_flush_file(State &st, const char *strategy, unsigned cpus, bool shar
 	if (!rm.ok(st))
 		return;
 	arg.shared = shared;
-	arg.m = rm.m();
 	arg.pos.assign(cpus, 0);
 	arg.mapped.assign(cpus, 0);
 	arg.files.assign(cpus, nullptr);

@@ -796,7 +796,7 @@ static int do_mmap_file(struct sd_cpu *c, struct sd_mm *mm, uint64_t va, uint64_
 			       (unsigned long long)len, (unsigned long long)f->nr_pages);
 	struct sd_file *anon = NULL;
 
-	if (!f && sd_file_new(c->m, len >> SD_PAGE_SHIFT, true, &anon))
+	if (!f && sd_file_new(c->m, len >> SD_PAGE_SHIFT, &anon))
 		return sd_fail(-ENOMEM, "%s: no memory for the shared memory's file", who);
 	const struct sd_vma_backing b = {
 		.file = f ? f : anon, .pgoff = offset >> SD_PAGE_SHIFT,

@@ -15,7 +15,7 @@
 #include "file.h"
 #include "mm.h"
 
-int sd_file_new(struct sd_machine *m, uint64_t nr_pages, bool anon, struct sd_file **out)
+int sd_file_new(struct sd_machine *m, uint64_t nr_pages, struct sd_file **out)
 {
 	struct sd_file *f;
 
@@ -28,7 +28,6 @@ int sd_file_new(struct sd_machine *m, uint64_t nr_pages, bool anon, struct sd_fi
 		return -ENOMEM;
 	f->m = m;
 	f->nr_pages = nr_pages;
-	f->anon = anon;
 	atomic_init(&f->refs, 1);
 	atomic_fetch_add_explicit(&m->nr_files, 1, memory_order_relaxed);
 	atomic_init(&f->cached, 0);
@@ -106,7 +105,7 @@ int sd_file_create(struct sd_machine *m, uint64_t len, struct sd_file **out)
 	/* Larger than the machine's memory is allowed, as a file larger than
 	 * RAM is: only touched pages take frames (and a fault with none left
 	 * fails with -ENOMEM, as an anonymous one does). */
-	if (sd_file_new(m, len >> SD_PAGE_SHIFT, false, out))
+	if (sd_file_new(m, len >> SD_PAGE_SHIFT, out))
 		return sd_fail(-ENOMEM, "sd_file_create: no memory for a file of %llu pages",
 			       (unsigned long long)(len >> SD_PAGE_SHIFT));
 	return 0;

@@ -37,12 +37,11 @@ struct sd_file {
 	uint64_t nr_pages;
 	SD_ATOMIC(uint64_t) refs;
 	SD_ATOMIC(uint64_t) cached;
-	bool anon;                  /* shmem behind MAP_SHARED|MAP_ANONYMOUS */
 	SD_ATOMIC(uint32_t) pages[];
 };
 
 /* A new file of @nr_pages, its creator's reference held: 0 or -ENOMEM. */
-int sd_file_new(struct sd_machine *m, uint64_t nr_pages, bool anon, struct sd_file **out);
+int sd_file_new(struct sd_machine *m, uint64_t nr_pages, struct sd_file **out);
 void sd_file_get(struct sd_file *f);
 /* The last put frees the file: no VMA maps it then, so no PTE either. */
 void sd_file_put(struct sd_file *f);
