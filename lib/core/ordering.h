@@ -77,6 +77,9 @@ enum sd_order_point {
 	SD_ORDER_FILE_ALLOCATED, /* a file's page fault: a frame taken for an
 				  * absent page, not yet inserted into the
 				  * page cache (another fault may insert first) */
+	SD_ORDER_EXEC_SWITCHED,  /* sd_task_exec(): the CPU switched to the new
+				  * mm, the old mm's reference not yet dropped
+				  * (a preemption may come here) */
 	SD_ORDER_NR_POINTS,
 };
 

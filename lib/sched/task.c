@@ -612,6 +612,7 @@ int sd_task_exec(struct sd_task *self)
 	self->mm = mm;
 	self->owner = owner;
 	sd_switch_mm(sd_this_cpu, mm);
+	sd_order_point(SD_ORDER_EXEC_SWITCHED, sd_this_cpu->id);
 	return owner_put(sd_this_cpu, old);
 }
 

@@ -603,6 +603,74 @@ TEST(SchedRace, AnIpiToACpuBetweenThreadsRunsWhenTheNextArrives)
 	EXPECT_EQ(0, sd_mm_destroy(mm));
 }
 
+// exec_mmap() sets the task's mm before the CPU switches to it. A forked
+// child (its mm its own, so its exec's last put destroys the old one) is
+// preempted right after exec's switch: it yields to a second task on the
+// only CPU, which yields back, and the scheduler switches the CPU to the
+// child's task->mm as it returns. Planted bug: task->mm set after the
+// switch, so the child comes back on the old mm and the put fails
+// (-EBUSY, "mm still loaded").
+std::atomic<sd_task *> g_execer{nullptr};
+std::atomic<bool> g_exec_preempted{false}, g_exec_done{false};
+int g_exec_err = 1;
+
+void preempt_the_exec(enum sd_order_point point, unsigned)
+{
+	if (point != SD_ORDER_EXEC_SWITCHED)
+		return;
+	sd_task *t = g_execer.exchange(nullptr);
+	if (!t)
+		return;
+	EXPECT_EQ(0, sd_task_yield(t)) << sd_last_error();
+	g_exec_preempted = true;
+}
+
+void preempted_execer(sd_task *self, void *)
+{
+	g_execer = self;
+	g_exec_err = sd_task_exec(self);
+	EXPECT_EQ(0, g_exec_err) << sd_last_error();
+	EXPECT_EQ(sd_task_mm(self), sd_cpu_current_mm(sd_task_cpu(self)))
+		<< "the CPU runs another mm than the exec'd task's";
+	g_exec_done = true;
+}
+
+void exec_bystander(sd_task *self, void *)
+{
+	while (!g_exec_done)
+		EXPECT_EQ(0, sd_task_yield(self));
+}
+
+void forks_an_execer(sd_task *self, void *)
+{
+	sd_task *child = nullptr;
+	ASSERT_EQ(0, sd_task_fork(self, preempted_execer, nullptr, &child)) << sd_last_error();
+	exec_bystander(self, nullptr);
+}
+
+TEST(SchedRace, AnExecPreemptedAfterItsSwitchComesBackOnTheNewMm)
+{
+	Machine mach(sdtest::config(1, "ipi"));
+	ASSERT_NE(nullptr, mach.m);
+	sd_mm *mm = mapped_mm(mach.m, 1);
+	ASSERT_NE(nullptr, mm);
+	g_execer = nullptr;
+	g_exec_preempted = g_exec_done = false;
+	g_exec_err = 1;
+	create_task(mach.m, mm, forks_an_execer, nullptr);
+	sd_order_set_hook(preempt_the_exec);
+	{
+		Watchdog w("exec preempted after its switch", 60);
+		EXPECT_EQ(0, sd_sched_run(mach.m)) << sd_last_error();
+	}
+	sd_order_set_hook(nullptr);
+	EXPECT_TRUE(g_exec_preempted.load()) << "the exec was never preempted at its switch";
+	EXPECT_EQ(0, g_exec_err) << "the old mm's last put failed";
+	EXPECT_EQ(1u, total(mach.m, SD_STAT_TASK_EXEC));
+	EXPECT_EQ(0u, total(mach.m, SD_STAT_VIOLATION));
+	EXPECT_EQ(0, sd_mm_destroy(mm));
+}
+
 // exit_mm() enters lazy TLB mode before the mm's reference goes. A task
 // that is not its mm's last user exits on CPU 1 and is held there, its CPU
 // not yet switched away; the last user then exits on CPU 2 and destroys the
