@@ -167,6 +167,25 @@ SD_EXPORT unsigned sd_task_id(const struct sd_task *task);
  */
 SD_EXPORT int sd_task_yield(struct sd_task *self);
 
+/**
+ * sd_task_preempt_point() - where the program would return to user mode
+ * (after a system call, or between steps of a long computation, where
+ * the kernel's tick would land): the task switches if it must, as
+ * exit_to_user_mode_loop() does on TIF_NEED_RESCHED. That is when a
+ * woken task preempted it, when its affinity (set by another task) no
+ * longer has its CPU (the task moves, as migration_cpu_stop() moves it),
+ * or when it has run one EEVDF base slice since it took the CPU and
+ * another task waits there (it goes behind them). The slice is the
+ * kernel's sysctl_sched_base_slice, 0.75 ms scaled by 1 + ilog2(min(CPUs,
+ * 8)) (SCHED_TUNABLESCALING_LOG), on the CPU's clock: modelled time in a
+ * modelled machine. The other library calls never switch a task; without
+ * this call a task that only computes keeps its CPU. Call sd_task_cpu()
+ * again afterwards: the task may run on another CPU.
+ * Return: 0; -EPERM if the caller is not @self's thread; -EDEADLK with
+ * interrupts off. Task thread.
+ */
+SD_EXPORT int sd_task_preempt_point(struct sd_task *self);
+
 /** A condition a waiter waits for (sd_task_wait()): true ends the wait. */
 typedef bool (*sd_wait_cond)(void *arg);
 

@@ -313,9 +313,17 @@ void sd_sched_move_queued(struct sd_cpu *c, struct sd_task *t)
 	from = &s->rq[t->cpu];
 	rq_lock(c, from);
 	if (atomic_load_explicit(&from->curr, memory_order_relaxed) == t) {
-		/* Running: it moves itself at its next scheduling point. */
+		/* Running: set_cpus_allowed_ptr() has migration_cpu_stop()
+		 * preempt it. Here its CPU is told to reschedule, and the
+		 * task moves itself at its next scheduling point
+		 * (sd_schedule() finds its CPU no longer allowed). */
+		const unsigned cpu = t->cpu;
+
+		atomic_store(&from->need_resched, 1);
 		rq_unlock(c, from);
 		sd_spin_unlock(&t->pi_lock);
+		if (!c || c->id != cpu)
+			send_resched(c, s, cpu);
 		return;
 	}
 	dequeue(from, t);
@@ -505,6 +513,10 @@ struct sd_cpu *sd_schedule(struct sd_cpu *c, struct sd_task *prev, bool yield)
 		dequeue(rq, next);
 	else
 		next = leaving ? &rq->idle : prev;
+	/* The slice sd_sched_return_to_user() measures starts when a task
+	 * takes the CPU, not when it keeps it. */
+	if (next != prev)
+		rq->slice_start_ns = sd_cpu_now_ns(c);
 	/* Release: pairs with curr_of()'s acquire. */
 	atomic_store_explicit(&rq->curr, next, memory_order_release);
 	atomic_store_explicit(&rq->need_resched, 0, memory_order_relaxed);
@@ -548,6 +560,32 @@ struct sd_cpu *sd_sched_preempt_point(struct sd_cpu *c, struct sd_task *self)
 	    c->irq_depth)
 		return c;
 	return sd_schedule(c, self, true);
+}
+
+/* sysctl_sched_base_slice (kernel/sched/fair.c): 0.75 ms normalized,
+ * scaled by get_update_sysctl_factor() under SCHED_TUNABLESCALING_LOG,
+ * 1 + ilog2(min(online CPUs, 8)). */
+static uint64_t base_slice_ns(const struct sd_sched *s)
+{
+	unsigned cpus = s->nr_cpus < 8 ? s->nr_cpus : 8, log2 = 0;
+
+	while (cpus >>= 1)
+		log2++;
+	return 750000ull * (1 + log2);
+}
+
+struct sd_cpu *sd_sched_return_to_user(struct sd_cpu *c, struct sd_task *self)
+{
+	struct sd_rq *rq = &self->s->rq[c->id];
+
+	/* The tick's check_preempt_tick()/update_deadline(): a slice used up
+	 * with others waiting puts the task behind them. nr_queued is read
+	 * racily, as the kernel's tick reads nr_running: a task queued a
+	 * moment later waits for the next point. */
+	if (!c->irq_depth && atomic_load_explicit(&rq->nr_queued, memory_order_relaxed) &&
+	    sd_cpu_now_ns(c) - rq->slice_start_ns >= base_slice_ns(self->s))
+		return sd_schedule(c, self, true);
+	return sd_sched_preempt_point(c, self);
 }
 
 /* ---- deadlock and the end ---- */

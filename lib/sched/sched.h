@@ -85,8 +85,9 @@ struct sd_rq {
 	struct cds_list_head sleepers; /* sleeping tasks whose timer is here */
 	SD_ATOMIC(unsigned) nr_queued; /* written under lock, read racily by balancers */
 	SD_ATOMIC(struct sd_task *) curr;  /* written under lock, read racily */
-	/* TIF_NEED_RESCHED: a woken task was queued ahead of the one running;
-	 * it switches at its next scheduling point (sd_sched_preempt_point()). */
+	/* TIF_NEED_RESCHED: a woken task was queued ahead of the one running,
+	 * or the running one's affinity left this CPU; it switches at its
+	 * next scheduling point (sd_sched_preempt_point()). */
 	SD_ATOMIC(int) need_resched;
 	struct sd_task idle;           /* this CPU's idle thread */
 	/* The reschedule IPI (smp_send_reschedule()): one in flight at a time,
@@ -95,6 +96,7 @@ struct sd_rq {
 	SD_ATOMIC(int) resched_inflight;
 	struct sd_smp_call_req resched_req;
 	uint64_t next_balance_ns;      /* the CPU's own (its holder's) */
+	uint64_t slice_start_ns;       /* when curr took the CPU (its holder's) */
 };
 
 struct sd_waitq {
@@ -145,6 +147,9 @@ void sd_sched_move_queued(struct sd_cpu *c, struct sd_task *t);
  * reschedule, @self yields to the task queued ahead of it. Returns the CPU
  * @self runs on afterwards. */
 struct sd_cpu *sd_sched_preempt_point(struct sd_cpu *c, struct sd_task *self);
+/* sd_task_preempt_point(): a switch if @self was preempted, moved, or has
+ * used its slice with others queued. Returns the CPU it runs on after. */
+struct sd_cpu *sd_sched_return_to_user(struct sd_cpu *c, struct sd_task *self);
 /* The idle thread's body (sd_machine_run()'s, one per CPU). */
 void sd_sched_idle_body(struct sd_cpu *c, void *arg);
 /* The task's thread waits to be given a CPU and takes it over; NULL if

@@ -344,6 +344,18 @@ int sd_task_yield(struct sd_task *self)
 	return 0;
 }
 
+int sd_task_preempt_point(struct sd_task *self)
+{
+	int err = check_self(self, "sd_task_preempt_point");
+
+	if (err)
+		return err;
+	if (sd_this_cpu->irq_depth)
+		return sd_fail(-EDEADLK, "sd_task_preempt_point: interrupts are off");
+	sd_sched_return_to_user(sd_this_cpu, self);
+	return 0;
+}
+
 int sd_waitq_create(struct sd_machine *m, const char *name, struct sd_waitq **out)
 {
 	struct sd_waitq *q;

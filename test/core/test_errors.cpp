@@ -1855,6 +1855,8 @@ void task_driver(sd_task *self, void *arg)
 		prime_last_error();
 		check_error(sd_task_yield(self), -EPERM, {"thread"});
 		prime_last_error();
+		check_error(sd_task_preempt_point(self), -EPERM, {"thread"});
+		prime_last_error();
 		check_error(sd_task_wait(self, k->q, flag_set, &k->done), -EPERM, {"thread"});
 		prime_last_error();
 		check_error(sd_task_wake(self, k->q, 1), -EPERM, {"thread"});
@@ -1912,6 +1914,8 @@ void task_driver(sd_task *self, void *arg)
 	sd_irq_disable(c);
 	prime_last_error();
 	check_error(sd_task_yield(self), -EDEADLK, {"interrupts"});
+	prime_last_error();
+	check_error(sd_task_preempt_point(self), -EDEADLK, {"interrupts"});
 	prime_last_error();
 	check_error(sd_task_wait(self, k->q, flag_set, &k->done), -EDEADLK, {"interrupts"});
 	prime_last_error();

@@ -275,6 +275,75 @@ TEST(SchedModelled, StrictRunsAreBitIdenticalWhateverTheHostDoes)
 	}
 }
 
+// Two tasks that only compute share one CPU through their preemption
+// points: each keeps the CPU for one EEVDF base slice (0.75 ms at one CPU)
+// and then goes behind the other, so the runs alternate in bursts of
+// 8 chunks of 100 us (the slice is first seen used up after the 8th).
+// Planted bug: no slice check, so the first task runs all its chunks.
+struct Slicer {
+	std::vector<unsigned> *log;
+	unsigned me;
+	std::atomic<unsigned> *switches_seen;
+};
+
+void slicer(sd_task *self, void *arg)
+{
+	auto *sl = static_cast<Slicer *>(arg);
+
+	for (unsigned i = 0; i < 40; i++) {
+		ASSERT_EQ(0, sd_cpu_work(sd_task_cpu(self), 100000));
+		sl->log->push_back(sl->me);
+		ASSERT_EQ(0, sd_task_preempt_point(self)) << sd_last_error();
+	}
+}
+
+TEST(SchedModelled, APreemptPointEndsAUsedUpSliceWhenOthersWait)
+{
+	Profile p("pack:1 core:2 pu:1", kSchedCosts);
+	Watchdog w("time slices", 120);
+	Machine mach(sdtest::strict_config(1, "ipi", p));
+	ASSERT_NE(nullptr, mach.m);
+	sd_mm *mm = mapped_mm(mach.m, 1);
+	std::vector<unsigned> log;
+	Slicer sl[2] = {{&log, 0, nullptr}, {&log, 1, nullptr}};
+	create_task(mach.m, mm, slicer, &sl[0], 0, "0");
+	create_task(mach.m, mm, slicer, &sl[1], 0, "0");
+	EXPECT_EQ(0, sd_sched_run(mach.m)) << sd_last_error();
+	ASSERT_EQ(80u, log.size());
+	std::vector<unsigned> bursts;
+	for (size_t i = 0; i < log.size(); i++)
+		if (i == 0 || log[i] != log[i - 1])
+			bursts.push_back(1);
+		else
+			bursts.back()++;
+	EXPECT_EQ(10u, bursts.size()) << "the two tasks did not take turns by the slice";
+	for (unsigned b : bursts)
+		EXPECT_EQ(8u, b) << "a burst of another length than the 0.75 ms slice";
+	EXPECT_EQ(0, sd_mm_destroy(mm));
+}
+
+// Alone on its CPU, a task keeps it at every preemption point however long
+// it runs (nobody waits).
+TEST(SchedModelled, APreemptPointKeepsTheCpuWhenNobodyWaits)
+{
+	Profile p("pack:1 core:2 pu:1", kSchedCosts);
+	Watchdog w("time slices alone", 120);
+	Machine mach(sdtest::strict_config(2, "ipi", p));
+	ASSERT_NE(nullptr, mach.m);
+	sd_mm *mm = mapped_mm(mach.m, 1);
+	std::vector<unsigned> log[2];
+	Slicer sl[2] = {{&log[0], 0, nullptr}, {&log[1], 1, nullptr}};
+	create_task(mach.m, mm, slicer, &sl[0], 0, "0");
+	create_task(mach.m, mm, slicer, &sl[1], 1, "1");
+	EXPECT_EQ(0, sd_sched_run(mach.m)) << sd_last_error();
+	EXPECT_EQ(40u, log[0].size());
+	EXPECT_EQ(40u, log[1].size());
+	// Each task's first switch in, and the idle threads' switches out
+	// and back at the end: no switch between the chunks.
+	EXPECT_LE(total(mach.m, SD_STAT_TASK_SWITCH), 6u);
+	EXPECT_EQ(0, sd_mm_destroy(mm));
+}
+
 // Lax mode runs the same shape to the end with sensible clocks.
 TEST(SchedModelled, LaxRunsToTheEnd)
 {
@@ -600,6 +669,56 @@ TEST(SchedRace, AnIpiToACpuBetweenThreadsRunsWhenTheNextArrives)
 		   "what reached the CPU while it had no thread";
 	EXPECT_GE(total(mach.m, SD_STAT_IPI_SENT), 1u);
 	EXPECT_EQ(0u, total(mach.m, SD_STAT_VIOLATION));
+	EXPECT_EQ(0, sd_mm_destroy(mm));
+}
+
+// set_cpus_allowed_ptr() of a task running on another CPU moves it at once
+// (migration_cpu_stop()); here its CPU is told to reschedule and the task
+// moves at its next preemption point. Task A computes on CPU 0, task B on
+// CPU 1 takes CPU 0 from A's affinity and returns; A must go on on CPU 1.
+// Planted bug: the running task's CPU is not told (as before), and A keeps
+// CPU 0 for good.
+std::atomic<bool> g_mover_started{false};
+std::atomic<unsigned> g_mover_cpu_after{UINT32_MAX};
+sd_task *g_mover = nullptr;
+
+void running_mover(sd_task *self, void *)
+{
+	const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+	g_mover_started = true;
+	while (sd_cpu_id(sd_task_cpu(self)) == 0 && std::chrono::steady_clock::now() < deadline) {
+		EXPECT_EQ(0, sd_cpu_work(sd_task_cpu(self), 1000));
+		EXPECT_EQ(0, sd_task_preempt_point(self)) << sd_last_error();
+	}
+	g_mover_cpu_after = sd_cpu_id(sd_task_cpu(self));
+}
+
+void affinity_setter(sd_task *self, void *)
+{
+	while (!g_mover_started)
+		EXPECT_EQ(0, sd_cpu_poll(sd_task_cpu(self)));
+	EXPECT_EQ(0, sd_task_set_affinity(self, g_mover, "1")) << sd_last_error();
+}
+
+TEST(SchedRace, ARunningTaskWhoseAffinityLeftItsCpuMovesAtItsPreemptPoint)
+{
+	Machine mach(sdtest::config(2, "ipi"));
+	ASSERT_NE(nullptr, mach.m);
+	sd_mm *mm = mapped_mm(mach.m, 1);
+	g_mover_started = false;
+	g_mover_cpu_after = UINT32_MAX;
+	sd_task_config tc = SD_TASK_CONFIG_INIT;
+	tc.mm = mm;
+	tc.cpu = 0;
+	tc.affinity = "0-1";
+	ASSERT_EQ(0, sd_task_create(mach.m, &tc, running_mover, nullptr, &g_mover));
+	create_task(mach.m, mm, affinity_setter, nullptr, 1, "1");
+	{
+		Watchdog w("a running task's affinity move", 60);
+		EXPECT_EQ(0, sd_sched_run(mach.m)) << sd_last_error();
+	}
+	EXPECT_EQ(1u, g_mover_cpu_after.load()) << "the running task never left CPU 0";
+	EXPECT_GE(total(mach.m, SD_STAT_TASK_MIGRATE), 1u);
 	EXPECT_EQ(0, sd_mm_destroy(mm));
 }
 
