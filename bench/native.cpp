@@ -403,6 +403,204 @@ void BM_tlb_flush2(State &st, unsigned workers)
 	st.counters["oversubscribed"] = oversubscribed(workers);
 }
 
+// /proc/interrupts: the sum over CPUs of the line labelled @label ("TLB:",
+// "CAL:"), as stress-ng's stress_interrupts_tlb() reads it. 0 without one.
+uint64_t proc_interrupts(const char *label)
+{
+	FILE *f = fopen("/proc/interrupts", "r");
+	char line[8192];
+	uint64_t total = 0;
+
+	if (!f)
+		return 0;
+	while (fgets(line, sizeof(line), f)) {
+		char *p = line;
+		while (*p == ' ')
+			p++;
+		if (strncmp(p, label, strlen(label)))
+			continue;
+		p += strlen(label);
+		for (char *end;; p = end) {
+			unsigned long long v = strtoull(p, &end, 10);
+			if (end == p)
+				break;
+			total += v;
+		}
+	}
+	fclose(f);
+	return total;
+}
+
+struct StressShm {
+	std::atomic<uint32_t> go{0};
+	std::atomic<uint64_t> child_loops{0};
+	std::atomic<uint32_t> stop{0};
+};
+
+void stress_touch(volatile uint8_t *page, bool write)
+{
+	for (size_t m = 0; m < kPage; m += 64) {
+		if (write)
+			page[m] = (uint8_t)m;
+		else
+			(void)page[m];
+	}
+}
+
+// stress_tlb_shootdown_child() (stress-tlb-shootdown.c at 291fc43).
+void stress_child(StressShm *shm, uint8_t *mem, uint8_t *memfd, size_t stride, pid_t parent,
+		  const std::vector<int> &cpus)
+{
+	const size_t size = 512 * kPage, mask = size - 1, fdmask = 4 * kPage - 1;
+	uint32_t r = 0x9e3779b9u ^ (uint32_t)getpid();
+	auto rnd = [&r] { r ^= r << 13; r ^= r >> 17; r ^= r << 5; return r; };
+	unsigned idx = 0;
+	cpu_set_t set;
+
+	while (!shm->go.load())
+		sched_yield();
+	CPU_ZERO(&set);
+	CPU_SET(cpus[0], &set);
+	(void)sched_setaffinity(parent, sizeof(set), &set);   // args->pid: the parent's
+	auto next = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+	while (!shm->stop.load(std::memory_order_relaxed)) {
+		size_t k = rnd() & mask, off = (rnd() & mask) & ~(kPage - 1);
+		volatile uint8_t *v = mem;
+		(void)mprotect(mem + off, kPage, PROT_READ);
+		stress_touch(mem + off, false);
+		(void)mprotect(mem + off, kPage, PROT_WRITE);
+		stress_touch(mem + off, true);
+		(void)mprotect(mem, size, PROT_READ);
+		for (size_t l = 0; l < size / 64; l++, k = (k + stride) & mask)
+			(void)v[k];
+		(void)mprotect(mem, size, PROT_WRITE);
+		for (size_t l = 0; l < size / 64; l++, k = (k + stride) & mask)
+			v[k] = (uint8_t)k;
+		(void)mprotect(mem, size, PROT_READ | PROT_WRITE);
+		off = (rnd() & mask) & ~(kPage - 1);
+		(void)madvise(mem + off, kPage, MADV_DONTNEED);
+		stress_touch(mem + off, false);
+		off = (rnd() & fdmask) & ~(kPage - 1);
+		(void)madvise(memfd + off, kPage, MADV_DONTNEED);
+		stress_touch(memfd + off, true);
+		(void)msync(memfd, 4 * kPage, MS_ASYNC);
+		shm->child_loops.fetch_add(1, std::memory_order_relaxed);
+		if (std::chrono::steady_clock::now() >= next) {
+			idx = idx + 1 >= cpus.size() ? 0 : idx + 1;
+			CPU_ZERO(&set);
+			CPU_SET(cpus[idx], &set);
+			(void)sched_setaffinity(parent, sizeof(set), &set);
+			next += std::chrono::seconds(1);
+		}
+	}
+	_exit(0);
+}
+
+// The instance's loop for @seconds; returns its loops, or -errno.
+int64_t stress_parent_loop(StressShm *shm, uint8_t *mem, uint8_t *memfd, double seconds)
+{
+	const size_t mask = 512 * kPage - 1, fdmask = 4 * kPage - 1;
+	uint32_t r = 0x2545f491u;
+	auto rnd = [&r] { r ^= r << 13; r ^= r >> 17; r ^= r << 5; return r; };
+	const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+	int64_t loops = 0;
+
+	shm->go.store(1);
+	while (std::chrono::steady_clock::now() < end) {
+		size_t off = (rnd() & fdmask) & ~(kPage - 1);
+		(void)madvise(memfd + off, kPage, MADV_DONTNEED);
+		stress_touch(memfd + off, true);
+		(void)msync(memfd, 4 * kPage, MS_SYNC);
+		(void)madvise(memfd + off, kPage, MADV_DONTNEED);
+		stress_touch(memfd + off, false);
+		(void)msync(memfd, 4 * kPage, MS_SYNC);
+		off = (rnd() & mask) & ~(kPage - 1);
+		(void)madvise(mem + off, kPage, MADV_DONTNEED);
+		stress_touch(mem + off, false);
+		(void)madvise(mem + off, kPage, MADV_DONTNEED);
+		stress_touch(mem + off, true);
+		loops++;
+	}
+	shm->stop.store(1);
+	return loops;
+}
+
+void BM_stress_tlb_shootdown(State &st, double seconds)
+{
+	const unsigned pus = nr_pus();
+	const unsigned procs = pus > 8 ? 8 : pus < 2 ? 2 : pus;
+	std::vector<int> cpus;
+	for (unsigned i = 0; i < pus; i++)
+		cpus.push_back(pu_os_index(i));
+	double tlb = 0, cal = 0, child = 0, parent = 0, wall = 0;
+
+	for (auto _ : st) {
+		char path[] = "/dev/shm/sd-stress-XXXXXX";
+		int fd = mkstemp(path);
+		if (fd < 0) {
+			st.SkipWithError("mkstemp in /dev/shm failed");
+			return;
+		}
+		(void)unlink(path);
+		void *shm_p = mmap(nullptr, sizeof(StressShm), PROT_READ | PROT_WRITE,
+				   MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+		uint8_t *memfd = ftruncate(fd, 4 * kPage) ? nullptr
+			: (uint8_t *)mmap(nullptr, 4 * kPage, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+		uint8_t *mem = (uint8_t *)mmap(nullptr, 512 * kPage, PROT_READ | PROT_WRITE,
+					       MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+		if (shm_p == MAP_FAILED || !memfd || memfd == MAP_FAILED || mem == MAP_FAILED) {
+			st.SkipWithError("mmap failed");
+			close(fd);
+			return;
+		}
+		auto *shm = new (shm_p) StressShm();
+		memset(mem, 0xff, 512 * kPage);
+		std::vector<pid_t> kids;
+		uint64_t prime = 32769;
+		for (unsigned i = 0; i < procs; i++) {
+			for (bool ok = false; !ok;) {     // stress_prime64_next_get()
+				prime += 2;
+				ok = 32768 % prime != 0;
+				for (uint64_t d = 3; ok && d * d <= prime; d += 2)
+					ok = prime % d != 0;
+			}
+			pid_t pid = fork();
+			if (pid == 0)
+				stress_child(shm, mem, memfd, (137 + prime) * 64, getppid(), cpus);
+			if (pid > 0)
+				kids.push_back(pid);
+		}
+		const uint64_t tlb0 = proc_interrupts("TLB:"), cal0 = proc_interrupts("CAL:");
+		const auto t0 = std::chrono::steady_clock::now();
+		const int64_t loops = stress_parent_loop(shm, mem, memfd, seconds);
+		for (pid_t pid : kids)
+			(void)waitpid(pid, nullptr, 0);
+		wall += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+		tlb += (double)(proc_interrupts("TLB:") - tlb0);
+		cal += (double)(proc_interrupts("CAL:") - cal0);
+		child += (double)shm->child_loops.load();
+		parent += (double)loops;
+		munmap(mem, 512 * kPage);
+		munmap(memfd, 4 * kPage);
+		munmap(shm_p, sizeof(StressShm));
+		close(fd);
+		// The parent's mask back to every PU for the next run.
+		cpu_set_t all;
+		CPU_ZERO(&all);
+		for (int c : cpus)
+			CPU_SET(c, &all);
+		(void)sched_setaffinity(0, sizeof(all), &all);
+	}
+	if (wall <= 0)
+		return;
+	st.counters["tlb_shootdowns_per_s"] = tlb / wall;
+	st.counters["ipis_per_s"] = cal / wall;
+	st.counters["bogo_ops_per_s"] = child / wall;
+	st.counters["parent_loops_per_s"] = parent / wall;
+	st.counters["children"] = procs;
+	st.counters["oversubscribed"] = oversubscribed(procs + 1);
+}
+
 void BM_usemem_fork(State &st, unsigned sweeps)
 {
 	// vm-scalability's usemem -t 4 with a fork()/exec() between rounds

@@ -30,6 +30,13 @@ void BM_mprotect(benchmark::State &st, unsigned workers, bool processes);
 // reading it back (a fault). Reports loops_per_s like the emulated twin.
 void BM_tlb_flush2(benchmark::State &st, unsigned workers);
 
+// stress_tlb_shootdown/native: stress-ng --tlb-shootdown's instance on the
+// host (bench/stress_tlb_shootdown.cpp gives the source): the parent, its
+// min(8, max(2, PUs)) forked children for @seconds a run, the file on
+// /dev/shm (tmpfs, as the emulated one). Reports stress-ng's metrics from
+// /proc/interrupts (its TLB and CAL lines, summed over CPUs) a second.
+void BM_stress_tlb_shootdown(benchmark::State &st, double seconds);
+
 // usemem_fork/native/cpus:4/sweeps:S: usemem_fork's shape on the host's
 // kernel: 4 threads, each writing every word of a 16 MiB region of its own
 // again and again; thread 0 starts each round with fork() and an exec() of
