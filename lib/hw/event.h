@@ -175,6 +175,8 @@
 	X(SYSCALL_ENTER,      NONE,               UNTRACED, ONE, ONCE(SYSCALL_ENTRY))                    \
 	X(SYSCALL_EXIT,       NONE,               UNTRACED, ONE, ONCE(SYSCALL_EXIT))                     \
 	X(VMA_CHANGE,         NONE,               UNTRACED, ONE, ONCE(VMA_CHANGE)) /* mmap_lock held */  \
+	X(MADVISE_ZAP,        NONE,               UNTRACED, ONE, ONCE(MADVISE_ZAP)) /* mmap_lock held */ \
+	X(FILE_FAULT,         NONE,               UNTRACED, ONE, ONCE(FILE_FAULT)) /* arg vpn */         \
 	X(PTE_UPDATE,         NONE,               UNTRACED, ONE, EACH(PTE_UPDATE)) /* arg PTEs */        \
 	X(PAGE_FREE,          NONE,               UNTRACED, ONE, EACH(PAGE_FREE)) /* arg frames */       \
 	/* arg enum sd_lock_kind, aux the struct sd_model_lock (0: the kind's) */                        \

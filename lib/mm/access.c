@@ -118,6 +118,10 @@ static int file_touch(struct sd_cpu *c, struct sd_vma *vma, uint64_t vpn,
 									 memory_order_relaxed));
 	uint64_t cached;
 
+	/* shmem_fault()/filemap_fault(): the page-cache lookup, the folio's
+	 * lock and reference, and finish_fault()'s file rmap, on top of the
+	 * fault's entry (page_fault_entry). */
+	sd_event(c, SD_EV_FILE_FAULT, vpn, 0);
 	if (sd_file_page(c, vma->file, pgoff, &cached, &t->cache_added))
 		return sd_fail(-ENOMEM, "sd_access: out of frames");
 	if (vma->shared) {

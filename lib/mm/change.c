@@ -538,6 +538,9 @@ static int do_madvise_dontneed(struct sd_cpu *c, struct sd_mm *mm, uint64_t va, 
 		return err;
 	/* madvise_lock(): MADV_DONTNEED takes the mmap_lock for read. */
 	sd_mmap_lock(c, mm, SD_LOCK_MM_READ);
+	/* The call's own work (madvise_walk_vmas(), the mmu_gather's setup
+	 * and teardown, the notifiers), under the read hold. */
+	sd_event(c, SD_EV_MADVISE_ZAP, 0, 0);
 	version = change_begin(c, mm, &g);
 	/* zap_pte_range() clears the zero page's PTEs too (no frame to free). */
 	sd_mm_zap_present(c, mm, vpn, nr, version, &g.owed, NULL, gather_zapped, &g);

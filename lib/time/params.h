@@ -85,7 +85,9 @@
 	X(SBI_SEND_TARGET,   "sbi_send_target",   "RISC-V SBI remote fence: the firmware's work per other target hart in the caller's call (the request queued in the target's TLB FIFO, its MSIP written) (optional, 0 when left out)") \
 	X(SBI_DELIVERY,      "sbi_delivery",      "RISC-V SBI remote fence: from the MSIP write until the target hart traps into M-mode, S-mode interrupts off or not (optional, 0 when left out)") \
 	X(SBI_SERVICE,       "sbi_service",       "RISC-V SBI remote fence: the target's M-mode trap entry and exit and its FIFO's processing, apart from the sfence.vma itself, charged as the local flush it is (optional, 0 when left out)") \
-	X(VMA_MERGE,         "vma_merge",         "one VMA merged into its neighbour by mmap or mprotect (vma_merge(): the neighbour expanded, the other removed from the tree and freed), on top of the call's vma_change (optional, 0 when left out)")
+	X(VMA_MERGE,         "vma_merge",         "one VMA merged into its neighbour by mmap or mprotect (vma_merge(): the neighbour expanded, the other removed from the tree and freed), on top of the call's vma_change (optional, 0 when left out)") \
+	X(MADVISE_ZAP,       "madvise_zap",       "madvise(MADV_DONTNEED)'s own work apart from the PTEs it clears, the frames it frees and the flush: madvise_lock() and the VMA walk, zap_page_range_single()'s mmu_gather setup and tlb_finish_mmu(), the mmu notifiers, lru_add_drain() (optional, 0 when left out)") \
+	X(FILE_FAULT,        "file_fault",        "a fault on a page of a file's page cache, on top of page_fault_entry: the page-cache lookup, the folio's lock and reference, the file rmap (shmem_fault() or filemap_fault(), finish_fault()) (optional, 0 when left out)")
 
 /* X(enum suffix, JSON key, what one charge is), each a table by distance
  * class (enum sd_model_distance: core, llc, package, system). */

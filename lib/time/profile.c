@@ -214,7 +214,8 @@ static int read_dist_table(struct json_object *o, const char *name, double out[S
  * (lib/sched: absent, 0, and the balance interval its default), a VMA's
  * split and merge (absent, 0: their work then sits in vma_change), Intel
  * RAR's (absent, 0: a machine without RAR; the mechanism check refuses a
- * `rar` run on it). */
+ * `rar` run on it), MADV_DONTNEED's own work and a file fault's page-cache
+ * work (absent, 0, as in profiles older than them). */
 static bool param_optional(int i)
 {
 	return i == SD_MP_VCPU_PREEMPT_INTERVAL || i == SD_MP_VCPU_PREEMPT ||
@@ -225,7 +226,8 @@ static bool param_optional(int i)
 	       i == SD_MP_TASK_FORK || i == SD_MP_SCHED_BALANCE_INTERVAL ||
 	       i == SD_MP_VMA_SPLIT || i == SD_MP_VMA_MERGE || i == SD_MP_RAR_SEND ||
 	       i == SD_MP_RAR_DELIVERY || i == SD_MP_RAR_SERVICE || i == SD_MP_SBI_ECALL ||
-	       i == SD_MP_SBI_SEND_TARGET || i == SD_MP_SBI_DELIVERY || i == SD_MP_SBI_SERVICE;
+	       i == SD_MP_SBI_SEND_TARGET || i == SD_MP_SBI_DELIVERY || i == SD_MP_SBI_SERVICE ||
+	       i == SD_MP_MADVISE_ZAP || i == SD_MP_FILE_FAULT;
 }
 
 /*

@@ -18,6 +18,8 @@
 #include <unistd.h>
 #include <sys/stat.h>
 
+#include <shootdown/file.h>
+
 #include "profile.hpp"
 
 namespace {
@@ -667,6 +669,53 @@ TEST(ModelByHand, VmaWorkIsChargedUnderTheMmLock)
 	std::printf("[model] vma work: two CPUs' map and 100 mprotects each took %llu ns, "
 		    "V = %.0f\n", (unsigned long long)info.clock_max_ns, V);
 	EXPECT_GE((double)info.clock_max_ns, 202 * V) << "vma_change charged outside the mm lock";
+}
+
+// madvise_zap is charged once per sd_madvise_dontneed() whatever it finds
+// (also with nothing mapped, as the calibration measures it), never by
+// the other mapping calls; file_fault once per fault of a file's page
+// (shared or private, cached or not), never per fault-around neighbour and
+// never by an anonymous fault. One CPU: a map, three madvises (one of a
+// page never touched), an mprotect and an unmap take 3 Z; a shared file of
+// 16 pages written (16 faults) and read again after a madvise of all of
+// it (1 fault, which maps the other 15 around it) takes 17 F and 1 Z.
+TEST(ModelByHand, MadviseAndFileFaultWorkAreChargedPerCallAndPerFault)
+{
+	constexpr double Z = 1000, F = 100000;
+	Profile p("pack:1 core:2 pu:1", {{"madvise_zap", Z}, {"file_fault", F}});
+	sd_model_info info = SD_MODEL_INFO_INIT;
+	ASSERT_NO_FATAL_FAILURE(vma_work_run(p, 1, [](sd_cpu *c, void *arg) {
+		auto *mm = static_cast<sd_mm *>(arg);
+
+		ASSERT_EQ(0, sd_mmap(c, mm, kPage, 2 * P, RW));
+		ASSERT_EQ(0, sd_switch_mm(c, mm));
+		ASSERT_EQ(0, sd_access(c, kPage, SD_WRITE, nullptr));
+		ASSERT_EQ(0, sd_madvise_dontneed(c, mm, kPage, P));
+		ASSERT_EQ(0, sd_madvise_dontneed(c, mm, kPage + P, P));   // nothing mapped
+		ASSERT_EQ(0, sd_madvise_dontneed(c, mm, kPage, 2 * P));
+		ASSERT_EQ(0, sd_mprotect(c, mm, kPage, P, SD_PROT_READ));
+		ASSERT_EQ(0, sd_munmap(c, mm, kPage, 2 * P));
+		ASSERT_EQ(0, sd_switch_mm(c, nullptr));
+	}, &info));
+	EXPECT_EQ((uint64_t)(3 * Z), info.clock_max_ns) << "madvise_zap not once per madvise";
+	ASSERT_NO_FATAL_FAILURE(vma_work_run(p, 1, [](sd_cpu *c, void *arg) {
+		auto *mm = static_cast<sd_mm *>(arg);
+		sd_file *f = nullptr;
+
+		ASSERT_EQ(0, sd_file_create(sd_cpu_machine(c), 16 * P, &f));
+		ASSERT_EQ(0, sd_mmap_file(c, mm, kPage, 16 * P, RW, SD_MAP_SHARED, f, 0));
+		ASSERT_EQ(0, sd_switch_mm(c, mm));
+		for (uint64_t i = 0; i < 16; i++)
+			ASSERT_EQ(0, sd_access(c, kPage + i * P, SD_WRITE, nullptr));
+		ASSERT_EQ(0, sd_madvise_dontneed(c, mm, kPage, 16 * P));
+		for (uint64_t i = 0; i < 16; i++)
+			ASSERT_EQ(0, sd_access(c, kPage + i * P, SD_READ, nullptr));
+		ASSERT_EQ(0, sd_switch_mm(c, nullptr));
+		ASSERT_EQ(0, sd_munmap(c, mm, kPage, 16 * P));
+		ASSERT_EQ(0, sd_file_close(f));
+	}, &info));
+	EXPECT_EQ((uint64_t)(17 * F + Z), info.clock_max_ns)
+		<< "file_fault not once per file fault (fault-around neighbours are not faults)";
 }
 
 // ---- a virtual machine's vCPUs ----

@@ -59,6 +59,8 @@ int host_tlb(void)
 	set(&host, P_PAGE_ZERO, 0, "0: the emulator's frames have no bytes to clear");
 	set(&host, P_PAGE_COPY, 0, "0: the emulator's frames have no bytes to copy");
 	set(&host, P_MEMCG_CHARGE, 0, "0: the emulator has no memory cgroups");
+	set(&host, P_FILE_FAULT, 0, "0: the emulator's file fault (a lookup in its page index) "
+	    "is in page_fault_entry's measurement of the populate, not measured apart");
 	ret = 0;
 out:
 	emu_close(&e);
@@ -266,6 +268,29 @@ void fit_sizes(char *p, const double *x, int n, bool prot, double *a, double *b)
 	fit(x, y, n, a, b);
 }
 
+/* A read fault of a page of a tmpfs file that stays in its page cache
+ * (shmem: memfd_create()), just unmapped by madvise(MADV_DONTNEED): the
+ * fault finds the cached page (shmem_fault()) and maps it. 0 on failure. */
+static double file_fault_ns(void)
+{
+	int fd = memfd_create("sd-calibrate", 0);
+	double ns = 0;
+
+	if (fd < 0)
+		return 0;
+	if (!ftruncate(fd, 4096)) {
+		char *f = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+
+		if (f != MAP_FAILED) {
+			f[0] = 1;               /* in the cache, never to leave it */
+			ns = fault_ns(f, false);
+			munmap(f, 4096);
+		}
+	}
+	close(fd);
+	return ns;
+}
+
 static int kern_tlb(void)
 {
 	char *p = mmap(NULL, 512 * 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -274,6 +299,7 @@ static int kern_tlb(void)
 		return sys_fail("mmap");
 	bind_self(cal.pu0);
 	double fw = fault_ns(p, true), fr = fault_ns(p, false), z = 0, zc = 0, cp = 0;
+	double ff = file_fault_ns();
 	double md = madvise_ns(p, 1, true, false);
 	int cerr = clear_ns(&z, &zc, &cp);
 
@@ -297,6 +323,10 @@ static int kern_tlb(void)
 	    "cache-hot 4 KiB page to another (REP MOVSB, as copy_page()'s)");
 	set(&kern, P_MEMCG_CHARGE, 0, "not measured apart: the charge is in page_alloc (a user-space "
 	    "timer cannot isolate it)");
+	set(&kern, P_FILE_FAULT, pos(ff - fr), "sd-calibrate --only tlb: median read fault of a "
+	    "cached page of a tmpfs file (memfd_create(), MAP_SHARED) just unmapped by "
+	    "madvise(MADV_DONTNEED) (%.1f ns) minus that of the private page (page_fault_entry): "
+	    "shmem_fault()'s page-cache lookup, the folio's lock and reference, the file rmap", ff);
 	return kern_tlb_chase();
 }
 int group_tlb(void)
