@@ -7,8 +7,10 @@
  *
  * A file here is a tmpfs file: a length, and a page cache whose frames are
  * allocated at the first fault of each page (shmem_get_folio()) and kept
- * until the file goes. Nothing writes it back or evicts it: a reclaim of a
- * mapped file page unmaps it and leaves it cached.
+ * until the file goes or the program evicts them (sd_file_evict(): the
+ * page cache's reclaim of clean pages of a disk file). Nothing writes a
+ * page back: a reclaim of a mapped file page (sd_reclaim()) unmaps it and
+ * leaves it cached until it is evicted.
  *
  * A mapping of a file (sd_mmap_file()) is shared or private, as mmap(2)'s
  * MAP_SHARED and MAP_PRIVATE:
@@ -92,6 +94,25 @@ SD_EXPORT int sd_file_close(struct sd_file *f);
  * Never waits for another CPU: may be called with interrupts off.
  */
 SD_EXPORT uint64_t sd_file_cached_pages(const struct sd_file *f);
+
+/**
+ * sd_file_evict() - drop from @p f's page cache the pages of [@p offset,
+ * @p offset + @p len) that nothing maps, their frames back to the machine's
+ * pool: shrink_folio_list()'s __remove_mapping() of clean file pages, after
+ * try_to_unmap() (sd_reclaim() or a munmap) and its flush. A page still
+ * mapped by a PTE, one whose unmap's flush a batch still owes
+ * (sd_tlbbatch_flush() not yet called), and one a fault is mapping now are
+ * kept. The next access to an evicted page reads it in again, a new frame
+ * (the page a disk file's read would bring back; the emulator keeps no
+ * bytes). Charged page_free a page evicted.
+ * Return: the number of pages evicted (at most INT32_MAX counted); -EPERM
+ * if the caller is not attached as @p cpu; -EINVAL if @p f is NULL or of
+ * another machine, @p offset or @p len is not page aligned, or the range
+ * passes the end of @p f.
+ * Attached thread; interrupts on or off.
+ */
+SD_EXPORT int sd_file_evict(struct sd_cpu *cpu, struct sd_file *f, uint64_t offset,
+			    uint64_t len);
 
 /**
  * sd_mmap_file() - map [@va, @va + @len) of @mm onto @p f from byte @p offset,

@@ -77,6 +77,9 @@ enum sd_order_point {
 	SD_ORDER_FILE_ALLOCATED, /* a file's page fault: a frame taken for an
 				  * absent page, not yet inserted into the
 				  * page cache (another fault may insert first) */
+	SD_ORDER_FILE_LOOKED_UP, /* a file page's fault: the cached frame found
+				  * and held for the PTE, the PTE not yet set
+				  * (an eviction may run now) */
 	SD_ORDER_EXEC_SWITCHED,  /* sd_task_exec(): the CPU switched to the new
 				  * mm, the old mm's reference not yet dropped
 				  * (a preemption may come here) */

@@ -121,9 +121,15 @@ static int file_touch(struct sd_cpu *c, struct sd_vma *vma, uint64_t vpn,
 	/* shmem_fault()/filemap_fault(): the page-cache lookup, the folio's
 	 * lock and reference, and finish_fault()'s file rmap, on top of the
 	 * fault's entry (page_fault_entry). */
+	const bool map = vma->shared || kind == SD_READ;
+
 	sd_event(c, SD_EV_FILE_FAULT, vpn, 0);
-	if (sd_file_page(c, vma->file, pgoff, &cached, &t->cache_added))
+	/* A page this fault maps is held for its PTE from the lookup on
+	 * (sd_file_page(), file.h): an eviction cannot take it meanwhile. */
+	if (sd_file_page(c, vma->file, pgoff, map, &cached, &t->cache_added))
 		return sd_fail(-ENOMEM, "sd_access: out of frames");
+	/* Test instrumentation: an eviction may look at the page now. */
+	sd_order_point(SD_ORDER_FILE_LOOKED_UP, c->id);
 	if (vma->shared) {
 		t->pfn = cached;
 		t->flags = SD_PTE_SHARED;
@@ -168,15 +174,16 @@ static unsigned fault_around(struct sd_cpu *c, struct sd_mm *mm, struct sd_vma *
 	for (uint64_t v = from; v < to; v++) {
 		SD_ATOMIC(uint64_t) *slot = sd_pt_slot(leaf, v);
 		uint64_t pte = atomic_load_explicit(slot, memory_order_relaxed);
-		/* Acquire: pairs with the insert's release (file.c). */
-		uint32_t pfn = atomic_load_explicit(&vma->file->pages[vma->pgoff + (v - vstart)],
-						    memory_order_acquire);
+		uint64_t pfn;
 
-		if (v == vpn || !pfn || !(pte & SD_PTE_VMA) || (pte & SD_PTE_PRESENT))
+		if (v == vpn || !(pte & SD_PTE_VMA) || (pte & SD_PTE_PRESENT))
+			continue;
+		/* The PTE's hold, taken with the look-up (file.h). */
+		pfn = sd_file_map_cached(c, vma->file, vma->pgoff + (v - vstart));
+		if (!pfn)
 			continue;
 		if (c->checked)
 			(void)sd_oracle_floor_touch(&mm->floor, v);
-		sd_frame_share(&c->m->frames, pfn);
 		atomic_store_explicit(slot, sd_pte_make(pfn, flags, version), memory_order_release);
 		mapped++;
 	}
@@ -201,6 +208,10 @@ static void populate_charge(struct sd_cpu *c, uint64_t vpn, const struct first_t
 {
 	const bool anon_used = t->used && !t->file_page && t->pfn;
 
+	/* The hold a file page's look-up took for a PTE that another fault
+	 * set first (file.h). */
+	if (t->file_page && !t->used)
+		(void)sd_frame_put(&c->m->frames, &c->frames, t->pfn);
 	if (t->cache_added) {
 		sd_event(c, SD_EV_ANON_PAGE, 1, 0);
 		sd_lru_add(c);
@@ -271,10 +282,6 @@ static int populate(struct sd_cpu *c, struct sd_mm *mm, uint64_t vpn, enum sd_ac
 			 * out of memory, a missed check, never a false alarm. */
 			if (c->checked)
 				(void)sd_oracle_floor_touch(&mm->floor, vpn);
-			/* The PTE's hold of a cached frame, before the PTE
-			 * publishes it (a zap's put follows the PTE). */
-			if (t.file_page)
-				sd_frame_share(&c->m->frames, t.pfn);
 			uint64_t flags = SD_PTE_VMA | sd_pte_flags_from_prot(fault_prot(&f)) |
 					 SD_PTE_PRESENT | (pte & SD_PTE_SHARED) | t.flags;
 			atomic_store_explicit(sd_pt_slot(leaf, vpn),

@@ -1461,6 +1461,19 @@ TEST_F(MmErrors, FileCallsRefuseBadArgumentsAndLeaveNothing)
 	EXPECT_EQ(0u, sd_file_cached_pages(f));
 	EXPECT_EQ(0u, sd_file_cached_pages(nullptr));
 
+	prime_last_error();
+	check_error(sd_file_evict(c, nullptr, 0, P), -EINVAL, {"NULL"});
+	prime_last_error();
+	check_error(sd_file_evict(c, f, 100, P), -EINVAL, {"aligned"});
+	prime_last_error();
+	check_error(sd_file_evict(c, f, 0, P + 1), -EINVAL, {"aligned"});
+	prime_last_error();
+	check_error(sd_file_evict(c, f, 3 * P, 2 * P), -EINVAL, {"end"});
+	prime_last_error();
+	check_error(sd_file_evict(c, f, UINT64_C(1) << 60, P), -EINVAL, {"end"});
+	prime_last_error();
+	check_error(sd_file_evict(nullptr, f, 0, P), -EPERM, {"attached"});
+	EXPECT_EQ(0, sd_file_evict(c, f, 0, 4 * P)) << "an empty cache has nothing to evict";
 	const unsigned rw = SD_PROT_READ | SD_PROT_WRITE;
 	prime_last_error();
 	check_error(sd_mmap_file(c, mm, kFree, P, rw, 2, f, 0), -EINVAL, {"flags"});
@@ -1492,6 +1505,8 @@ TEST_F(MmErrors, FileCallsRefuseBadArgumentsAndLeaveNothing)
 		ASSERT_EQ(0, sd_file_create(other.m, P, &g));
 		prime_last_error();
 		check_error(sd_mmap_file(c, mm, kFree, P, rw, SD_MAP_SHARED, g, 0), -EINVAL, {"machine"});
+		prime_last_error();
+		check_error(sd_file_evict(c, g, 0, P), -EINVAL, {"machine"});
 		// An open file keeps its machine: -EBUSY, then it goes.
 		prime_last_error();
 		check_error(sd_machine_destroy(other.m), -EBUSY, {"file"});

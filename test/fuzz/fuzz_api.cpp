@@ -350,6 +350,17 @@ struct Cpu {
 			break;
 		case 5:
 			call("sd_madvise_dontneed", {0}, "0", [&] { return sd_madvise_dontneed(c, mm, va, n); });
+			// Then evict what nothing holds of the file's pages there
+			// (reclaim's __remove_mapping()), while other CPUs fault
+			// them in and batches owe flushes, under the oracle.
+			if (r.file && rng.chance(50) && va - kBase < kFilePages * P) {
+				const uint64_t off = va - kBase;
+				const uint64_t l = std::min(n, kFilePages * P - off);
+				call("sd_file_evict", {0}, "0 (pages evicted)", [&] {
+					int e = sd_file_evict(c, r.file, off, l);
+					return e < 0 ? e : 0;
+				});
+			}
 			break;
 		case 6:
 			if (batch) {

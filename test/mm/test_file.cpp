@@ -14,6 +14,7 @@
 
 #include "common.hpp"
 #include <shootdown/file.h>
+#include <shootdown/tlbbatch.h>
 extern "C" {
 #include "core/ordering.h"
 #include "hw/machine_state.h"
@@ -372,6 +373,123 @@ TEST(FileRace, TheInsertsLoserGivesItsFrameBack)
 	for (auto *mm : a.mm)
 		EXPECT_EQ(0, sd_mm_destroy(mm));
 	EXPECT_EQ(0u, sd_frame_pool_in_use(pool)) << "the insert's loser kept its frame";
+}
+
+// sd_file_evict() takes out of the cache only what nothing holds: a page a
+// PTE maps stays, as does one whose unmap a batch has not yet flushed; an
+// unmapped page goes, its frame back in the pool (no frame lost or freed
+// twice: the pool's count ends at 0); the next access reads it in again.
+TEST(FileEvict, EvictsOnlyWhatNothingMaps)
+{
+	Machine m(sdtest::config(1, "ipi"));
+	ASSERT_NE(nullptr, m.m);
+	sd_frame_pool *pool = &m.m->frames;
+	sd_mm *mm = nullptr;
+	ASSERT_EQ(0, sd_mm_create(m.m, &mm));
+	{
+		Attached at(m.m, 0);
+		sd_cpu *c = at.c;
+		sd_file *f = nullptr;
+		sd_tlbbatch *batch = nullptr;
+		ASSERT_EQ(0, sd_tlbbatch_create(m.m, &batch));
+		ASSERT_EQ(0, sd_file_create(m.m, 4 * P, &f));
+		ASSERT_EQ(0, sd_mmap_file(c, mm, kVa, 4 * P, SD_PROT_READ, SD_MAP_SHARED, f, 0));
+		ASSERT_EQ(0, sd_switch_mm(c, mm));
+		const uint64_t p0 = touch(c, kVa, SD_READ);
+		touch(c, kVa + P, SD_READ);
+		EXPECT_EQ(2u, sd_file_cached_pages(f));
+		EXPECT_EQ(0, sd_file_evict(c, f, 0, 4 * P)) << "a mapped page was evicted";
+		// A zap's flush done: page 0 goes.
+		ASSERT_EQ(0, sd_madvise_dontneed(c, mm, kVa, P));
+		EXPECT_EQ(1, sd_file_evict(c, f, 0, 4 * P));
+		EXPECT_EQ(1u, sd_file_cached_pages(f));
+		// A reclaim whose flush is owed: page 1 stays until the flush.
+		ASSERT_EQ(0, sd_reclaim(c, batch, mm, kVa + P, P));
+		EXPECT_EQ(0, sd_file_evict(c, f, P, P)) << "evicted before the batch's flush";
+		ASSERT_EQ(0, sd_tlbbatch_flush(c, batch));
+		EXPECT_EQ(1, sd_file_evict(c, f, P, P));
+		EXPECT_EQ(0u, sd_file_cached_pages(f));
+		// Read in again: a new page of the cache, mapped.
+		EXPECT_NE(0u, touch(c, kVa, SD_READ));
+		EXPECT_EQ(1u, sd_file_cached_pages(f));
+		(void)p0;
+		ASSERT_EQ(0, sd_switch_mm(c, nullptr));
+		EXPECT_EQ(0, sd_tlbbatch_destroy(batch));
+		// The frames went back to the pool (this CPU's cache of free
+		// ones goes back at the detach): every count ends at 0 below.
+		EXPECT_EQ(0, sd_file_close(f));
+		EXPECT_EQ(0, sd_mm_destroy(mm));
+	}
+	EXPECT_EQ(0u, sd_frame_pool_in_use(pool)) << "the pool lost or gained a frame";
+	EXPECT_EQ(0u, sd_oracle_violations(m.m));
+}
+
+// A fault that has found a cached page holds it for its PTE from the
+// look-up on: CPU 0 is held there while CPU 1 evicts the whole file, which
+// must keep the page. Planted bug: the PTE's hold taken at the install (as
+// before eviction existed): the eviction frees the frame and CPU 0 maps a
+// freed frame (the cache then holds no page while a PTE maps one).
+std::atomic<bool> g_looked_up{false}, g_evicted{false};
+
+void hold_the_lookup(enum sd_order_point point, unsigned cpu)
+{
+	if (point != SD_ORDER_FILE_LOOKED_UP || cpu != 0 || g_looked_up.exchange(true))
+		return;
+	while (!g_evicted.load())
+		std::this_thread::sleep_for(std::chrono::microseconds(50));
+}
+
+TEST(FileRace, AnEvictionKeepsAPageAFaultIsMapping)
+{
+	Machine m(sdtest::config(2, "ipi"));
+	ASSERT_NE(nullptr, m.m);
+	sd_frame_pool *pool = &m.m->frames;
+	struct Arg {
+		sd_file *f = nullptr;
+		sd_mm *mm[2] = {};
+		uint64_t pfn = 0;
+		int evicted = -1;
+	} a;
+	ASSERT_EQ(0, sd_file_create(m.m, P, &a.f));
+	for (auto &mm : a.mm)
+		ASSERT_EQ(0, sd_mm_create(m.m, &mm));
+	{
+		Attached at(m.m, 1);
+		for (auto *mm : a.mm)
+			ASSERT_EQ(0, sd_mmap_file(at.c, mm, kVa, P, SD_PROT_READ, SD_MAP_SHARED, a.f, 0));
+		// The page cached, then unmapped: nothing holds it.
+		ASSERT_EQ(0, sd_switch_mm(at.c, a.mm[1]));
+		touch(at.c, kVa, SD_READ);
+		ASSERT_EQ(0, sd_switch_mm(at.c, nullptr));
+		ASSERT_EQ(0, sd_madvise_dontneed(at.c, a.mm[1], kVa, P));
+	}
+	g_looked_up = false;
+	g_evicted = false;
+	sd_order_set_hook(hold_the_lookup);
+	{
+		sdtest::Watchdog w("a fault held at its look-up never finished", 60);
+		ASSERT_EQ(0, sd_machine_run(m.m, [](sd_cpu *c, void *v) {
+			auto *a = static_cast<Arg *>(v);
+			if (sd_cpu_id(c) == 0) {
+				EXPECT_EQ(0, sd_switch_mm(c, a->mm[0]));
+				EXPECT_EQ(0, sd_access(c, kVa, SD_READ, &a->pfn));
+				EXPECT_EQ(0, sd_switch_mm(c, nullptr));
+				return;
+			}
+			sdtest::wait_for(c, [&] { return g_looked_up.load(); });
+			a->evicted = sd_file_evict(c, a->f, 0, P);
+			g_evicted = true;
+		}, &a)) << sd_last_error();
+	}
+	sd_order_set_hook(nullptr);
+	EXPECT_TRUE(g_looked_up.load()) << "CPU 0 never reached its look-up";
+	EXPECT_EQ(0, a.evicted) << "the eviction took a page a fault was mapping";
+	EXPECT_EQ(1u, sd_file_cached_pages(a.f)) << "a PTE maps a page the cache let go";
+	EXPECT_NE(0u, a.pfn);
+	EXPECT_EQ(0, sd_file_close(a.f));
+	for (auto *mm : a.mm)
+		EXPECT_EQ(0, sd_mm_destroy(mm));
+	EXPECT_EQ(0u, sd_frame_pool_in_use(pool)) << "the pool lost or gained a frame";
 }
 
 // Many CPUs fault one absent page of a file at once, each through its own
