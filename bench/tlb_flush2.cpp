@@ -9,7 +9,7 @@
 //   tlb_flush2_threads/{ipi,gbcast,gbcast:threshold=0}/lru:{global,percpu}/cpus:{1,2,4,8}
 //   tlb_flush2_threads/{rar,rar:threshold=0}/lru:percpu/cpus:{1,2,4,8}
 //   tlb_flush2_threads/{ipi,gbcast,rar}/lru:percpu/cpus:{16,32,36,64,112}  the curves
-//   tlb_flush2_threads/{ipi:order=serial,ipi:ack=early}/lru:percpu/cpus:{2,...,36}  EuroSys 2020
+//   tlb_flush2_threads/{ipi:order=serial,ipi:ack=early,ipi:lines=split}/lru:percpu/cpus:{2,...,36}  EuroSys 2020
 //   tlb_flush2_threads/riscv:rfence={sbi,ipi}/lru:percpu/cpus:{2,4}  RISC-V's two remote fences
 //                                            threads of one mm: write a page,
 //                                            madvise(DONTNEED) it, read it. The series'
@@ -322,9 +322,11 @@ void register_tlb_flush2(Set set)
 		for (const Tf2Config &c : curve)
 			reg_tlb_flush2("tlb_flush2_threads", c, n, false);
 	// The EuroSys 2020 switches on ipi (order=serial: before 5.13; ack=early:
-	// never merged), beside ipi's default.
+	// never merged; lines=split: the kernel's layout, against the paper's
+	// consolidated line, ipi's default), beside ipi's default.
 	static const Tf2Config eurosys[] = {
 		{ "ipi:order=serial", SD_LRU_PERCPU }, { "ipi:ack=early", SD_LRU_PERCPU },
+		{ "ipi:lines=split", SD_LRU_PERCPU },
 	};
 	for (unsigned n : { 2u, 4u, 8u, 16u, 32u, 36u })
 		for (const Tf2Config &c : eurosys)

@@ -81,6 +81,13 @@ static int ipi_option(struct sd_ipi *ipi, const char *name, const struct sd_opt 
 		ipi->early_ack = !strcmp(o->value, "early");
 		return 0;
 	}
+	if (!strcmp(o->key, "lines")) {
+		if (strcmp(o->value, "consolidated") && strcmp(o->value, "split"))
+			return sd_fail(-EINVAL, "option lines=%s for '%s': want consolidated "
+				       "(EuroSys 2020) or split (the kernel's layout)", o->value, name);
+		ipi->split_lines = !strcmp(o->value, "split");
+		return 0;
+	}
 	if (!strcmp(o->key, "ceiling")) {
 		err = sd_opt_uint(name, o, 0, 1u << 20, &v);
 		ipi->ceiling = (unsigned)v;
@@ -133,6 +140,7 @@ static int alloc_percpu(struct sd_ipi *ipi, unsigned n)
 		atomic_init(&pc->loaded_mm, 0);
 		atomic_init(&pc->loaded_asid, 0);
 		atomic_init(&pc->is_lazy, false);
+		sd_model_line_init(&pc->lazy_line);
 		pc->csd = &ipi->csd_all[(size_t)i * ipi->csd_window];
 	}
 	return 0;
@@ -441,8 +449,11 @@ static void ipi_switch_to(struct sd_cpu *cpu, struct sd_mm *next)
 
 	/* Cleared before loaded_mm is written: a flusher that reads our new
 	 * loaded_mm then (after its read barrier) is_lazy sees false. */
-	if (was_lazy)
+	if (was_lazy) {
 		atomic_store_explicit(&me->is_lazy, false, memory_order_relaxed);
+		if (ipi->split_lines)
+			sd_event_line(cpu, &me->lazy_line, true);
+	}
 	if (prev == next) {
 		switch_same(cpu, me, next, was_lazy);
 		return;
@@ -483,8 +494,11 @@ void sd_ipi_enter_lazy(struct sd_cpu *cpu, struct sd_mm *mm)
 	struct sd_ipi_cpu *me = sd_ipi_cpu_of(cpu);
 
 	(void)mm;
-	if (atomic_load_explicit(&me->loaded_mm, memory_order_relaxed))
+	if (atomic_load_explicit(&me->loaded_mm, memory_order_relaxed)) {
 		atomic_store_explicit(&me->is_lazy, true, memory_order_relaxed);
+		if (sd_ipi_of(cpu->m)->split_lines)
+			sd_event_line(cpu, &me->lazy_line, true);
+	}
 }
 
 /* ---- the target side ---- */
@@ -630,6 +644,10 @@ static bool should_flush_tlb(struct sd_cpu *from, struct sd_ipi *ipi, unsigned t
 	uintptr_t loaded = atomic_load_explicit(&pc->loaded_mm, memory_order_relaxed);
 
 	atomic_thread_fence(memory_order_acquire);   /* smp_rmb() */
+	/* Split lines: the flag's line is one more transfer than the queue's
+	 * (consolidated, the IPI's write brings both). */
+	if (ipi->split_lines)
+		sd_event_line(from, &pc->lazy_line, false);
 	if (atomic_load_explicit(&pc->is_lazy, memory_order_relaxed)) {
 		sd_event(from, SD_EV_LAZY_SKIP, 0, 0);
 		return false;

@@ -82,6 +82,11 @@ struct sd_ipi_cpu {
 	/* is_lazy has a line of its own: remote flushers read it on every
 	 * flush, and it must not bounce with the switch-time writes above. */
 	sd_cacheline_aligned SD_ATOMIC(bool) is_lazy;
+	/* Modelled time, lines=split only: is_lazy's line apart from the
+	 * IPI queue's (cpu_tlbstate_shared and call_single_queue, as the
+	 * kernel lays them out). Written at lazy entry and exit, read by
+	 * every flusher's should_flush_tlb(). */
+	struct sd_model_line lazy_line;
 	sd_cacheline_aligned struct sd_ipi_flush_info info;
 	struct sd_smp_call_req *csd;                /* the ring: sd_ipi.csd_window of them */
 };
@@ -121,6 +126,10 @@ struct sd_ipi {
 	 * has targets acknowledge before they flush. */
 	bool serial;
 	bool early_ack;
+	/* lines=split: the initiator pays a read of each target's lazy flag
+	 * line besides its queue's (the kernel's layout); consolidated, the
+	 * EuroSys 2020 paper's, one line for both (the default). */
+	bool split_lines;
 	SD_ATOMIC(uint64_t) last_ctx_id;
 	struct sd_ipi_cpu *percpu;
 	struct sd_smp_call_req *csd_all;            /* nr_cpus * csd_window */

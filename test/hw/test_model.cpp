@@ -228,6 +228,46 @@ TEST(ModelByHand, SwitchFetchesTheLinesAnotherCpuWrote)
 	EXPECT_EQ((uint64_t)(2 * T), s.t[2] - s.t[1]);
 }
 
+// The EuroSys 2020 paper's cache-line consolidation, as a switch of ipi:
+// CPU 1 runs the mm and goes idle, lazily (it writes its lazy flag); CPU 0
+// then changes the mm. Its should_flush_tlb() reads CPU 1's lazy flag:
+// with lines=split (the kernel's layout) that is one more transfer, T,
+// than with the flag on the IPI queue's line (consolidated, the default).
+uint64_t lazy_flag_run(const char *spec, double T)
+{
+	Profile p("pack:1 core:2 pu:1", {{"line_transfer.llc", T}});
+	Turns s;
+	run_turns(p, spec, s, [](sd_cpu *c, Turns *s) {
+		if (sd_cpu_id(c) == 1) {
+			EXPECT_EQ(0, sd_switch_mm(c, s->mm));
+			EXPECT_EQ(0, sd_cpu_idle(c));
+			s->step.store(1);
+			s->wait_for(2);
+			EXPECT_EQ(0, sd_switch_mm(c, nullptr));
+			return;
+		}
+		s->wait_for(1);
+		EXPECT_EQ(0, sd_switch_mm(c, s->mm));
+		EXPECT_EQ(0, sd_mmap(c, s->mm, kPage, P, RW));
+		EXPECT_EQ(0, sd_access(c, kPage, SD_WRITE, nullptr));
+		s->t[0] = sd_cpu_clock_ns(c);
+		EXPECT_EQ(0, sd_mprotect(c, s->mm, kPage, P, SD_PROT_READ));
+		s->t[1] = sd_cpu_clock_ns(c);
+		EXPECT_EQ(0, sd_switch_mm(c, nullptr));
+		s->step.store(2);
+	});
+	return s.t[1] - s.t[0];
+}
+
+TEST(ModelByHand, SplitLinesChargeTheLazyFlagsLine)
+{
+	constexpr double T = 700;
+	const uint64_t consolidated = lazy_flag_run("ipi", T);
+	const uint64_t split = lazy_flag_run("ipi:lines=split", T);
+	EXPECT_EQ((uint64_t)T, split - consolidated)
+		<< "consolidated " << consolidated << " ns, split " << split << " ns";
+}
+
 constexpr uint64_t kAhead = 1000000;     // 1 ms of modelled work
 
 // CPU 1 runs the mm first (it writes the mm_cpumask and tlb_gen lines);

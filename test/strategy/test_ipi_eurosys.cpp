@@ -226,7 +226,8 @@ TEST(IpiEuroSys, AnEarlyAckMustCopyTheFlushFirst)
 
 TEST(IpiEuroSys, BadOptionsAreRefused)
 {
-	for (const char *s : {"ipi:order=parallel", "ipi:ack=never", "ipi:ack=", "gbcast:order=x"}) {
+	for (const char *s : {"ipi:order=parallel", "ipi:ack=never", "ipi:ack=", "gbcast:order=x",
+			      "ipi:lines=merged"}) {
 		sd_machine_config c = sdtest::config(2, s);
 		sd_machine *m = nullptr;
 		EXPECT_EQ(-EINVAL, sd_machine_create(&c, &m)) << s;
