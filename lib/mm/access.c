@@ -167,25 +167,34 @@ static unsigned fault_around(struct sd_cpu *c, struct sd_mm *mm, struct sd_vma *
 	const uint64_t flags = SD_PTE_VMA | sd_pte_flags_from_prot(prot) | SD_PTE_PRESENT |
 			       (vma->shared ? SD_PTE_SHARED : SD_PTE_WRPROTECT);
 	const uint32_t version = sd_mm_change_version(mm);
-	unsigned mapped = 0;
+	struct { uint64_t vpn, pfn; } found[SD_FAULT_AROUND_PAGES];
+	unsigned nr = 0, mapped = 0;
 
 	from = from > vstart ? from : vstart;
 	to = to < vend ? to : vend;
+	/* The window's look-ups under one hold of the file's lock, each
+	 * cached page held for its PTE there (file.h); the PTEs are set after,
+	 * under the split lock we keep throughout, so no slot changes. */
+	sd_spin_lock(&vma->file->lock);
 	for (uint64_t v = from; v < to; v++) {
-		SD_ATOMIC(uint64_t) *slot = sd_pt_slot(leaf, v);
-		uint64_t pte = atomic_load_explicit(slot, memory_order_relaxed);
+		uint64_t pte = atomic_load_explicit(sd_pt_slot(leaf, v), memory_order_relaxed);
 		uint64_t pfn;
 
 		if (v == vpn || !(pte & SD_PTE_VMA) || (pte & SD_PTE_PRESENT))
 			continue;
-		/* The PTE's hold, taken with the look-up (file.h). */
-		pfn = sd_file_map_cached(c, vma->file, vma->pgoff + (v - vstart));
-		if (!pfn)
-			continue;
+		pfn = sd_file_map_cached_locked(c, vma->file, vma->pgoff + (v - vstart));
+		if (pfn) {
+			found[nr].vpn = v;
+			found[nr++].pfn = pfn;
+		}
+	}
+	sd_spin_unlock(&vma->file->lock);
+	for (; mapped < nr; mapped++) {
 		if (c->checked)
-			(void)sd_oracle_floor_touch(&mm->floor, v);
-		atomic_store_explicit(slot, sd_pte_make(pfn, flags, version), memory_order_release);
-		mapped++;
+			(void)sd_oracle_floor_touch(&mm->floor, found[mapped].vpn);
+		atomic_store_explicit(sd_pt_slot(leaf, found[mapped].vpn),
+				      sd_pte_make(found[mapped].pfn, flags, version),
+				      memory_order_release);
 	}
 	if (mapped) {
 		sd_event(c, SD_EV_PTE_UPDATE, mapped, 0);

@@ -114,14 +114,9 @@ int sd_file_page(struct sd_cpu *c, struct sd_file *f, uint64_t pgoff, bool map, 
 	return 0;
 }
 
-uint64_t sd_file_map_cached(struct sd_cpu *c, struct sd_file *f, uint64_t pgoff)
+uint64_t sd_file_map_cached_locked(struct sd_cpu *c, struct sd_file *f, uint64_t pgoff)
 {
-	uint64_t pfn;
-
-	sd_spin_lock(&f->lock);
-	pfn = lookup_locked(c->m, f, pgoff, true);
-	sd_spin_unlock(&f->lock);
-	return pfn;
+	return lookup_locked(c->m, f, pgoff, true);
 }
 
 /* __remove_mapping() of one page: out of the cache if the cache's is its

@@ -67,8 +67,8 @@ void sd_file_put(struct sd_file *f);
  */
 int sd_file_page(struct sd_cpu *c, struct sd_file *f, uint64_t pgoff, bool map, uint64_t *pfn,
 		 bool *added);
-/* filemap_map_pages()'s look-up of one neighbour: its frame with a
- * mapping's hold taken, or 0 if the page is not cached. */
-uint64_t sd_file_map_cached(struct sd_cpu *c, struct sd_file *f, uint64_t pgoff);
+/* filemap_map_pages()'s look-up of one neighbour, under @f->lock: its
+ * frame with a mapping's hold taken, or 0 if the page is not cached. */
+uint64_t sd_file_map_cached_locked(struct sd_cpu *c, struct sd_file *f, uint64_t pgoff);
 
 #endif

@@ -395,7 +395,7 @@ TEST(FileEvict, EvictsOnlyWhatNothingMaps)
 		ASSERT_EQ(0, sd_file_create(m.m, 4 * P, &f));
 		ASSERT_EQ(0, sd_mmap_file(c, mm, kVa, 4 * P, SD_PROT_READ, SD_MAP_SHARED, f, 0));
 		ASSERT_EQ(0, sd_switch_mm(c, mm));
-		const uint64_t p0 = touch(c, kVa, SD_READ);
+		touch(c, kVa, SD_READ);
 		touch(c, kVa + P, SD_READ);
 		EXPECT_EQ(2u, sd_file_cached_pages(f));
 		EXPECT_EQ(0, sd_file_evict(c, f, 0, 4 * P)) << "a mapped page was evicted";
@@ -412,7 +412,6 @@ TEST(FileEvict, EvictsOnlyWhatNothingMaps)
 		// Read in again: a new page of the cache, mapped.
 		EXPECT_NE(0u, touch(c, kVa, SD_READ));
 		EXPECT_EQ(1u, sd_file_cached_pages(f));
-		(void)p0;
 		ASSERT_EQ(0, sd_switch_mm(c, nullptr));
 		EXPECT_EQ(0, sd_tlbbatch_destroy(batch));
 		// The frames went back to the pool (this CPU's cache of free
