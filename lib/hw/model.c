@@ -58,29 +58,42 @@ static uint64_t dist_cost(const struct sd_model *mod, enum sd_model_dist_param p
 	return mod->dist_ps[p][sd_model_distance_of(mod, a, b)];
 }
 
-/* The first gap of @occ at or after @t in @q, under its lock. */
-static uint64_t queue_reserve(struct sd_cpu *c, struct sd_model_queue *q, uint64_t t,
-			      uint64_t occ)
+/*
+ * The first gap of @occ at or after @t in the history @h (@busy, @cap
+ * slots) that @lock guards, @owner saying who holds it. The lock is taken
+ * only when modelling, for a few dozen instructions; in strict mode only
+ * the running CPU takes it, in lax mode the host's threads share it.
+ */
+static uint64_t hist_reserve(struct sd_cpu *c, struct sd_spinlock *lock,
+			     SD_ATOMIC(unsigned) *owner, struct sd_model_hist *h,
+			     struct sd_model_busy *busy, unsigned cap, uint64_t t, uint64_t occ)
 {
 	struct sd_backoff b = SD_BACKOFF_INIT;
 	uint64_t start;
 
-	/* An IPI handler that interrupted this very CPU inside the queue
-	 * (none reserves today, but a user strategy's handler could) must
-	 * not wait for itself: it queues behind everything instead. */
-	while (!sd_spin_trylock(&q->lock)) {
+	/* An IPI handler that interrupted this very CPU inside the history
+	 * (lax mode: a real signal, and the handler touches the same line)
+	 * must not wait for itself: it queues behind everything instead. */
+	while (!sd_spin_trylock(lock)) {
 		/* Relaxed: an owner equal to us was written by this thread
 		 * (the handler interrupted it), so no ordering is needed to
 		 * see it; any other value just means wait. */
-		if (atomic_load_explicit(&q->owner, memory_order_relaxed) == c->id + 1)
-			return max_u64(t, q->last_end_ps);
+		if (atomic_load_explicit(owner, memory_order_relaxed) == c->id + 1)
+			return max_u64(t, h->last_end_ps);
 		sd_backoff_wait(&b);
 	}
-	atomic_store_explicit(&q->owner, c->id + 1, memory_order_relaxed);
-	start = sd_model_queue_reserve(q, t, occ);
-	atomic_store_explicit(&q->owner, 0, memory_order_relaxed);
-	sd_spin_unlock(&q->lock);
+	atomic_store_explicit(owner, c->id + 1, memory_order_relaxed);
+	start = sd_model_hist_reserve(h, busy, cap, t, occ);
+	atomic_store_explicit(owner, 0, memory_order_relaxed);
+	sd_spin_unlock(lock);
 	return start;
+}
+
+static uint64_t queue_reserve(struct sd_cpu *c, struct sd_model_queue *q, uint64_t t,
+			      uint64_t occ)
+{
+	return hist_reserve(c, &q->lock, &q->owner, &q->hist, q->busy, SD_MODEL_QUEUE_SLOTS,
+			    t, occ);
 }
 
 /* ---- charges out of line ---- */
@@ -147,8 +160,9 @@ static void charge_count(struct sd_cpu *c, struct sd_model_rwsem *rw)
 
 	if (rw->count_owner != UINT32_MAX && rw->count_owner != c->id) {
 		uint64_t cost = dist_cost(mod, SD_MDP_LOCK_HANDOFF, rw->count_owner, c->id);
-		c->model.clock_ps = sd_model_reserve(&rw->count_free_ps, c->model.clock_ps, cost,
-						     c->model.seq) + cost;
+		c->model.clock_ps = sd_model_hist_reserve(&rw->count, rw->count_busy,
+							  SD_MODEL_LINE_SLOTS,
+							  c->model.clock_ps, cost) + cost;
 	}
 	rw->count_owner = c->id;
 }
@@ -263,7 +277,8 @@ static void charge_lock(struct sd_cpu *c, uint64_t kind, uint64_t aux, bool acqu
 /*
  * A hot line (resource.h, sd_model_line_access()): a fetch costs a
  * transfer at the distance from its last writer, the invalidation of
- * other copies one at LLC distance; transfers of one line serialise.
+ * other copies one at LLC distance; transfers of one line serialise, in
+ * modelled order (its history), whatever order the CPUs reach it in.
  */
 static void charge_line(struct sd_cpu *c, struct sd_model_line *line, bool write)
 {
@@ -282,8 +297,9 @@ static void charge_line(struct sd_cpu *c, struct sd_model_line *line, bool write
 		break;
 	}
 	if (cost)
-		c->model.clock_ps = sd_model_reserve(&line->free_at_ps, c->model.clock_ps, cost,
-						     c->model.seq) + cost;
+		c->model.clock_ps = hist_reserve(c, &line->lock, &line->owner, &line->hist,
+						 line->busy, SD_MODEL_LINE_SLOTS,
+						 c->model.clock_ps, cost) + cost;
 }
 
 void sd_model_event(struct sd_cpu *c, enum sd_event ev, uint64_t arg, uint64_t aux)

@@ -14,45 +14,30 @@ static inline uint64_t max_u64(uint64_t a, uint64_t b)
 	return a > b ? a : b;
 }
 
-uint64_t sd_model_reserve(SD_ATOMIC(uint64_t) *free_at, uint64_t t, uint64_t occ, bool strict)
-{
-	uint64_t f = atomic_load_explicit(free_at, memory_order_relaxed), start;
-
-	/* Relaxed: the word is the resource's only state, and publishes
-	 * nothing else. */
-	do {
-		if (!strict && f >= 2 * occ && t + occ <= f - occ)
-			return t;
-		start = max_u64(f, t);
-	} while (!atomic_compare_exchange_weak_explicit(free_at, &f, start + occ,
-							memory_order_relaxed,
-							memory_order_relaxed));
-	return start;
-}
-
-uint64_t sd_model_queue_reserve(struct sd_model_queue *q, uint64_t t, uint64_t occ)
+uint64_t sd_model_hist_reserve(struct sd_model_hist *h, struct sd_model_busy *busy,
+			       unsigned cap, uint64_t t, uint64_t occ)
 {
 	uint64_t start;
 	unsigned i;
 
-	if (q->n == SD_MODEL_QUEUE_SLOTS) {
-		q->floor_ps = max_u64(q->floor_ps, q->busy[0].end_ps);
-		memmove(&q->busy[0], &q->busy[1], --q->n * sizeof(q->busy[0]));
+	if (h->n == cap) {
+		h->floor_ps = max_u64(h->floor_ps, busy[0].end_ps);
+		memmove(&busy[0], &busy[1], --h->n * sizeof(busy[0]));
 	}
-	start = max_u64(t, q->floor_ps);
-	for (i = 0; i < q->n; i++) {
-		if (q->busy[i].end_ps <= start)
+	start = max_u64(t, h->floor_ps);
+	for (i = 0; i < h->n; i++) {
+		if (busy[i].end_ps <= start)
 			continue;
-		if (q->busy[i].start_ps >= start + occ)
+		if (busy[i].start_ps >= start + occ)
 			break;
-		start = q->busy[i].end_ps;
+		start = busy[i].end_ps;
 	}
 	if (occ) {
-		memmove(&q->busy[i + 1], &q->busy[i], (q->n - i) * sizeof(q->busy[0]));
-		q->busy[i].start_ps = start;
-		q->busy[i].end_ps = start + occ;
-		q->n++;
-		q->last_end_ps = max_u64(q->last_end_ps, start + occ);
+		memmove(&busy[i + 1], &busy[i], (h->n - i) * sizeof(busy[0]));
+		busy[i].start_ps = start;
+		busy[i].end_ps = start + occ;
+		h->n++;
+		h->last_end_ps = max_u64(h->last_end_ps, start + occ);
 	}
 	return start;
 }

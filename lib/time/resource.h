@@ -23,10 +23,9 @@
  * computed by hand. CPUs are named by their ids (UINT32_MAX: none).
  *
  * Four kinds, each the model of one family of contention:
- *   - a FIFO "free at" time (sd_model_reserve()): a hot line's transfers,
- *     an rwsem count's atomic RMWs;
- *   - a queue with a history of busy intervals (struct sd_model_queue):
- *     the interconnect that broadcasts occupy;
+ *   - a history of busy intervals (struct sd_model_hist): a hot line's
+ *     transfers, an rwsem count's atomic RMWs, the interconnect that
+ *     broadcasts occupy;
  *   - a lock with a history of holds (struct sd_model_lock), or for a
  *     machine-wide lock a calendar of buckets (struct sd_model_calendar);
  *     and the reader-writer mmap_lock built on two histories;
@@ -37,41 +36,57 @@
 #define SD_MODEL_NONE UINT32_MAX
 
 /*
- * Reserve @occ ps of a FIFO resource whose next free time is *@free_at,
- * for a use that wants it at @t: it starts at the later of the two. In
- * lax mode (@strict false) a use that would end before the last recorded
- * use began (taken to be @occ long too) is earlier in modelled time: it
- * goes at once and leaves the record alone, since in lax mode the host,
- * not modelled time, decided that it came second. Strict mode serves uses
- * in modelled order already: a plain FIFO, so a line saturates. Lock-free
- * (a CAS on *@free_at). Returns the start.
- */
-uint64_t sd_model_reserve(SD_ATOMIC(uint64_t) *free_at, uint64_t t, uint64_t occ, bool strict);
-
-/*
  * A shared resource that remembers when it is busy (Graphite's queue
  * model with history): a user wanting it at time t gets the first gap of
  * its length at or after t, even if users at later modelled times reached
- * it first in real time. A plain "free at" time would queue such a user
- * behind them, an error of up to the window per use, which grows with
- * how unevenly the host runs the threads (host load). The oldest
- * intervals are forgotten (floor): a user earlier than all of them queues
- * behind them. Used under its own lock (@lock, @owner: the caller's).
+ * it first. They do in lax mode, where the host orders the threads, and
+ * in strict mode too: a CPU with interrupts off, in a batch of IPI
+ * handlers or holding a modelled spinlock runs on without handing the
+ * machine over, so its uses can be microseconds ahead of the next CPU's.
+ * A plain "free at" time would queue the earlier user behind them, and
+ * the wait, charged to that user, would move every use it makes after:
+ * on a 36-CPU ipi run such false waits were 81 of a loop's 110 us. The
+ * oldest intervals are forgotten (floor): a user earlier than all that
+ * is remembered queues behind it. The caller orders the calls (its own
+ * lock, or the lock the resource lives under).
  */
+struct sd_model_busy {
+	uint64_t start_ps, end_ps;
+};
+
+struct sd_model_hist {
+	unsigned n;                    /* intervals in the caller's busy[] */
+	uint64_t floor_ps;             /* nothing starts before it */
+	uint64_t last_end_ps;          /* the latest end ever reserved */
+};
+
+/* The first gap of @occ at or after @t among the @h->n intervals of
+ * @busy (kept by start, at most @cap), recorded (occ 0: looked up only).
+ * Returns the start. */
+uint64_t sd_model_hist_reserve(struct sd_model_hist *h, struct sd_model_busy *busy,
+			       unsigned cap, uint64_t t, uint64_t occ);
+
+/* A line's transfers and an rwsem count's RMWs: the uses a few CPUs can
+ * make out of modelled order (how far ahead a handler batch or a locked
+ * section runs) fit in this many. */
+#define SD_MODEL_LINE_SLOTS 32
+
+/* The interconnect: a history under its own lock (@lock, @owner: the
+ * caller's). */
 #define SD_MODEL_QUEUE_SLOTS 64
 
 struct sd_model_queue {
 	struct sd_spinlock lock;
 	SD_ATOMIC(unsigned) owner;     /* CPU id + 1 holding the lock, 0: none */
-	unsigned n;
-	uint64_t floor_ps;
-	uint64_t last_end_ps;          /* the latest end ever reserved */
-	struct { uint64_t start_ps, end_ps; } busy[SD_MODEL_QUEUE_SLOTS];  /* by start */
+	struct sd_model_hist hist;
+	struct sd_model_busy busy[SD_MODEL_QUEUE_SLOTS];
 };
 
-/* The first gap of @occ at or after @t, recorded (occ 0: looked up only).
- * The caller holds @q->lock. Returns the start. */
-uint64_t sd_model_queue_reserve(struct sd_model_queue *q, uint64_t t, uint64_t occ);
+static inline uint64_t sd_model_queue_reserve(struct sd_model_queue *q, uint64_t t,
+					      uint64_t occ)
+{
+	return sd_model_hist_reserve(&q->hist, q->busy, SD_MODEL_QUEUE_SLOTS, t, occ);
+}
 
 /*
  * A modelled lock, under the real lock it describes: its recent holds in
@@ -146,7 +161,7 @@ void sd_model_cal_record(struct sd_model_calendar *cal, uint64_t start, uint64_t
  * after its time, a writer at the first gap in both. A down or up of the
  * kernel's rwsem is an atomic RMW of its count: the count's line moves to
  * the acquirer (lock_handoff at the distance from its last owner), and
- * those moves serialise (@count_free_ps). A fault is charged as the
+ * those moves serialise (a history, @count). A fault is charged as the
  * kernel's per-VMA lock (lock_vma_under_rcu(), Linux 6.4 on): no count
  * transfer, but it waits for a writer's hold as vma_start_write() makes
  * it. Read holds beyond the history are forgotten, as in
@@ -155,7 +170,8 @@ void sd_model_cal_record(struct sd_model_calendar *cal, uint64_t start, uint64_t
 struct sd_model_rwsem {
 	struct sd_spinlock lock;
 	uint32_t count_owner;          /* the CPU whose RMW of the count was last */
-	SD_ATOMIC(uint64_t) count_free_ps;
+	struct sd_model_hist count;
+	struct sd_model_busy count_busy[SD_MODEL_LINE_SLOTS];
 	struct sd_model_lock writers;
 	struct sd_model_lock readers;
 };
@@ -171,17 +187,28 @@ uint64_t sd_model_rwsem_write_gap(const struct sd_model_rwsem *rw, uint64_t t, u
  * write holds at or after @t. */
 uint64_t sd_model_rwsem_read_gap(const struct sd_model_rwsem *rw, uint64_t t);
 
-/* A hot cache line the algorithms fight over (mm_cpumask, tlb_gen, active
- * counts, IPI queue heads). */
+/*
+ * A hot cache line the algorithms fight over (mm_cpumask, tlb_gen, active
+ * counts, IPI queue heads): its transfers, a history under its own lock
+ * (@lock, @owner: the caller's), and its coherence state, a hint read and
+ * written with relaxed atomics outside that lock.
+ */
 struct sd_model_line {
-	SD_ATOMIC(uint64_t) free_at_ps;
+	struct sd_spinlock lock;
+	SD_ATOMIC(unsigned) owner;     /* CPU id + 1 holding the lock, 0: none */
+	struct sd_model_hist hist;
+	struct sd_model_busy busy[SD_MODEL_LINE_SLOTS];
 	SD_ATOMIC(uint32_t) writer;    /* last writer's CPU id + 1, 0: none */
 	SD_ATOMIC(uint64_t) readers;   /* CPUs (id mod 64) that read it since */
 };
 
 static inline void sd_model_line_init(struct sd_model_line *l)
 {
-	atomic_init(&l->free_at_ps, 0);
+	sd_spin_init(&l->lock);
+	atomic_init(&l->owner, 0);
+	l->hist.n = 0;
+	l->hist.floor_ps = 0;
+	l->hist.last_end_ps = 0;
 	atomic_init(&l->writer, 0);
 	atomic_init(&l->readers, 0);
 }
@@ -199,8 +226,8 @@ enum sd_model_line_cost {
  * hit if this CPU wrote it last and nobody read it since, or read it
  * since the last write; a write while others hold copies invalidates them
  * (the sharers are known only modulo 64). The caller prices the kind by
- * distance and reserves the line's transfers (sd_model_reserve() on
- * @free_at_ps), which serialise. Relaxed atomics: the state is a hint for
+ * distance and reserves the line's transfers (sd_model_hist_reserve() on
+ * @hist, under @lock), which serialise. Relaxed atomics: the state is a hint for
  * what a fetch costs, not data anyone depends on; two CPUs racing on it
  * in lax mode can lose one transfer's charge, never a correct result.
  */

@@ -274,8 +274,10 @@ constexpr uint64_t kAhead = 1000000;     // 1 ms of modelled work
 // then CPU 0, a millisecond ahead in modelled time (sd_cpu_work), runs it
 // and changes it, fetching the lines at 1 ms; then CPU 1 switches in
 // again at its own time, near 0. It fetches the lines back at its time,
-// 2T, not after CPU 0's transfers a millisecond later: a use that ends
-// before the last recorded one began is earlier in modelled time.
+// 2T, not after CPU 0's transfers a millisecond later: the line's
+// history has a gap at its time. (The turns, waits outside the library,
+// put host order here; SharedModel.AnEarlierUseIsNotQueuedBehindOneThatRanAhead
+// has the same case with strict mode's own order.)
 TEST(ModelByHand, LineUsedEarlierInModelledTimeIsNotPulledUp)
 {
 	constexpr double T = 700;

@@ -305,6 +305,53 @@ TEST(SharedModel, LineCostsFollowItsCoherenceState)
 	EXPECT_EQ(0, sd_line_destroy(s.line));
 }
 
+// Transfers of a line serialise in modelled order, whatever order the
+// CPUs reach it in. Strict mode hands the machine over at sync points,
+// but a CPU with interrupts off makes none: CPU 0 below runs 10 us ahead
+// and writes the line at 10.1 us (a fetch from CPU 1: T) before CPU 1,
+// parked at 1 us, writes it. CPU 1's write is the earlier one in
+// modelled time and finds the line free then: it pays its own transfer,
+// T, not a wait behind CPU 0's (a "free at" time would have charged it
+// 10.1 us - 1 us + 2 T). The line's coherence state is kept in the order
+// the accesses ran, so CPU 1's write still fetches from CPU 0.
+TEST(SharedModel, AnEarlierUseIsNotQueuedBehindOneThatRanAhead)
+{
+	constexpr double T = 500;
+	Profile p("pack:2 core:1 pu:1", {{"line_transfer.system", T}, {"line_transfer.llc", 20},
+					 {"line_transfer.package", 3}, {"line_transfer.core", 1}});
+	Machine mach(sdtest::strict_config(2, "ipi", p, 1000000000));
+	ASSERT_NE(nullptr, mach.m);
+	struct S {
+		sd_line *line = nullptr;
+		uint64_t at[2] = {}, cost[2] = {};
+	} s;
+	ASSERT_EQ(0, sd_line_create(mach.m, &s.line));
+	Watchdog w("SharedModel: a CPU stuck", 30);
+	ASSERT_EQ(0, sd_machine_run(mach.m, [](sd_cpu *c, void *arg) {
+		auto *s = static_cast<S *>(arg);
+		const unsigned id = sd_cpu_id(c);
+
+		if (id == 0) {
+			EXPECT_EQ(0, sd_cpu_work(c, 100));      // CPU 1 writes first, at 0
+			sd_irq_disable(c);
+			EXPECT_EQ(0, sd_cpu_work(c, 10000));    // no hand-over: runs ahead
+		} else {
+			EXPECT_EQ(0, sd_line_access(c, s->line, 1));
+			EXPECT_EQ(0, sd_cpu_work(c, 1000));
+		}
+		s->at[id] = sd_cpu_clock_ns(c);
+		EXPECT_EQ(0, sd_line_access(c, s->line, 1));
+		s->cost[id] = sd_cpu_clock_ns(c) - s->at[id];
+		if (id == 0)
+			sd_irq_enable(c);
+	}, &s)) << sd_last_error();
+	EXPECT_EQ(10100u, s.at[0]);
+	EXPECT_EQ(1000u, s.at[1]);
+	EXPECT_EQ((uint64_t)T, s.cost[0]) << "CPU 0 fetches the line from CPU 1";
+	EXPECT_EQ((uint64_t)T, s.cost[1]) << "CPU 1 waited behind a later use";
+	EXPECT_EQ(0, sd_line_destroy(s.line));
+}
+
 // Without a profile the line charges nothing and the calls still check.
 TEST(SharedModel, WithoutAProfileNothingIsCharged)
 {
