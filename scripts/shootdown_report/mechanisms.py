@@ -92,8 +92,8 @@ ROWS = [
     {"run": "eurosys", "mechanism": "line consolidation (EuroSys)", "strategy": "ipi",
      "baseline": "ipi:lines=split", "name": "tlb_flush2_threads/%s/lru:percpu/cpus:%d",
      "cpus": [2, 8, 36], "published": None,
-     "note": "never merged; at 36 CPUs the split layout runs 3x faster, not explained yet "
-     "(BENCHMARKS.md, the EuroSys 2020 line switch)"},
+     "note": "never merged; split lines cost a flush one more transfer a target, the loop "
+     "little at 36 CPUs (BENCHMARKS.md, the EuroSys 2020 line switch)"},
     {"run": "skip_broadcast", "mechanism": "arm64 skip broadcast", "strategy": "local",
      "baseline": "broadcast", "name": "mprotect_threaded/%s/cpus:%d", "cpus": [8, 32],
      "published": None, "note": "the modelled section's run; its figure is there"},
