@@ -19,9 +19,36 @@ def profile_hash(name):
         return hashlib.sha1(f.read()).hexdigest()
 
 
+def shown_value(cell):
+    """The number a modelled cell shows ("1.26x", "1.1M/s", "83.7%"), None
+    if it shows none."""
+    text = cell.strip().rstrip("x%").replace("/s", "")
+    scale = {"k": 1e3, "M": 1e6}.get(text[-1:], 1)
+    try:
+        return float(text.rstrip("kM")) * scale
+    except ValueError:
+        return None
+
+
+def moved_since(r, rows):
+    """The row of decides.json @r moved since it was computed: the table
+    now shows a value more than 3% from the one recorded (the model, not
+    only the profile, may have changed; 3% leaves room for the cell's
+    rounding). The row's modelled value as shown then, or None."""
+    for row in rows:
+        if "%s: %s" % (row[1], row[2]) != r["measure"]:
+            continue
+        now, then = shown_value(row[4]), r.get("modelled")
+        if now is None or not then:
+            return None
+        return then if abs(now - then) > 0.03 * abs(then) else None
+    return None
+
+
 def decided_lines(rows):
     """Lines for scripts/compare: what decides each modelled row, from
-    decides.json, or why that is not known."""
+    decides.json, or why that is not known. A row is marked stale when its
+    profile changed since, or its value did."""
     if not os.path.exists(DECIDES):
         return ["what decides each row: not computed (scripts/what-if --decides)"]
     with open(DECIDES) as f:
@@ -35,7 +62,8 @@ def decided_lines(rows):
         tops = ", ".join("%s%s %.3g..%.3g" % (t["param"], "*" if t["estimate"] else "",
                                               t["at_half"], t["at_one_and_a_half"])
                          for t in r["top"])
-        out.append("  %-58s %s%s" % (r["measure"][:58], tops,
-                                     "  (stale: %s changed since)" % r["profile"]
-                                     if r["profile"] in stale else ""))
+        then = moved_since(r, rows)
+        note = ("  (stale: %s changed since)" % r["profile"] if r["profile"] in stale else
+                "  (stale: the row was %.3g then)" % then if then is not None else "")
+        out.append("  %-58s %s%s" % (r["measure"][:58], tops, note))
     return out

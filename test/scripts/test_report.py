@@ -409,8 +409,26 @@ class WhatIf(unittest.TestCase):
                     lines = decided.decided_lines([])
                     self.assertIn("dvm_target* 1.03..1.09", lines[1])
                     self.assertEqual(stale, "stale" in lines[1])
+                # The profile unchanged, the row's value moved (the model
+                # changed): stale, saying what it was; within 3%: not.
+                with open(decided.DECIDES, "w") as f:
+                    json.dump({"commit": "abc", "date": "2026-11-27",
+                               "profiles": {"ampere-emag-32": decided.profile_hash("ampere-emag-32")},
+                               "rows": {"skip_broadcast/x": row}}, f)
+                for shown, stale in (("1.07x", False), ("1.12x", True)):
+                    table = [["skip broadcast", "ampere-emag-32, 32 CPUs", "broadcast / local",
+                              "15.56x", shown, shown, "miss"]]
+                    lines = decided.decided_lines(table)
+                    self.assertEqual(stale, "stale: the row was 1.06 then" in lines[1], lines[1])
             finally:
                 decided.DECIDES = saved
+
+    def test_shown_value_reads_every_cell_format(self):
+        self.assertEqual(1.26, decided.shown_value("1.26x"))
+        self.assertEqual(1.1e6, decided.shown_value("1.1M/s"))
+        self.assertEqual(527e3, decided.shown_value("527k/s"))
+        self.assertEqual(83.7, decided.shown_value("83.7%"))
+        self.assertIsNone(decided.shown_value("n/a"))
 
 
 class Plot(unittest.TestCase):
