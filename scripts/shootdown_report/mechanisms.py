@@ -77,7 +77,8 @@ RUNS = [
 ROWS = [
     {"run": "rar", "mechanism": "Intel RAR", "strategy": "rar", "baseline": "ipi",
      "name": "tlb_flush2_threads/%s/lru:percpu/cpus:%d", "cpus": [2, 8, 32],
-     "published": None, "note": "none published; RAR costs estimates; 112 CPUs in BENCHMARKS.md"},
+     "published": None, "note": "none published; RAR costs estimates; many CPUs: a drained IPI "
+     "batch flushes once (tlb_gen), RAR once an action; 112 CPUs in BENCHMARKS.md"},
     {"run": "invlpgb_threads", "mechanism": "AMD INVLPGB", "strategy": "gbcast",
      "baseline": "ipi", "name": "tlb_flush2_threads/%s/lru:percpu/cpus:%d",
      "cpus": [2, 8, 32], "published": "invlpgb_merged",
