@@ -56,14 +56,20 @@ def decided_lines(rows):
     out = ["what decides each row (the three parameters whose change by +-50%% moves it most; "
            "* an estimate; scripts/what-if --decides at %s, %s):" % (doc.get("commit", "?"),
                                                                     doc.get("date", "?"))]
-    stale = {p for p, h in doc.get("profiles", {}).items()
-             if os.path.exists(profile_path(p)) and profile_hash(p) != h}
+    hashes = {p: profile_hash(p) for p in doc.get("profiles", {}) if os.path.exists(profile_path(p))}
     for key, r in sorted(doc.get("rows", {}).items()):
+        # The row's own profile hash: a run for some patches keeps the
+        # others' rows, computed from older profiles.
+        was = r.get("profile_hash", doc.get("profiles", {}).get(r["profile"]))
+        stale = {r["profile"]} if r["profile"] in hashes and hashes[r["profile"]] != was else set()
         tops = ", ".join("%s%s %.3g..%.3g" % (t["param"], "*" if t["estimate"] else "",
                                               t["at_half"], t["at_one_and_a_half"])
                          for t in r["top"])
         then = moved_since(r, rows)
         note = ("  (stale: %s changed since)" % r["profile"] if r["profile"] in stale else
                 "  (stale: the row was %.3g then)" % then if then is not None else "")
+        # A run for some patches (--decides PATCH) keeps the others' rows.
+        if r.get("commit", doc.get("commit")) != doc.get("commit"):
+            note += "  (at %s, %s)" % (r["commit"], r.get("date", "?"))
         out.append("  %-58s %s%s" % (r["measure"][:58], tops, note))
     return out

@@ -233,7 +233,8 @@ def decides(args):
             moves.sort(reverse=True)
             doc["rows"]["%s/%s" % (patch, measure)] = {
                 "patch": patch, "profile": base, "measure": measure, "modelled": ours,
-                "theirs": theirs,
+                "theirs": theirs, "commit": doc["commit"], "date": doc["date"],
+                "profile_hash": doc["profiles"][base],
                 "top": [{"param": k, "at_half": lo, "at_one_and_a_half": hi,
                          "moves": round(mv, 4), "estimate": is_estimate(costs[k][1])}
                         for mv, k, lo, hi in moves[:3]]}

@@ -420,6 +420,16 @@ class WhatIf(unittest.TestCase):
                               "15.56x", shown, shown, "miss"]]
                     lines = decided.decided_lines(table)
                     self.assertEqual(stale, "stale: the row was 1.06 then" in lines[1], lines[1])
+                # A row kept from an older run (--decides for other patches)
+                # is judged by its own profile hash, and says when it ran.
+                old = dict(row, profile_hash="0" * 40, commit="old", date="2026-11-01")
+                with open(decided.DECIDES, "w") as f:
+                    json.dump({"commit": "abc", "date": "2026-11-27",
+                               "profiles": {"ampere-emag-32": decided.profile_hash("ampere-emag-32")},
+                               "rows": {"skip_broadcast/x": old}}, f)
+                line = decided.decided_lines([])[1]
+                self.assertIn("stale: ampere-emag-32 changed since", line)
+                self.assertIn("(at old, 2026-11-01)", line)
             finally:
                 decided.DECIDES = saved
 
