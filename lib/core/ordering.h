@@ -83,6 +83,9 @@ enum sd_order_point {
 	SD_ORDER_EXEC_SWITCHED,  /* sd_task_exec(): the CPU switched to the new
 				  * mm, the old mm's reference not yet dropped
 				  * (a preemption may come here) */
+	SD_ORDER_IDLE_RESUMED,   /* the idle thread given its CPU back by a
+				  * task's switch, its loop not yet run (the
+				  * CPU must already hold the last mm lazily) */
 	SD_ORDER_NR_POINTS,
 };
 

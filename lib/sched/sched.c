@@ -537,10 +537,16 @@ struct sd_cpu *sd_schedule(struct sd_cpu *c, struct sd_task *prev, bool yield)
 		sd_event(c, SD_EV_RSEQ_ABORT,
 			 atomic_load_explicit(&c->rseq_seq, memory_order_relaxed), 0);
 	sd_event(c, SD_EV_TASK_SWITCH, next->id, prev->id);
-	/* switch_mm(): a task's mm, unless it is loaded already; the idle
-	 * thread keeps the last one, lazily (its loop enters lazy mode). */
-	if (!next->idle && (sd_cpu_current_mm(c) != next->mm ||
-			    atomic_load_explicit(&c->lazy, memory_order_relaxed)))
+	/* context_switch(): a task's mm, unless it is loaded already; the
+	 * idle thread keeps the last one, and enter_lazy_tlb() marks it lazy
+	 * here, before the CPU is handed over. Left to the idle thread's own
+	 * loop, the CPU ran the mm non-lazily until that thread woke, and a
+	 * task that moved away and exec'd meanwhile found its old mm "still
+	 * loaded" when its last put destroyed it (the fuzzer: -EBUSY). */
+	if (next->idle)
+		sd_cpu_enter_lazy(c);
+	else if (sd_cpu_current_mm(c) != next->mm ||
+		 atomic_load_explicit(&c->lazy, memory_order_relaxed))
 		sd_switch_mm(c, next->mm);
 	c = context_switch(c, prev, next, dead);
 	if (c)
@@ -704,6 +710,9 @@ void sd_sched_idle_body(struct sd_cpu *c, void *arg)
 		sched_tick(c, s);
 		if (atomic_load(&rq->nr_queued) || pull_task(c, s, 1)) {
 			c = sd_schedule(c, idle, false);
+			/* Test instrumentation: the idle thread back on its
+			 * CPU, before its loop runs. */
+			sd_order_point(SD_ORDER_IDLE_RESUMED, c->id);
 			lazy = false;
 			continue;
 		}

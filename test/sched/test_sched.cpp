@@ -862,6 +862,80 @@ TEST(SchedRace, AnExitingTaskIsLazyBeforeTheLastUserDestroysTheMm)
 	EXPECT_EQ(0, sd_mm_destroy(mm));
 }
 
+
+// context_switch() enters lazy TLB mode when the idle thread takes the CPU
+// (enter_lazy_tlb()), before the CPU is handed over. A task whose mm only it
+// uses leaves CPU 0 for CPU 1 and execs there: its old mm's last put
+// destroys it while CPU 0's idle thread is held before its loop. CPU 0
+// must count as lazy by then (shot by IPI), or the destroy finds the mm
+// "still loaded on CPU 0" and the exec fails with -EBUSY (the fuzzer's
+// failure in CI).
+std::atomic<bool> g_idle_armed{false}, g_idle_held{false}, g_exec_started{false},
+	g_mover_done{false};
+std::atomic<uint64_t> g_ipis_at_exec{0};
+sd_machine *g_mover_machine;
+int g_mover_exec_err = 1;
+
+void hold_the_idle_thread(enum sd_order_point point, unsigned cpu)
+{
+	if (point != SD_ORDER_IDLE_RESUMED || cpu != 0 || !g_idle_armed.exchange(false))
+		return;
+	g_idle_held = true;
+	// Until the exec returned (refused: the CPU was not lazy) or, once
+	// it began, the destroyer's IPI to this CPU was sent (the reschedule
+	// IPI that moved the task came before); bounded, so a broken build
+	// fails rather than hangs.
+	for (int i = 0; i < 20000 && !g_mover_done &&
+			(!g_exec_started ||
+			 total(g_mover_machine, SD_STAT_IPI_SENT) == g_ipis_at_exec);
+	     i++)
+		std::this_thread::sleep_for(std::chrono::microseconds(500));
+}
+
+void mover(sd_task *self, void *)
+{
+	EXPECT_EQ(0, sd_access(sd_task_cpu(self), kBase, SD_WRITE, nullptr));
+	g_idle_armed = true;
+	ASSERT_EQ(0, sd_task_set_affinity(self, self, "1")) << sd_last_error();
+	EXPECT_EQ(1u, sd_cpu_id(sd_task_cpu(self)));
+	g_ipis_at_exec = total(g_mover_machine, SD_STAT_IPI_SENT);
+	g_exec_started = true;
+	g_mover_exec_err = sd_task_exec(self);
+	g_mover_done = true;
+}
+
+void forks_a_mover(sd_task *self, void *)
+{
+	sd_task *child = nullptr;
+	EXPECT_EQ(0, sd_task_fork(self, mover, nullptr, &child)) << sd_last_error();
+}
+
+class IdleTakeover : public ::testing::TestWithParam<const char *> {};
+
+TEST_P(IdleTakeover, TheIdleThreadsCpuIsLazyBeforeItRuns)
+{
+	Machine mach(sdtest::config(2, GetParam()));
+	ASSERT_NE(nullptr, mach.m);
+	sd_mm *mm = mapped_mm(mach.m, 1);
+	g_idle_armed = g_idle_held = g_exec_started = g_mover_done = false;
+	g_mover_machine = mach.m;
+	g_mover_exec_err = 1;
+	create_task(mach.m, mm, forks_a_mover, nullptr, 0, "0");
+	sd_order_set_hook(hold_the_idle_thread);
+	{
+		Watchdog w("idle takeover race", 60);
+		EXPECT_EQ(0, sd_sched_run(mach.m)) << sd_last_error();
+	}
+	sd_order_set_hook(nullptr);
+	EXPECT_TRUE(g_idle_held.load()) << "CPU 0's idle thread was never held";
+	EXPECT_EQ(0, g_mover_exec_err)
+		<< "the old mm's last put failed: CPU 0 still ran it non-lazily";
+	EXPECT_EQ(0u, total(mach.m, SD_STAT_VIOLATION));
+	EXPECT_EQ(0, sd_mm_destroy(mm));
+}
+
+INSTANTIATE_TEST_SUITE_P(Strategies, IdleTakeover, ::testing::Values("ipi", "local", "broadcast"));
+
 }  // namespace
 
 namespace {
