@@ -2,6 +2,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -78,4 +79,64 @@ int sd_opt_uint(const char *owner, const struct sd_opt *opt, uint64_t min, uint6
 			       (unsigned long long)max);
 	*out = v;
 	return 0;
+}
+
+/* "a (hint), b or c" into @buf, in the order of @order (indices). */
+static void list_choices(char *buf, size_t size, const struct sd_opt_choice *choices,
+			 const unsigned *order, unsigned nr)
+{
+	size_t used = 0;
+
+	buf[0] = '\0';
+	for (unsigned i = 0; i < nr && used < size; i++) {
+		const struct sd_opt_choice *ch = &choices[order[i]];
+		const char *sep = i == 0 ? "" : i + 1 == nr ? " or " : ", ";
+		int n = ch->hint ? snprintf(buf + used, size - used, "%s%s (%s)", sep, ch->value,
+					    ch->hint)
+				 : snprintf(buf + used, size - used, "%s%s", sep, ch->value);
+
+		if (n < 0)
+			break;
+		used += (size_t)n;
+	}
+}
+
+static int choose(const char *owner, const struct sd_opt *opt, const struct sd_opt_choice *choices,
+		  const unsigned *order, unsigned nr, unsigned *out)
+{
+	char want[256];
+
+	for (unsigned i = 0; i < nr; i++) {
+		if (!strcmp(opt->value, choices[i].value)) {
+			*out = i;
+			return 0;
+		}
+	}
+	list_choices(want, sizeof(want), choices, order, nr);
+	return sd_fail(-EINVAL, "option %s=%s for '%s': want %s", opt->key, opt->value, owner,
+		       want);
+}
+
+int sd_opt_choose(const char *owner, const struct sd_opt *opt,
+		  const struct sd_opt_choice *choices, unsigned nr, unsigned *out)
+{
+	unsigned order[16];
+
+	if (nr > sizeof(order) / sizeof(order[0]))
+		nr = sizeof(order) / sizeof(order[0]);
+	for (unsigned i = 0; i < nr; i++)
+		order[i] = i;
+	return choose(owner, opt, choices, order, nr, out);
+}
+
+int sd_opt_flag(const char *owner, const struct sd_opt *opt,
+		const struct sd_opt_choice choices[2], unsigned first_listed, bool *out)
+{
+	const unsigned order[2] = { first_listed ? 1 : 0, first_listed ? 0 : 1 };
+	unsigned i = 0;
+	int err = choose(owner, opt, choices, order, 2, &i);
+
+	if (!err)
+		*out = i == 1;
+	return err;
 }

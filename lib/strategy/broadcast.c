@@ -74,19 +74,13 @@ static bool broadcast_only_option(const char *key)
 
 static int parse_select(struct sd_broadcast *b, const char *name, const struct sd_opt *o)
 {
-	static const char *const names[] = {
-		[SD_SELECT_ALWAYS] = "always", [SD_SELECT_ACTIVE_CPU] = "active_cpu",
-		[SD_SELECT_TLB_MODE] = "tlb_mode", [SD_SELECT_IPI] = "ipi",
+	static const struct sd_opt_choice select[] = {
+		[SD_SELECT_ALWAYS] = { "always", NULL },
+		[SD_SELECT_ACTIVE_CPU] = { "active_cpu", NULL },
+		[SD_SELECT_TLB_MODE] = { "tlb_mode", NULL }, [SD_SELECT_IPI] = { "ipi", NULL },
 	};
 
-	for (unsigned i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
-		if (!strcmp(o->value, names[i])) {
-			b->select = i;
-			return 0;
-		}
-	}
-	return sd_fail(-EINVAL, "option select=%s for '%s': want always, active_cpu, tlb_mode "
-		       "or ipi", o->value, name);
+	return sd_opt_choose(name, o, select, sizeof(select) / sizeof(select[0]), &b->select);
 }
 
 static int opt_int(const char *name, const struct sd_opt *o, uint64_t max, int *out)
@@ -114,6 +108,11 @@ static int check_select(const struct sd_broadcast *b)
 
 int sd_broadcast_option(struct sd_broadcast *b, const char *name, const struct sd_opt *o)
 {
+	static const struct sd_opt_choice batch[] = {
+		{ "0", "a flush a page" }, { "1", "Linux 6.5's batched reclaim" },
+	};
+	static const struct sd_opt_choice wp_reuse[] = { { "local", "Linux 6.19" },
+							 { "tlbi", "before" } };
 	uint64_t v;
 	int err;
 
@@ -138,20 +137,10 @@ int sd_broadcast_option(struct sd_broadcast *b, const char *name, const struct s
 		return opt_int(name, o, 1, &b->tm_local);
 	if (!strcmp(o->key, "tlb_none"))
 		return opt_int(name, o, 1, &b->tm_none);
-	if (!strcmp(o->key, "batch")) {
-		if (strcmp(o->value, "0") && strcmp(o->value, "1"))
-			return sd_fail(-EINVAL, "option batch=%s for '%s': want 1 (Linux 6.5's "
-				       "batched reclaim) or 0 (a flush a page)", o->value, name);
-		b->batch = !strcmp(o->value, "1");
-		return 0;
-	}
-	if (!strcmp(o->key, "wp_reuse")) {
-		if (strcmp(o->value, "local") && strcmp(o->value, "tlbi"))
-			return sd_fail(-EINVAL, "option wp_reuse=%s for '%s': want local (Linux "
-				       "6.19) or tlbi (before)", o->value, name);
-		b->wp_reuse_tlbi = !strcmp(o->value, "tlbi");
-		return 0;
-	}
+	if (!strcmp(o->key, "batch"))
+		return sd_opt_flag(name, o, batch, 1, &b->batch);
+	if (!strcmp(o->key, "wp_reuse"))
+		return sd_opt_flag(name, o, wp_reuse, 0, &b->wp_reuse_tlbi);
 	if (!strcmp(o->key, "range")) {
 		if (sd_tlbi_range_order_parse(o->value, &b->split.order))
 			return sd_fail(-EINVAL, "option range=%s for '%s': want none, ascending "

@@ -57,37 +57,26 @@ static int ipi_option(struct sd_ipi *ipi, const char *name, const struct sd_opt 
 	uint64_t v;
 	int err;
 
+	static const struct sd_opt_choice cpumask[] = { { "eager", NULL }, { "lazy", NULL } };
+	static const struct sd_opt_choice order[] = { { "concurrent", "5.13" },
+						      { "serial", "before" } };
+	static const struct sd_opt_choice ack[] = { { "late", NULL }, { "early", NULL } };
+	static const struct sd_opt_choice lines[] = { { "consolidated", "EuroSys 2020" },
+						      { "split", "the kernel's layout" } };
+	bool lazy;
+
 	if (!strcmp(o->key, "cpumask")) {
-		if (!strcmp(o->value, "eager"))
-			ipi->mode = SD_IPI_CPUMASK_EAGER;
-		else if (!strcmp(o->value, "lazy"))
-			ipi->mode = SD_IPI_CPUMASK_LAZY;
-		else
-			return sd_fail(-EINVAL, "option cpumask=%s for '%s': want eager or lazy",
-				       o->value, name);
-		return 0;
+		err = sd_opt_flag(name, o, cpumask, 0, &lazy);
+		if (!err)
+			ipi->mode = lazy ? SD_IPI_CPUMASK_LAZY : SD_IPI_CPUMASK_EAGER;
+		return err;
 	}
-	if (!strcmp(o->key, "order")) {
-		if (strcmp(o->value, "concurrent") && strcmp(o->value, "serial"))
-			return sd_fail(-EINVAL, "option order=%s for '%s': want concurrent (5.13) "
-				       "or serial (before)", o->value, name);
-		ipi->serial = !strcmp(o->value, "serial");
-		return 0;
-	}
-	if (!strcmp(o->key, "ack")) {
-		if (strcmp(o->value, "late") && strcmp(o->value, "early"))
-			return sd_fail(-EINVAL, "option ack=%s for '%s': want late or early",
-				       o->value, name);
-		ipi->early_ack = !strcmp(o->value, "early");
-		return 0;
-	}
-	if (!strcmp(o->key, "lines")) {
-		if (strcmp(o->value, "consolidated") && strcmp(o->value, "split"))
-			return sd_fail(-EINVAL, "option lines=%s for '%s': want consolidated "
-				       "(EuroSys 2020) or split (the kernel's layout)", o->value, name);
-		ipi->split_lines = !strcmp(o->value, "split");
-		return 0;
-	}
+	if (!strcmp(o->key, "order"))
+		return sd_opt_flag(name, o, order, 0, &ipi->serial);
+	if (!strcmp(o->key, "ack"))
+		return sd_opt_flag(name, o, ack, 0, &ipi->early_ack);
+	if (!strcmp(o->key, "lines"))
+		return sd_opt_flag(name, o, lines, 0, &ipi->split_lines);
 	if (!strcmp(o->key, "ceiling")) {
 		err = sd_opt_uint(name, o, 0, 1u << 20, &v);
 		ipi->ceiling = (unsigned)v;

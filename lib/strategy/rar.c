@@ -55,19 +55,17 @@ static struct sd_rar_strategy *rar_of(struct sd_machine *m)
 
 /* ---- setup ---- */
 
-static int rar_bool_option(const struct sd_opt *o, const char *no, const char *yes, bool *out)
-{
-	if (strcmp(o->value, no) && strcmp(o->value, yes))
-		return sd_fail(-EINVAL, "option %s=%s for 'rar': want %s or %s", o->key, o->value,
-			       no, yes);
-	*out = !strcmp(o->value, yes);
-	return 0;
-}
-
 /* Options only `rar` has; the rest are ipi's (cpumask, trim_ms, ...). */
 static int rar_option(void *arg, const struct sd_opt *o)
 {
+	static const struct sd_opt_choice no_yes[] = { { "0", NULL }, { "1", NULL } };
+	static const struct sd_opt_choice trim[] = { { "v4", NULL }, { "v2", NULL } };
+	static const struct sd_opt_choice self[] = {
+		[SELF_PCID] = { "pcid", NULL }, [SELF_LOCAL] = { "local", NULL },
+		[SELF_RAR] = { "rar", NULL },
+	};
 	struct sd_rar_strategy *r = arg;
+	unsigned i;
 	uint64_t v;
 	int err;
 
@@ -92,20 +90,17 @@ static int rar_option(void *arg, const struct sd_opt *o)
 		return err;
 	}
 	if (!strcmp(o->key, "pti"))
-		return rar_bool_option(o, "0", "1", &r->pti);
+		return sd_opt_flag("rar", o, no_yes, 0, &r->pti);
 	if (!strcmp(o->key, "self")) {
-		static const char *const names[] = { "pcid", "local", "rar" };
-		for (unsigned i = 0; i < 3; i++)
-			if (!strcmp(o->value, names[i])) {
-				r->self = i;
-				return 0;
-			}
-		return sd_fail(-EINVAL, "option self=%s for 'rar': want pcid, local or rar", o->value);
+		err = sd_opt_choose("rar", o, self, 3, &i);
+		if (!err)
+			r->self = i;
+		return err;
 	}
 	if (!strcmp(o->key, "self_flush"))
-		return rar_bool_option(o, "0", "1", &r->self_flush);
+		return sd_opt_flag("rar", o, no_yes, 0, &r->self_flush);
 	if (!strcmp(o->key, "trim"))
-		return rar_bool_option(o, "v4", "v2", &r->trim_v2);
+		return sd_opt_flag("rar", o, trim, 0, &r->trim_v2);
 	return sd_opt_unknown("rar", o);
 }
 

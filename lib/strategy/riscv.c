@@ -127,44 +127,46 @@ static inline struct rv_mm *rv_mm_of(struct sd_mm *mm)
 
 static int rv_option(struct sd_riscv *rv, const struct sd_opt *o)
 {
+	static const struct sd_opt_choice rfence[] = {
+		[RFENCE_AUTO] = { "auto", NULL }, [RFENCE_SBI] = { "sbi", NULL },
+		[RFENCE_IPI] = { "ipi", NULL },
+	};
+	static const struct sd_opt_choice no_yes[] = { { "0", NULL }, { "1", NULL } };
+	static const struct sd_opt_choice yes_no[] = { { "1", NULL }, { "0", NULL } };
+	static const struct sd_opt_choice batch[] = {
+		{ "0", "a flush a page" }, { "1", "Linux 6.8's batched reclaim" },
+	};
+	unsigned i;
+	bool flag;
 	uint64_t v;
 	int err;
 
 	if (!strcmp(o->key, "rfence")) {
-		static const char *const names[] = { "auto", "sbi", "ipi" };
-		for (unsigned i = 0; i < 3; i++)
-			if (!strcmp(o->value, names[i])) {
-				rv->rfence = i;
-				return 0;
-			}
-		return sd_fail(-EINVAL, "option rfence=%s for 'riscv': want auto, sbi or ipi",
-			       o->value);
+		err = sd_opt_choose("riscv", o, rfence, 3, &i);
+		if (!err)
+			rv->rfence = i;
+		return err;
 	}
 	if (!strcmp(o->key, "threshold")) {
 		err = sd_opt_uint("riscv", o, 0, 1u << 20, &v);
 		rv->threshold = (unsigned)v;
 		return err;
 	}
+	/* Both override the profile's feature (-1 until set). */
 	if (!strcmp(o->key, "svinval")) {
-		if (strcmp(o->value, "0") && strcmp(o->value, "1"))
-			return sd_fail(-EINVAL, "option svinval=%s for 'riscv': want 0 or 1",
-				       o->value);
-		rv->svinval = o->value[0] == '1';
-		return 0;
+		err = sd_opt_flag("riscv", o, no_yes, 0, &flag);
+		if (!err)
+			rv->svinval = flag;
+		return err;
 	}
 	if (!strcmp(o->key, "asid")) {
-		if (strcmp(o->value, "0") && strcmp(o->value, "1"))
-			return sd_fail(-EINVAL, "option asid=%s for 'riscv': want 0 or 1", o->value);
-		rv->no_asid_bits = o->value[0] == '0';
-		return 0;
+		err = sd_opt_flag("riscv", o, yes_no, 1, &flag);
+		if (!err)
+			rv->no_asid_bits = flag;
+		return err;
 	}
-	if (!strcmp(o->key, "batch")) {
-		if (strcmp(o->value, "0") && strcmp(o->value, "1"))
-			return sd_fail(-EINVAL, "option batch=%s for 'riscv': want 1 (Linux 6.8's "
-				       "batched reclaim) or 0 (a flush a page)", o->value);
-		rv->batch = o->value[0] == '1';
-		return 0;
-	}
+	if (!strcmp(o->key, "batch"))
+		return sd_opt_flag("riscv", o, batch, 1, &rv->batch);
 	if (!strcmp(o->key, "sbi_flush_limit")) {
 		err = sd_opt_uint("riscv", o, 1, 1u << 20, &v);
 		rv->sbi.flush_limit_pages = v;

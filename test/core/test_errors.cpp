@@ -332,6 +332,57 @@ TEST(Errors, BadStrategyOptionValue)
 	EXPECT_EQ(0, sd_machine_destroy(m));
 }
 
+// Every option that takes one of a few words: a bad word is -EINVAL with
+// the accepted ones listed in the message (and what each stands for), and
+// every listed word is accepted.
+TEST(Errors, ChoiceOptionsListWhatTheyAccept)
+{
+	struct Choice {
+		const char *strategy, *key, *want;
+		std::vector<const char *> values;
+	};
+	const Choice choices[] = {
+		{"ipi", "cpumask", "want eager or lazy", {"eager", "lazy"}},
+		{"ipi", "order", "want concurrent (5.13) or serial (before)", {"concurrent", "serial"}},
+		{"ipi", "ack", "want late or early", {"late", "early"}},
+		{"ipi", "lines", "want consolidated (EuroSys 2020) or split (the kernel's layout)",
+		 {"consolidated", "split"}},
+		{"rar", "pti", "want 0 or 1", {"0", "1"}},
+		{"rar", "self", "want pcid, local or rar", {"pcid", "local", "rar"}},
+		{"rar", "self_flush", "want 0 or 1", {"0", "1"}},
+		{"rar", "trim", "want v4 or v2", {"v4", "v2"}},
+		{"riscv", "rfence", "want auto, sbi or ipi", {"auto", "sbi", "ipi"}},
+		{"riscv", "svinval", "want 0 or 1", {"0", "1"}},
+		{"riscv", "asid", "want 0 or 1", {"0", "1"}},
+		{"riscv", "batch", "want 1 (Linux 6.8's batched reclaim) or 0 (a flush a page)",
+		 {"0", "1"}},
+		{"broadcast", "select", "want always, active_cpu, tlb_mode or ipi",
+		 {"always", "active_cpu", "tlb_mode", "ipi"}},
+		{"broadcast", "batch", "want 1 (Linux 6.5's batched reclaim) or 0 (a flush a page)",
+		 {"0", "1"}},
+		{"broadcast", "wp_reuse", "want local (Linux 6.19) or tlbi (before)", {"local", "tlbi"}},
+	};
+	for (const Choice &ch : choices) {
+		sd_machine_config c = cfg_cpus(2);
+		std::string bad = std::string(ch.strategy) + ":" + ch.key + "=maybe";
+		c.strategy = bad.c_str();
+		expect_create_fails(c, -EINVAL, {ch.key});
+		const std::string detail = sd_last_error();
+		for (const char *part : {ch.key, "maybe", ch.strategy, ch.want})
+			EXPECT_NE(std::string::npos, detail.find(part))
+				<< bad << ": \"" << detail << "\" lacks \"" << part << "\"";
+		for (const char *v : ch.values) {
+			std::string good = std::string(ch.strategy) + ":" + ch.key + "=" + v;
+			c.strategy = good.c_str();
+			sd_machine *m = nullptr;
+			EXPECT_EQ(0, sd_machine_create(&c, &m)) << good << ": " << sd_last_error();
+			if (m) {
+				EXPECT_EQ(0, sd_machine_destroy(m));
+			}
+		}
+	}
+}
+
 TEST(Errors, BadSyntheticTopology)
 {
 	EnvGuard env("SD_TOPOLOGY", "pack:2 frob:lots");
