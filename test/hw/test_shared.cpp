@@ -150,7 +150,10 @@ TEST(SharedLock, ExcludesInLaxModelledTime)
 }
 
 // A holder that keeps the lock past ipi_timeout_ms: the waiter says who it
-// waits for, is counted, and gets the lock once it is released.
+// waits for, is counted, and gets the lock once it is released. The holder
+// lets go only once the waiter has reported (the counter), not after a
+// fixed sleep: under a loaded CI host the waiter's report once came after
+// the release, naming no holder.
 TEST(SharedLock, StuckWaitIsReportedWithItsHolder)
 {
 	sd_machine_config cfg = sdtest::config(2, "ipi");
@@ -158,10 +161,12 @@ TEST(SharedLock, StuckWaitIsReportedWithItsHolder)
 	Machine mach(cfg);
 	ASSERT_NE(nullptr, mach.m);
 	struct S {
+		sd_machine *m = nullptr;
 		sd_lock *lock = nullptr;
 		std::atomic<int> held{0};
 		int got = -1;
 	} s;
+	s.m = mach.m;
 	ASSERT_EQ(0, sd_lock_create(mach.m, "slow", &s.lock));
 	testing::internal::CaptureStderr();
 	ASSERT_EQ(0, sd_machine_run(mach.m, [](sd_cpu *c, void *p) {
@@ -169,7 +174,15 @@ TEST(SharedLock, StuckWaitIsReportedWithItsHolder)
 		if (sd_cpu_id(c) == 0) {
 			EXPECT_EQ(0, sd_lock_acquire(c, s->lock));
 			s->held.store(1);
-			std::this_thread::sleep_for(std::chrono::milliseconds(150));
+			// Bounded, so a waiter that never reports fails the
+			// test below rather than hanging it.
+			for (int i = 0; i < 3000; i++) {
+				sd_stats st = SD_STATS_INIT;
+				EXPECT_EQ(0, sd_stats_snapshot(s->m, &st));
+				if (st.counter[SD_STAT_LOCK_STUCK] >= 1)
+					break;
+				std::this_thread::sleep_for(std::chrono::milliseconds(10));
+			}
 			EXPECT_EQ(0, sd_lock_release(c, s->lock));
 			return;
 		}
