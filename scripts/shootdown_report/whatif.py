@@ -20,9 +20,11 @@ and writes decides.json: for each row, the three parameters whose change
 moves it most, whether each is an estimate (its source says "estimate",
 "no published figure" or "fitted"), and the hash of the profile it was
 computed from. scripts/compare prints that beside the modelled table
-(marked stale once the profile changes). The rows run as the section runs
-them, at their reported CPU counts only; a full --decides takes about ten
-minutes on two PUs.
+(marked stale once the profile changes or the row's value moves). The rows
+run as the section runs them, at their reported CPU counts only. On two
+PUs lazy_cpumask takes about 5 min, skip_broadcast 15, mrs 13,
+invlpgb_threads 44 and invlpgb 70; decides.json is written after each
+patch, so a run stopped part-way keeps the patches it finished.
 """
 import argparse
 import concurrent.futures
@@ -238,12 +240,19 @@ def decides(args):
                 "top": [{"param": k, "at_half": lo, "at_one_and_a_half": hi,
                          "moves": round(mv, 4), "estimate": is_estimate(costs[k][1])}
                         for mv, k, lo, hi in moves[:3]]}
+        # After each patch: a run stopped part-way keeps what it finished.
+        write_decides(doc)
     subprocess.run(["rm", "-rf", work])
-    with open(DECIDES, "w") as f:
+    return 0
+
+
+def write_decides(doc):
+    tmp = DECIDES + ".tmp"
+    with open(tmp, "w") as f:
         json.dump(doc, f, indent=1, sort_keys=True)
         f.write("\n")
-    print("what-if --decides: wrote " + DECIDES)
-    return 0
+    os.replace(tmp, DECIDES)
+    print("what-if --decides: wrote " + DECIDES, flush=True)
 
 
 def main(argv=None):
