@@ -819,7 +819,9 @@ TEST(IpiWatchdog, LostSignalIsSentAgain)
 	Probe p;
 	std::atomic<bool> release{false};
 	BackgroundCall call(mach.m, 0, 1, probe_fn, &p, &release);
-	bool answered = wait_until([&] { return call.done.load(); }, 10);
+	// 60 s: the re-send comes 20 ms into the wait, but on a loaded host
+	// under TSan 10 s once went by before the waiter ran again.
+	bool answered = wait_until([&] { return call.done.load(); }, 60);
 	EXPECT_TRUE(answered) << "the lost signal was never sent again: the waiter hangs";
 	EXPECT_EQ(0, call.err.load());
 	EXPECT_EQ(1, p.runs.load());
@@ -857,7 +859,9 @@ TEST(IpiWatchdog, MaskedTargetIsReportedThenAnswered)
 	bool reported = wait_until([&] { return cpu_counter(mach.m, 0, SD_STAT_IPI_STUCK) >= 1; }, 10);
 	EXPECT_FALSE(call.done.load()) << "answered while the signal was masked?";
 	step = 2;
-	bool answered = wait_until([&] { return call.done.load(); }, 10);
+	// 60 s: the re-send comes 20 ms into the wait, but on a loaded host
+	// under TSan 10 s once went by before the waiter ran again.
+	bool answered = wait_until([&] { return call.done.load(); }, 60);
 	std::string err = testing::internal::GetCapturedStderr();
 	EXPECT_TRUE(reported) << "no stuck report after 10 s (limit 100 ms)";
 	EXPECT_TRUE(answered) << "not answered after the target unmasked";
@@ -1053,7 +1057,9 @@ TEST(IpiSignals, ReplacedHandlerIsReportedNotSilent)
 	BackgroundCall call(mach.m, 0, 1, probe_fn, &p, &release);
 	bool reported = wait_until([&] { return cpu_counter(mach.m, 0, SD_STAT_IPI_STUCK) >= 1; }, 10);
 	sigaction(sig, &ours, nullptr);
-	bool answered = wait_until([&] { return call.done.load(); }, 10);
+	// 60 s: the re-send comes 20 ms into the wait, but on a loaded host
+	// under TSan 10 s once went by before the waiter ran again.
+	bool answered = wait_until([&] { return call.done.load(); }, 60);
 	std::string err = testing::internal::GetCapturedStderr();
 	EXPECT_TRUE(reported);
 	EXPECT_NE(std::string::npos, err.find("REPLACED by the program")) << err;
