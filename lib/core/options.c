@@ -81,19 +81,21 @@ int sd_opt_uint(const char *owner, const struct sd_opt *opt, uint64_t min, uint6
 	return 0;
 }
 
-/* "a (hint), b or c" into @buf, in the order of @order (indices). */
+/* "a (hint), b or c" into @buf: @choices[@first] first, then the others
+ * in their order. */
 static void list_choices(char *buf, size_t size, const struct sd_opt_choice *choices,
-			 const unsigned *order, unsigned nr)
+			 unsigned nr, unsigned first)
 {
 	size_t used = 0;
 
 	buf[0] = '\0';
 	for (unsigned i = 0; i < nr && used < size; i++) {
-		const struct sd_opt_choice *ch = &choices[order[i]];
+		unsigned k = i == 0 ? first : i <= first ? i - 1 : i;
 		const char *sep = i == 0 ? "" : i + 1 == nr ? " or " : ", ";
-		int n = ch->hint ? snprintf(buf + used, size - used, "%s%s (%s)", sep, ch->value,
-					    ch->hint)
-				 : snprintf(buf + used, size - used, "%s%s", sep, ch->value);
+		int n = choices[k].hint ? snprintf(buf + used, size - used, "%s%s (%s)", sep,
+						   choices[k].value, choices[k].hint)
+					: snprintf(buf + used, size - used, "%s%s", sep,
+						   choices[k].value);
 
 		if (n < 0)
 			break;
@@ -102,7 +104,7 @@ static void list_choices(char *buf, size_t size, const struct sd_opt_choice *cho
 }
 
 static int choose(const char *owner, const struct sd_opt *opt, const struct sd_opt_choice *choices,
-		  const unsigned *order, unsigned nr, unsigned *out)
+		  unsigned nr, unsigned first, unsigned *out)
 {
 	char want[256];
 
@@ -112,7 +114,7 @@ static int choose(const char *owner, const struct sd_opt *opt, const struct sd_o
 			return 0;
 		}
 	}
-	list_choices(want, sizeof(want), choices, order, nr);
+	list_choices(want, sizeof(want), choices, nr, first);
 	return sd_fail(-EINVAL, "option %s=%s for '%s': want %s", opt->key, opt->value, owner,
 		       want);
 }
@@ -120,21 +122,14 @@ static int choose(const char *owner, const struct sd_opt *opt, const struct sd_o
 int sd_opt_choose(const char *owner, const struct sd_opt *opt,
 		  const struct sd_opt_choice *choices, unsigned nr, unsigned *out)
 {
-	unsigned order[16];
-
-	if (nr > sizeof(order) / sizeof(order[0]))
-		nr = sizeof(order) / sizeof(order[0]);
-	for (unsigned i = 0; i < nr; i++)
-		order[i] = i;
-	return choose(owner, opt, choices, order, nr, out);
+	return choose(owner, opt, choices, nr, 0, out);
 }
 
 int sd_opt_flag(const char *owner, const struct sd_opt *opt,
 		const struct sd_opt_choice choices[2], unsigned first_listed, bool *out)
 {
-	const unsigned order[2] = { first_listed ? 1 : 0, first_listed ? 0 : 1 };
 	unsigned i = 0;
-	int err = choose(owner, opt, choices, order, 2, &i);
+	int err = choose(owner, opt, choices, 2, first_listed ? 1 : 0, &i);
 
 	if (!err)
 		*out = i == 1;

@@ -542,7 +542,12 @@ struct sd_cpu *sd_schedule(struct sd_cpu *c, struct sd_task *prev, bool yield)
 	 * here, before the CPU is handed over. Left to the idle thread's own
 	 * loop, the CPU ran the mm non-lazily until that thread woke, and a
 	 * task that moved away and exec'd meanwhile found its old mm "still
-	 * loaded" when its last put destroyed it (the fuzzer: -EBUSY). */
+	 * loaded" when its last put destroyed it (the fuzzer: -EBUSY).
+	 * The lazy store is relaxed. When the mm is a task's (one the
+	 * scheduler destroys), prev holds a reference to it and drops it
+	 * later in owner_put(), whose fetch_sub releases this store; the last
+	 * user's fetch_sub there is the acquire before its running_anywhere()
+	 * reads the flag: the pairing exit_mm()'s enter_lazy_tlb() uses. */
 	if (next->idle)
 		sd_cpu_enter_lazy(c);
 	else if (sd_cpu_current_mm(c) != next->mm ||

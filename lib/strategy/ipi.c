@@ -54,9 +54,6 @@ static uint64_t now_ns(void)
 static int ipi_option(struct sd_ipi *ipi, const char *name, const struct sd_opt *o,
 		      sd_ipi_extra_opt_fn extra, void *extra_arg)
 {
-	uint64_t v;
-	int err;
-
 	static const struct sd_opt_choice cpumask[] = { { "eager", NULL }, { "lazy", NULL } };
 	static const struct sd_opt_choice order[] = { { "concurrent", "5.13" },
 						      { "serial", "before" } };
@@ -64,6 +61,8 @@ static int ipi_option(struct sd_ipi *ipi, const char *name, const struct sd_opt 
 	static const struct sd_opt_choice lines[] = { { "consolidated", "EuroSys 2020" },
 						      { "split", "the kernel's layout" } };
 	bool lazy;
+	uint64_t v;
+	int err;
 
 	if (!strcmp(o->key, "cpumask")) {
 		err = sd_opt_flag(name, o, cpumask, 0, &lazy);

@@ -132,7 +132,6 @@ static int rv_option(struct sd_riscv *rv, const struct sd_opt *o)
 		[RFENCE_IPI] = { "ipi", NULL },
 	};
 	static const struct sd_opt_choice no_yes[] = { { "0", NULL }, { "1", NULL } };
-	static const struct sd_opt_choice yes_no[] = { { "1", NULL }, { "0", NULL } };
 	static const struct sd_opt_choice batch[] = {
 		{ "0", "a flush a page" }, { "1", "Linux 6.8's batched reclaim" },
 	};
@@ -160,9 +159,9 @@ static int rv_option(struct sd_riscv *rv, const struct sd_opt *o)
 		return err;
 	}
 	if (!strcmp(o->key, "asid")) {
-		err = sd_opt_flag("riscv", o, yes_no, 1, &flag);
+		err = sd_opt_flag("riscv", o, no_yes, 0, &flag);
 		if (!err)
-			rv->no_asid_bits = flag;
+			rv->no_asid_bits = !flag;
 		return err;
 	}
 	if (!strcmp(o->key, "batch"))
